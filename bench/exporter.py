@@ -1,0 +1,284 @@
+"""Exporter cost, measured (prints figures; not a test).
+
+1. CPU per poll of the real ~50 KB vLLM captures served over loopback (the backend runs in
+   another process, so only the exporter's CPU is counted), split into fetch, normalize and
+   render. The backend rotates through the four vLLM 0.32 captures, so every family changes
+   on every poll (the worst case: on a real server most histograms only move when a request
+   finishes). Next to it, prometheus_client's full text parser over the same page, measured
+   in the same run, as the reference.
+2. CPU share of a real ``inferwatch serve`` process polling at 10 Hz, next to the share of
+   an empty asyncio loop waking at 10 Hz (this machine's floor), measured in the same run:
+   against the rotating captures (worst case) and, with ``--vllm``, against a real vLLM on
+   CPU under a steady load of 8 concurrent requests.
+3. ``/metrics`` latency p50/p99 under 8 concurrent scrapers against that process.
+4. RSS of an in-process poller after 1,000 / 5,000 / 10,000 polls.
+
+    .venv/bin/python bench/exporter.py [--seconds 20] [--vllm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from demo.stack import Process, VllmServer, free_port  # noqa: E402
+from demo.traffic import complete, prompt  # noqa: E402
+from inferwatch.backends import VLLM  # noqa: E402
+from inferwatch.exposition import Renderer  # noqa: E402
+from inferwatch.poller import Poller, PollSettings  # noqa: E402
+from inferwatch.upstream import Upstream  # noqa: E402
+
+CAPTURES = sorted((REPO / "tests" / "fixtures").glob("vllm-0.32.0-cpu-*.prom"))
+
+
+def serve_capture(port: int) -> None:
+    """The fake backend (run in a child process): the captures in turn on /metrics."""
+    bodies = [c.read_text() for c in CAPTURES]
+    served = 0
+
+    async def metrics(_: web.Request) -> web.Response:
+        nonlocal served
+        served += 1
+        return web.Response(text=bodies[served % len(bodies)], content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def cpu_ms(fn, repeat: int) -> float:
+    start = time.process_time()
+    for _ in range(repeat):
+        fn()
+    return (time.process_time() - start) / repeat * 1000
+
+
+async def per_poll(url: str, polls: int) -> dict[str, float]:
+    upstream = Upstream(url, timeout=5, max_bytes=16 * 1024 * 1024)
+    poller = Poller(upstream, VLLM, None, PollSettings(interval=0.1))
+    renderer = Renderer(lambda: poller.snapshot)
+    for _ in range(50):  # warm up connection and caches
+        await poller.poll_once()
+    start = time.process_time()
+    for _ in range(polls):
+        await poller.poll_once()
+    poll = (time.process_time() - start) / polls * 1000
+    start = time.process_time()
+    for _ in range(polls):
+        await upstream.get_exposition("/metrics")
+    fetch = (time.process_time() - start) / polls * 1000
+    pages = [await upstream.get_exposition("/metrics") for _ in CAPTURES]
+    turn = iter(range(10**9))
+    normalize = cpu_ms(lambda: VLLM.normalize(pages[next(turn) % len(pages)]), polls)
+    full_map = cpu_ms(lambda: VLLM.normalize(pages[next(turn) % len(pages)]).histograms, polls)
+    text = pages[0]
+
+    start = time.process_time()
+    for _ in range(polls):
+        await poller.poll_once()
+        renderer.render()  # builds the histograms of the new poll and renders the page
+    render_ms = (time.process_time() - start) / polls * 1000 - poll
+    reference = cpu_ms(lambda: list(text_string_to_metric_families(text)), 200)
+    await upstream.close()
+    return {
+        "poll": poll,
+        "fetch": fetch,
+        "normalize": normalize,
+        "full_map": full_map,
+        "render": render_ms,
+        "reference": reference,
+        "bytes": len(text),
+    }
+
+
+async def rss_after_polls(url: str) -> list[tuple[int, float]]:
+    upstream = Upstream(url, timeout=5, max_bytes=16 * 1024 * 1024)
+    poller = Poller(upstream, VLLM, None, PollSettings(interval=0.1))
+    renderer = Renderer(lambda: poller.snapshot)
+    out = []
+    for n in range(1, 10_001):
+        await poller.poll_once()
+        if n % 10 == 0:
+            renderer.render()  # a scrape every 10 polls, as at 10 Hz with a 1 s scraper
+        if n in (1_000, 5_000, 10_000):
+            out.append((n, rss_mib()))
+    await upstream.close()
+    return out
+
+
+def rss_mib(pid: str = "self") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def scrape_latency(url: str, seconds: float, scrapers: int = 8) -> list[float]:
+    latencies: list[float] = []
+    deadline = time.monotonic() + seconds
+
+    async def scraper(session: aiohttp.ClientSession) -> None:
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            async with session.get(url) as resp:
+                await resp.read()
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(scraper(session) for _ in range(scrapers)))
+    return latencies
+
+
+async def idle_loop_share(seconds: float) -> float:
+    """CPU share of an asyncio loop that only wakes at 10 Hz: the machine's floor."""
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(0.1)
+
+    task = asyncio.create_task(tick())
+    await asyncio.sleep(1)
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    await asyncio.sleep(seconds)
+    share = (time.process_time() - cpu0) / (time.monotonic() - wall0)
+    task.cancel()
+    return share
+
+
+@contextlib.contextmanager
+def exporter_polling(backend_url: str, workdir: Path) -> Iterator[tuple[Process, int]]:
+    """A real `inferwatch serve` process polling ``backend_url`` at 10 Hz."""
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "inferwatch", "serve",
+        "--backend", "vllm", "--backend-url", backend_url, "--gpu", "off",
+        "--poll-interval", "0.1", "--web.listen-address", f"127.0.0.1:{port}",
+    ]  # fmt: skip
+    exporter = Process("inferwatch", argv, workdir / "inferwatch.log").start()
+    try:
+        exporter.wait_http(f"http://127.0.0.1:{port}/healthz", 30)
+        yield exporter, port
+    finally:
+        exporter.stop()
+
+
+def serve_share(backend_url: str, seconds: float, workdir: Path) -> float:
+    """CPU share (of one core) of `inferwatch serve` polling ``backend_url`` at 10 Hz."""
+    with exporter_polling(backend_url, workdir) as (exporter, _):
+        time.sleep(2)
+        cpu0, wall0 = process_cpu_seconds(exporter.pid), time.monotonic()
+        time.sleep(seconds)
+        return (process_cpu_seconds(exporter.pid) - cpu0) / (time.monotonic() - wall0)
+
+
+async def steady_load(base_url: str, stop: asyncio.Event, concurrency: int = 8) -> int:
+    """``concurrency`` clients sending 64-token completions back to back until ``stop``."""
+    done = 0
+
+    async def client(session: aiohttp.ClientSession, n: int) -> None:
+        nonlocal done
+        while not stop.is_set():
+            await complete(session, base_url, prompt(30, salt=n * 10_000 + done), 64)
+            done += 1
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(client(session, n) for n in range(concurrency)))
+    return done
+
+
+def vllm_share(seconds: float, workdir: Path) -> tuple[float, int]:
+    server = VllmServer(workdir / "vllm").start()
+    try:
+
+        async def run() -> tuple[float, int]:
+            stop = asyncio.Event()
+            load = asyncio.create_task(steady_load(server.url, stop))
+            await asyncio.sleep(5)  # let the load settle
+            share = await asyncio.to_thread(serve_share, server.url, seconds, workdir)
+            stop.set()
+            return share, await load
+
+        return asyncio.run(run())
+    finally:
+        server.stop()
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=20.0, help="duration of the 10 Hz run")
+    parser.add_argument("--vllm", action="store_true", help="also measure against a real vLLM")
+    parser.add_argument("--serve-capture", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_capture:
+        serve_capture(args.serve_capture)
+        return
+    workdir = Path("/tmp/inferwatch-bench")
+    port = free_port()
+    argv = [sys.executable, __file__, "--serve-capture", str(port)]
+    backend = Process("capture", argv, workdir / "capture.log").start()
+    try:
+        backend.wait_http(f"http://127.0.0.1:{port}/metrics", 30)
+        url = f"http://127.0.0.1:{port}"
+        cost = asyncio.run(per_poll(url, 2000))
+        names = ", ".join(c.name for c in CAPTURES)
+        print(f"captures in rotation: {names} (~{cost['bytes'] / 1024:.0f} KiB each)")
+        print(f"CPU per poll (fetch + normalize + derive):  {cost['poll']:.3f} ms")
+        print(f"  of which loopback HTTP fetch:             {cost['fetch']:.3f} ms")
+        print(f"  of which normalize (the poll's signals):  {cost['normalize']:.3f} ms")
+        print(f"mapping a whole page (done once per scrape): {cost['full_map']:.3f} ms")
+        print(f"  mapping + rendering a new poll's page:    {cost['render']:.3f} ms")
+        print(
+            f"reference, prometheus_client full parse:    {cost['reference']:.3f} ms "
+            f"({cost['reference'] / cost['full_map']:.1f}x the whole-page mapping)"
+        )
+        share = serve_share(url, args.seconds, workdir)
+        floor = asyncio.run(idle_loop_share(args.seconds))
+        print(
+            f"CPU share of `inferwatch serve` at 10 Hz, rotating captures: {share * 100:.2f} % "
+            f"of one core (an empty asyncio loop waking at 10 Hz: {floor * 100:.2f} %)"
+        )
+        with exporter_polling(url, workdir) as (exporter, ex_port):
+            lat = asyncio.run(scrape_latency(f"http://127.0.0.1:{ex_port}/metrics", 10.0))
+            print(
+                f"/metrics latency, 8 concurrent scrapers: p50 {percentile(lat, 50):.2f} ms, "
+                f"p99 {percentile(lat, 99):.2f} ms ({len(lat)} scrapes in 10 s, polling at 10 Hz)"
+            )
+            print(f"RSS of that process after the scrapes: {rss_mib(str(exporter.pid)):.1f} MiB")
+        rss = asyncio.run(rss_after_polls(url))
+        print("RSS of an in-process poller: " + ", ".join(f"{n} polls {m:.1f} MiB" for n, m in rss))
+    finally:
+        backend.stop()
+    if args.vllm:
+        share, requests = vllm_share(args.seconds, workdir)
+        print(
+            f"CPU share of `inferwatch serve` at 10 Hz, real vLLM (CPU) under load: "
+            f"{share * 100:.2f} % of one core ({requests} requests completed meanwhile)"
+        )
+
+
+if __name__ == "__main__":
+    main()

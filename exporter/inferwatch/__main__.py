@@ -1,0 +1,3 @@
+from inferwatch.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,134 @@
+"""Signals derived from backend and GPU samples together, integrated at poll resolution.
+
+*Queued while idle* is the sharpest symptom of a scheduling or CPU problem: requests wait
+while the accelerator sits idle. At each poll, for each model:
+
+- queued: the backend reports ``requests_waiting > 0``;
+- idle: with NVML, every GPU was busy less than ``idle_threshold`` of the poll interval;
+  without NVML, the engine made no progress (``engine_steps`` unchanged for every engine
+  that has requests waiting).
+
+When both hold, the interval since the previous poll is added to
+``inferwatch_queued_while_idle_seconds_total``; a stall is therefore counted by the next
+poll. Busy time (the queue draining while the GPU works) is never counted.
+
+The *decode floor* is the hardware limit of per-token decode latency: every decode step
+reads all model weights once, so it cannot be faster than weight bytes / aggregate peak
+memory bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from inferwatch.model import BackendSample, Derived, GpuSample, Labels
+
+
+def _model_labels(sample: BackendSample) -> Labels:
+    return (("backend", sample.backend), ("model", sample.model))
+
+
+@dataclass
+class QueuedWhileIdle:
+    """Integrates queued-while-idle seconds over successive polls."""
+
+    idle_threshold: float = 0.1
+    _previous: BackendSample | None = None
+    _previous_at: float | None = None
+    _seconds: dict[Labels, float] = field(default_factory=dict)
+    _state: dict[Labels, bool] = field(default_factory=dict)
+
+    def update(
+        self, now: float, sample: BackendSample | None, gpus: Sequence[GpuSample] | None
+    ) -> tuple[dict[Labels, bool], dict[Labels, float]]:
+        """Fold in one poll; ``gpus`` is None when there is no NVML data this poll.
+
+        Returns the current state and the integrated seconds per (backend, model).
+        """
+        if sample is None:
+            # Backend down: the queue is unknown, so nothing is counted; keep the totals.
+            self._previous, self._previous_at = None, None
+            self._state = dict.fromkeys(self._state, False)
+            return dict(self._state), dict(self._seconds)
+        key = _model_labels(sample)
+        self._seconds.setdefault(key, 0.0)
+        queued = (sample.total("requests_waiting") or 0.0) > 0
+        active = False
+        if queued and self._previous is not None and self._previous_at is not None:
+            idle = self._gpus_idle(gpus) if gpus else None
+            if idle is None:
+                idle = self._engine_stalled(sample, self._previous)
+            active = bool(idle)
+            if active:
+                self._seconds[key] += now - self._previous_at
+        self._state[key] = active
+        self._previous, self._previous_at = sample, now
+        return dict(self._state), dict(self._seconds)
+
+    def _gpus_idle(self, gpus: Sequence[GpuSample]) -> bool | None:
+        ratios = [g.busy_ratio if g.busy_ratio is not None else g.utilization_ratio for g in gpus]
+        known = [r for r in ratios if r is not None]
+        if not known:
+            return None
+        return max(known) < self.idle_threshold
+
+    @staticmethod
+    def _engine_stalled(sample: BackendSample, previous: BackendSample) -> bool | None:
+        """True when an engine with waiting requests made no step since the last poll."""
+        steps = sample.signals.get("engine_steps")
+        before = previous.signals.get("engine_steps")
+        waiting = sample.signals.get("requests_waiting")
+        if steps is None or before is None or waiting is None:
+            return None
+        for labels, count in waiting.items():
+            if (
+                count > 0
+                and labels in steps
+                and labels in before
+                and steps[labels] == before[labels]
+            ):
+                return True
+        return False
+
+
+def decode_floor(
+    sample: BackendSample | None, weight_bytes: float | None, bandwidth: float | None
+) -> dict[Labels, float]:
+    """Weight bytes / aggregate peak bandwidth, labelled with the backend's model."""
+    if sample is None or not weight_bytes or not bandwidth:
+        return {}
+    return {_model_labels(sample): weight_bytes / bandwidth}
+
+
+def aggregate_bandwidth(gpus: Sequence[GpuSample], override: float | None) -> float | None:
+    """The configured peak bandwidth, else the sum over the GPUs NVML reports."""
+    if override:
+        return override
+    peaks = [g.memory_bandwidth_peak_bytes_per_second for g in gpus]
+    if not peaks or any(p is None for p in peaks):
+        return None
+    return float(sum(p for p in peaks if p is not None))
+
+
+def weights_bytes_in(directory: Path) -> int:
+    """Total size of the ``*.safetensors`` files of a model directory."""
+    if not directory.is_dir():
+        raise ValueError(f"--model-path {directory}: not a directory")
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"--model-path {directory}: no *.safetensors files")
+    return sum(f.stat().st_size for f in files)
+
+
+def derived(
+    qwi: tuple[dict[Labels, bool], dict[Labels, float]], floor: dict[Labels, float]
+) -> Derived:
+    state, seconds = qwi
+    return Derived(
+        queued_while_idle=MappingProxyType(state),
+        queued_while_idle_seconds_total=MappingProxyType(seconds),
+        decode_floor_seconds=MappingProxyType(floor),
+    )

@@ -1,0 +1,118 @@
+"""The metric contract: every series inferwatch exposes, with its type and help text.
+
+Names are a contract (dashboards, rules and external checks rely on them); see the
+"Metric contract" table in the README. Backends map their own families onto the
+``BACKEND`` entries; the exporter itself produces the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+PREFIX = "inferwatch_"
+
+
+class Kind(str, Enum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    HISTOGRAM = "histogram"
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One exposed series family. ``key`` is the name without prefix (and without ``_total``)."""
+
+    key: str
+    kind: Kind
+    help: str
+
+    @property
+    def name(self) -> str:
+        """The exposed family name; counters carry ``_total`` on every sample."""
+        suffix = "_total" if self.kind is Kind.COUNTER else ""
+        return f"{PREFIX}{self.key}{suffix}"
+
+
+def _defs(*defs: MetricDef) -> dict[str, MetricDef]:
+    return {d.key: d for d in defs}
+
+
+G, C, H = Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM
+
+# Series a backend module can provide (labels: backend, model, [engine], [reason]).
+BACKEND: dict[str, MetricDef] = _defs(
+    MetricDef("requests_running", G, "Requests in the running batch."),
+    MetricDef("requests_waiting", G, "Requests waiting to be scheduled (queue depth)."),
+    MetricDef("kv_cache_usage_ratio", G, "Fraction of the KV cache in use, 0..1."),
+    MetricDef("preemptions", C, "Requests preempted (evicted from the KV cache) by the scheduler."),
+    MetricDef("prompt_tokens", C, "Prompt (prefill) tokens processed."),
+    MetricDef("generation_tokens", C, "Generated (decode) tokens."),
+    MetricDef("requests_finished", C, "Finished requests by reason (stop, length, abort, error)."),
+    MetricDef("prefix_cache_queries", C, "Prompt tokens looked up in the prefix cache."),
+    MetricDef("prefix_cache_hits", C, "Prompt tokens found in the prefix cache."),
+    MetricDef("engine_steps", C, "Scheduler iterations (engine progress)."),
+    MetricDef("frontend_cpu_seconds", C, "CPU time of the server's API/tokenizer process."),
+    MetricDef("estimated_read_bytes", C, "Backend's estimate of bytes read from GPU memory."),
+    MetricDef("estimated_flops", C, "Backend's estimate of floating-point operations executed."),
+    MetricDef("time_to_first_token_seconds", H, "Time to first token (TTFT), server side."),
+    MetricDef("inter_token_latency_seconds", H, "Latency between successive output tokens."),
+    MetricDef("request_duration_seconds", H, "End-to-end request latency, server side."),
+    MetricDef("request_queue_time_seconds", H, "Time a request waited before first scheduled."),
+    MetricDef("request_prefill_time_seconds", H, "Time from first scheduled to first token."),
+    MetricDef("request_decode_time_seconds", H, "Time from first token to last token."),
+    MetricDef("request_prompt_tokens", H, "Prompt length of finished requests, in tokens."),
+    MetricDef("request_generation_tokens", H, "Output length of finished requests, in tokens."),
+    MetricDef("engine_step_tokens", H, "Tokens per scheduler step (batch size proxy)."),
+)
+
+# Series the GPU source provides (labels: gpu, uuid, name).
+GPU: dict[str, MetricDef] = _defs(
+    MetricDef("gpu_utilization_ratio", G, "NVML: fraction of the last sample period a kernel ran."),
+    MetricDef("gpu_busy_seconds", C, "Seconds a kernel ran, integrated from NVML samples."),
+    MetricDef("gpu_memory_used_bytes", G, "GPU memory in use."),
+    MetricDef("gpu_memory_total_bytes", G, "GPU memory installed."),
+    MetricDef(
+        "gpu_memory_bandwidth_peak_bytes_per_second",
+        G,
+        "Peak memory bandwidth: bus width x max memory clock x 2.",
+    ),
+    MetricDef("gpu_sm_clock_hertz", G, "Current SM clock."),
+    MetricDef("gpu_power_watts", G, "Current power draw."),
+    MetricDef("gpu_temperature_celsius", G, "GPU core temperature."),
+    MetricDef("gpu_clock_throttled", G, "1 while clocks are held down for the labelled reason."),
+    MetricDef("gpu_sm_active_ratio", G, "GPM: fraction of SMs busy over the poll interval."),
+    MetricDef("gpu_tensor_active_ratio", G, "GPM: fraction of time tensor cores were active."),
+    MetricDef("gpu_dram_active_ratio", G, "GPM: fraction of peak DRAM bandwidth used."),
+)
+
+# Signals derived by the poller (labels: backend, model).
+DERIVED: dict[str, MetricDef] = _defs(
+    MetricDef(
+        "queued_while_idle",
+        G,
+        "1 while requests wait and the GPU (or, without NVML, the engine) is idle.",
+    ),
+    MetricDef(
+        "queued_while_idle_seconds",
+        C,
+        "Seconds requests waited while the GPU/engine was idle, integrated at poll resolution.",
+    ),
+    MetricDef(
+        "decode_floor_seconds",
+        G,
+        "Hardware floor of per-token decode latency: model weight bytes / peak memory bandwidth.",
+    ),
+)
+
+# The exporter's view of itself.
+SELF: dict[str, MetricDef] = _defs(
+    MetricDef("backend_up", G, "1 if the last scrape of the backend succeeded."),
+    MetricDef("backend_scrape_duration_seconds", G, "Duration of the last backend scrape."),
+    MetricDef("backend_info", G, "Backend identity; labels carry backend, version and model."),
+    MetricDef("collector_success", G, "1 if the collector's last run succeeded."),
+    MetricDef("collector_duration_seconds", G, "Duration of the collector's last run."),
+    MetricDef("build_info", G, "inferwatch build; the version label carries the release."),
+)
+
+ALL: dict[str, MetricDef] = {**BACKEND, **GPU, **DERIVED, **SELF}

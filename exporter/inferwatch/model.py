@@ -1,0 +1,161 @@
+"""The normalized, immutable data model a poll produces and every consumer reads.
+
+A backend turns one server's exposition into a :class:`BackendSample`; the GPU source
+produces :class:`GpuSample` values; the poller combines both with the derived signals into
+a :class:`Snapshot`. Nothing here is mutated after construction, so the HTTP app can serve
+a snapshot while the poller builds the next one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+
+# Label pairs in a fixed order, e.g. (("model", "llama"), ("engine", "0")).
+Labels = tuple[tuple[str, str], ...]
+
+EMPTY: Mapping = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A cumulative histogram with the backend's own bucket bounds.
+
+    ``buckets`` holds ``(le, cumulative_count)`` pairs in increasing order, the bound kept
+    as the backend wrote it (``"0.001"``) so it is re-exported unchanged; the last is
+    ``"+Inf"`` on a well-formed page. ``sum``/``count`` are NaN when the page lacks them.
+    """
+
+    buckets: tuple[tuple[str, float], ...]
+    sum: float
+    count: float
+
+    def merged(self, other: Histogram) -> Histogram:
+        """Sum of two histograms with the same bounds (e.g. two processes of one server)."""
+        if [le for le, _ in self.buckets] != [le for le, _ in other.buckets]:
+            raise ValueError("histograms with different bucket bounds cannot be merged")
+        return Histogram(
+            tuple((le, a + b) for (le, a), (_, b) in zip(self.buckets, other.buckets, strict=True)),
+            self.sum + other.sum,
+            self.count + other.count,
+        )
+
+    def scaled(self, factor: float, rename_le: bool = True) -> Histogram:
+        """The same distribution in another unit (e.g. milliseconds to seconds)."""
+        if factor == 1.0:
+            return self
+        buckets = tuple(
+            (_format_bound(float(le) * factor) if rename_le else le, c) for le, c in self.buckets
+        )
+        return Histogram(buckets, self.sum * factor, self.count)
+
+
+def _format_bound(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf"
+    return repr(round(value, 12))
+
+
+SeriesValues = Mapping[Labels, float]
+HistogramValues = Mapping[Labels, Histogram]
+
+
+@dataclass(frozen=True)
+class BackendSample:
+    """One successful scrape of a backend, mapped onto the metric contract.
+
+    ``values`` maps a contract key (``"requests_waiting"``) to its series and
+    ``histograms`` holds the histograms; a key is absent when the backend does not provide
+    that signal (absent, never zero). Both are mapped on first use, by ``build``: the poll
+    loop only needs ``signals`` (queue depth, engine progress), read eagerly, and the rest
+    of a page is mapped only when someone scrapes ``/metrics``.
+    """
+
+    backend: str
+    model: str
+    version: str = ""
+    signals: Mapping[str, SeriesValues] = field(default_factory=lambda: EMPTY)
+    build: Callable[[], tuple[Mapping[str, SeriesValues], Mapping[str, HistogramValues]]] = field(
+        default=lambda: (EMPTY, EMPTY), repr=False, compare=False
+    )
+
+    @cached_property
+    def _mapped(self) -> tuple[Mapping[str, SeriesValues], Mapping[str, HistogramValues]]:
+        return self.build()
+
+    @property
+    def values(self) -> Mapping[str, SeriesValues]:
+        return self._mapped[0]
+
+    @property
+    def histograms(self) -> Mapping[str, HistogramValues]:
+        return self._mapped[1]
+
+    def total(self, key: str) -> float | None:
+        """Sum of a signal over all its series, or None when not provided."""
+        series = self.signals.get(key)
+        if not series:
+            return None
+        return math.fsum(series.values())
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one poll. ``None`` means NVML could not provide the value on this GPU."""
+
+    index: int
+    uuid: str
+    name: str
+    utilization_ratio: float | None = None
+    busy_seconds_total: float = 0.0
+    busy_ratio: float | None = None  # busy share of the last poll interval
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    memory_bandwidth_peak_bytes_per_second: float | None = None
+    sm_clock_hertz: float | None = None
+    power_watts: float | None = None
+    temperature_celsius: float | None = None
+    clock_throttled: Mapping[str, bool] = field(default_factory=lambda: EMPTY)
+    sm_active_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_active_ratio: float | None = None
+
+    @property
+    def labels(self) -> Labels:
+        return (("gpu", str(self.index)), ("uuid", self.uuid), ("name", self.name))
+
+
+@dataclass(frozen=True)
+class CollectorStatus:
+    success: bool
+    duration_seconds: float
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Signals the poller computes from backend and GPU samples together.
+
+    Keyed by ``(("backend", ...), ("model", ...))`` labels.
+    """
+
+    queued_while_idle: Mapping[Labels, bool] = field(default_factory=lambda: EMPTY)
+    queued_while_idle_seconds_total: Mapping[Labels, float] = field(default_factory=lambda: EMPTY)
+    decode_floor_seconds: Mapping[Labels, float] = field(default_factory=lambda: EMPTY)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one poll saw; the HTTP app renders the latest one."""
+
+    backend_kind: str
+    backend_up: bool
+    backend_scrape_seconds: float
+    backend: BackendSample | None
+    collectors: Mapping[str, CollectorStatus]
+    gpus: tuple[GpuSample, ...] = ()
+    derived: Derived = field(default_factory=Derived)
+    baseline: Mapping[str, Mapping[Labels, float]] = field(default_factory=lambda: EMPTY)

@@ -1,0 +1,208 @@
+"""Options from flags, ``INFERWATCH_*`` environment variables and a strict YAML config file.
+
+Every option is declared once in an :class:`Option` table. Precedence: command-line flag,
+then environment variable, then config file, then the default. The config file uses the
+flag names with ``-`` and ``.`` turned into ``_`` (``--web.listen-address`` ->
+``web_listen_address``); an unknown key is an error naming it, so a typo never silently
+falls back to a default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "INFERWATCH_"
+
+
+class ConfigError(ValueError):
+    """Bad input from a flag, environment variable or config file; str() is one line."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting; ``parse`` turns text (flag or env value) into the typed value."""
+
+    flag: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_").replace(".", "_")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.key.upper()
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        default_text = "" if self.default is None else f" (default: {self.default})"
+        parser.add_argument(
+            self.flag,
+            dest=self.key,
+            type=self._parse_flag,
+            default=argparse.SUPPRESS,
+            metavar=self.metavar or self.key.upper(),
+            help=f"{self.help}{default_text} [env {self.env}]",
+        )
+
+    def _parse_flag(self, text: str) -> Any:
+        return flag_type(self.convert)(text)
+
+    def convert(self, value: Any) -> Any:
+        """Validate a value from any source; raises ConfigError saying what is wrong."""
+        if isinstance(value, bool) and self.choices and {"on", "off"} <= set(self.choices):
+            value = "on" if value else "off"  # YAML 1.1 reads a bare `off` as false
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"expected a single value, got a {type(value).__name__}")
+        text = str(value).strip()
+        if self.choices and text not in self.choices:
+            raise ConfigError(f"{text!r} is not one of {', '.join(self.choices)}")
+        try:
+            return self.parse(text)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``parse`` as an argparse type: its error message becomes argparse's."""
+
+    def parse_flag(text: str) -> Any:
+        try:
+            return parse(text)
+        except (ConfigError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse_flag
+
+
+def _number(text: str, kind: type = float) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+
+
+def positive_float(text: str) -> float:
+    value = _number(text)
+    if not value > 0:
+        raise ValueError(f"{text!r} must be greater than 0")
+    return value
+
+
+def ratio(text: str) -> float:
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise ValueError(f"{text!r} must be between 0 and 1")
+    return value
+
+
+def bounded_float(low: float, high: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = _number(text)
+        if not low <= value <= high:
+            raise ValueError(f"{text!r} must be between {low:g} and {high:g}")
+        return value
+
+    return parse
+
+
+def positive_int(text: str) -> int:
+    number = _number(text)
+    if number != int(number):
+        raise ValueError(f"{text!r} is not a whole number")
+    value = int(number)
+    if value <= 0:
+        raise ValueError(f"{text!r} must be a positive integer")
+    return value
+
+
+def http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or len(text.split("://", 1)[1]) == 0:
+        raise ValueError(f"{text!r} is not an http:// or https:// URL")
+    return text
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` (all interfaces) or ``[v6]:PORT`` -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise ValueError(f"{text}: no such file")
+    return path
+
+
+def existing_dir(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise ValueError(f"{text}: no such directory")
+    return path
+
+
+def load_config_file(path: Path | None) -> dict[str, Any]:
+    """The YAML mapping in ``path`` (empty when None); errors name the file."""
+    if path is None:
+        return {}
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}:{where}: {problem}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings, got {type(doc).__name__}")
+    return doc
+
+
+def check_keys(doc: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    allowed = set(allowed)
+    for key in doc:
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(allowed))})")
+
+
+def resolve(
+    options: Iterable[Option],
+    flags: Mapping[str, Any],
+    config: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Each option's value: flag, else environment, else config file, else default."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for option in options:
+        if option.key in flags:
+            values[option.key] = flags[option.key]
+        elif env.get(option.env, "") != "":
+            try:
+                values[option.key] = option.convert(env[option.env])
+            except ConfigError as exc:
+                raise ConfigError(f"{option.env}: {exc}") from None
+        elif option.key in config:
+            try:
+                values[option.key] = option.convert(config[option.key])
+            except ConfigError as exc:
+                raise ConfigError(f"config key {option.key!r}: {exc}") from None
+        else:
+            values[option.key] = None if option.default is None else option.convert(option.default)
+    return values

@@ -1,0 +1,131 @@
+"""Bounded HTTP reads from the inference server: timeouts, size cap, one-line errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+
+import aiohttp
+
+# Ask for classic text; SGLang and other prometheus_client servers otherwise negotiate
+# OpenMetrics or gzip.
+_ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"
+_TEXT_TYPES = ("text/plain", "application/openmetrics-text", "")
+
+
+class UpstreamError(Exception):
+    """A failed read of the backend; ``str()`` is a one-line cause safe to log."""
+
+
+class Upstream:
+    """Reads the backend's pages with a timeout and a cap on the body size.
+
+    ``headers`` (e.g. an Authorization bearer token) are sent but never logged.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float,
+        max_bytes: int,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        self._headers = {"Accept": _ACCEPT, "Accept-Encoding": "identity", **(headers or {})}
+        self._session: aiohttp.ClientSession | None = None
+
+    def url(self, path: str) -> str:
+        """The base URL if it already names a path (``http://h:8000/metrics``), else base+path."""
+        after_host = self.base_url.split("://", 1)[-1]
+        if "/" in after_host:
+            return self.base_url
+        return self.base_url + path
+
+    def origin(self) -> str:
+        """``scheme://host:port`` of the base URL, for the server's other endpoints."""
+        scheme, _, rest = self.base_url.partition("://")
+        return f"{scheme}://{rest.split('/', 1)[0]}"
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                connector=aiohttp.TCPConnector(limit=2, force_close=False),
+                auto_decompress=True,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def get_exposition(self, path: str) -> str:
+        """The metrics page (``path`` unless the base URL names one); raises UpstreamError."""
+        return await self._get(self.url(path), exposition=True)
+
+    async def _get(self, url: str, *, exposition: bool) -> str:
+        """The body at ``url`` as text; raises UpstreamError with a one-line cause."""
+        try:
+            async with self._client().get(url, headers=self._headers) as resp:
+                if resp.status != 200:
+                    raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}")
+                ctype = resp.content_type if "Content-Type" in resp.headers else ""
+                if exposition and ctype not in _TEXT_TYPES:
+                    raise UpstreamError(
+                        f"{redact_url(url)} answered {ctype}, not Prometheus text "
+                        "(wrong --backend-url?)"
+                    )
+                length = resp.content_length
+                if length is not None and length > self.max_bytes:
+                    raise UpstreamError(_too_large(url, self.max_bytes))
+                body = await _read_capped(resp, self.max_bytes, url)
+        except UpstreamError:
+            raise
+        except asyncio.TimeoutError:
+            raise UpstreamError(
+                f"no answer from {redact_url(url)} within {self.timeout:g} s"
+            ) from None
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamError(f"cannot connect to {redact_url(url)}: {exc.os_error}") from None
+        except aiohttp.ClientPayloadError:
+            raise UpstreamError(f"response from {redact_url(url)} cut short") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(f"{type(exc).__name__} from {redact_url(url)}: {exc}") from None
+        return body.decode("utf-8", errors="replace")
+
+    async def get_json_field(self, path: str, field: str) -> str:
+        """One string field of a small JSON document (e.g. ``/version``), or ''."""
+        try:
+            doc = json.loads(await self._get(self.origin() + path, exposition=False))
+        except (UpstreamError, ValueError):
+            return ""
+        value = doc.get(field) if isinstance(doc, dict) else None
+        return str(value)[:100] if value is not None else ""
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, limit: int, url: str) -> bytes:
+    chunks = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise UpstreamError(_too_large(url, limit))
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(url: str, limit: int) -> str:
+    return f"body from {redact_url(url)} exceeds {limit // (1024 * 1024)} MiB (--backend-max-bytes)"
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password, for logs and pages."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest.split("/", 1)[0]:
+        rest = rest.split("@", 1)[1]
+    return f"{scheme}{sep}{rest}"

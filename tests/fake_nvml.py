@@ -1,0 +1,169 @@
+"""A fake NVML at the ``pynvml`` boundary (no GPU on the test machines).
+
+It keeps the real module's constants, error classes and ctypes structures, and replaces
+only the functions that would call into the driver. Each :class:`FakeGpu` is a handle.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+
+import pynvml as real
+
+
+def nvml_error(code: int) -> real.NVMLError:
+    return real.NVMLError(code)
+
+
+@dataclass
+class FakeGpu:
+    index: int
+    name: str = "NVIDIA H100 80GB HBM3"
+    util: int = 0  # percent, nvmlDeviceGetUtilizationRates().gpu
+    memory_used: int = 70 * 1024**3
+    memory_total: int = 80 * 1024**3
+    bus_width: int = 5120  # bits
+    max_memory_clock: int = 2619  # MHz
+    sm_clock: int = 1980  # MHz
+    power_mw: int = 350_000
+    temperature: int = 61
+    throttle_mask: int = 0
+    samples: list[tuple[int, int]] = field(default_factory=list)  # (timestamp us, percent)
+    samples_supported: bool = True
+    gpm_supported: bool = False
+    gpm_values: tuple[float, float, float] = (0.0, 0.0, 0.0)  # SM, tensor, DRAM percent
+    power_supported: bool = True
+    fail_with: int | None = None  # every call on this GPU raises this NVML error code
+
+    @property
+    def uuid(self) -> str:
+        return f"GPU-00000000-0000-0000-0000-00000000000{self.index}"
+
+    def check(self) -> None:
+        if self.fail_with is not None:
+            raise nvml_error(self.fail_with)
+
+
+class FakeNvml(types.ModuleType):
+    """Drop-in for the ``pynvml`` module; ``library_missing`` mimics a machine with no driver."""
+
+    def __init__(self, gpus: list[FakeGpu], library_missing: bool = False) -> None:
+        super().__init__("pynvml")
+        for name in dir(real):
+            value = getattr(real, name)
+            if not callable(value) or isinstance(value, type):
+                setattr(self, name, value)  # constants, NVMLError classes, ctypes structs
+        self.gpus = gpus
+        self.library_missing = library_missing
+        self.calls: list[str] = []
+        self.shutdown = False
+        self.gpm_gets = 0
+
+    def _gpu(self, handle: FakeGpu) -> FakeGpu:
+        handle.check()
+        return handle
+
+    def nvmlInit(self) -> None:
+        if self.library_missing:
+            raise nvml_error(real.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown = True
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        return self._gpu(self.gpus[index])
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> FakeGpu:
+        for gpu in self.gpus:
+            if gpu.uuid == uuid:
+                return self._gpu(gpu)
+        raise nvml_error(real.NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetUUID(self, h: FakeGpu) -> str:
+        return self._gpu(h).uuid
+
+    def nvmlDeviceGetName(self, h: FakeGpu) -> bytes:
+        return self._gpu(h).name.encode()  # older bindings return bytes
+
+    def nvmlDeviceGetMemoryInfo(self, h: FakeGpu) -> types.SimpleNamespace:
+        g = self._gpu(h)
+        return types.SimpleNamespace(
+            total=g.memory_total, used=g.memory_used, free=g.memory_total - g.memory_used
+        )
+
+    def nvmlDeviceGetMemoryBusWidth(self, h: FakeGpu) -> int:
+        return self._gpu(h).bus_width
+
+    def nvmlDeviceGetMaxClockInfo(self, h: FakeGpu, clock_type: int) -> int:
+        assert clock_type == real.NVML_CLOCK_MEM
+        return self._gpu(h).max_memory_clock
+
+    def nvmlDeviceGetClockInfo(self, h: FakeGpu, clock_type: int) -> int:
+        assert clock_type == real.NVML_CLOCK_SM
+        return self._gpu(h).sm_clock
+
+    def nvmlDeviceGetUtilizationRates(self, h: FakeGpu) -> types.SimpleNamespace:
+        return types.SimpleNamespace(gpu=self._gpu(h).util, memory=0)
+
+    def nvmlDeviceGetSamples(self, h: FakeGpu, sampling_type: int, last_ts: int) -> tuple:
+        g = self._gpu(h)
+        assert sampling_type == real.NVML_GPU_UTILIZATION_SAMPLES
+        if not g.samples_supported:
+            raise nvml_error(real.NVML_ERROR_NOT_SUPPORTED)
+        newer = [(ts, v) for ts, v in g.samples if ts > last_ts]
+        if not newer:
+            raise nvml_error(real.NVML_ERROR_NOT_FOUND)
+        out = []
+        for ts, value in newer:
+            sample = real.c_nvmlSample_t()
+            sample.timeStamp = ts
+            sample.sampleValue.uiVal = value
+            out.append(sample)
+        return real.NVML_VALUE_TYPE_UNSIGNED_INT, out
+
+    def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:
+        g = self._gpu(h)
+        if not g.power_supported:
+            raise nvml_error(real.NVML_ERROR_NOT_SUPPORTED)
+        return g.power_mw
+
+    def nvmlDeviceGetTemperature(self, h: FakeGpu, sensor: int) -> int:
+        assert sensor == real.NVML_TEMPERATURE_GPU
+        return self._gpu(h).temperature
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: FakeGpu) -> int:
+        return self._gpu(h).throttle_mask
+
+    def nvmlGpmQueryDeviceSupport(self, h: FakeGpu):
+        support = real.c_nvmlGpmSupport_t()
+        support.isSupportedDevice = int(self._gpu(h).gpm_supported)
+        return support
+
+    def nvmlGpmSampleAlloc(self) -> object:
+        return real.c_nvmlGpmSample_t()
+
+    def nvmlGpmSampleFree(self, sample: object) -> None:
+        pass
+
+    def nvmlGpmSampleGet(self, h: FakeGpu, sample: object) -> object:
+        self._gpu(h)
+        self.gpm_gets += 1
+        self._gpm_source = h
+        return sample
+
+    def nvmlGpmMetricsGet(self, request):
+        gpu = self._gpm_source
+        by_id = {
+            real.NVML_GPM_METRIC_SM_UTIL: gpu.gpm_values[0],
+            real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: gpu.gpm_values[1],
+            real.NVML_GPM_METRIC_DRAM_BW_UTIL: gpu.gpm_values[2],
+        }
+        assert request.version == real.NVML_GPM_METRICS_GET_VERSION
+        for i in range(request.numMetrics):
+            request.metrics[i].value = by_id[request.metrics[i].metricId]
+            request.metrics[i].nvmlReturn = real.NVML_SUCCESS
+        return request

@@ -1,0 +1,278 @@
+"""vLLM captures normalize to exactly the values on the page."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from inferwatch.backends import VLLM, detect
+from inferwatch.backends.base import LABEL_ORDER
+from inferwatch.metrics import BACKEND, Kind
+from inferwatch.textparse import ExpositionError
+
+from conftest import FIXTURES, fixture_text, oracle_samples, same_number
+
+VLLM_FIXTURES = sorted(p.name for p in FIXTURES.glob("vllm*.prom"))
+
+E0 = (("model", "tiny"), ("engine", "0"))
+
+# Values read off the captures by hand: (fixture, contract key, labels, value).
+SPOT_CHECKS = [
+    ("vllm-0.32.0-cpu-loaded-kv-full.prom", "requests_running", E0, 4.0),
+    ("vllm-0.32.0-cpu-loaded-kv-full.prom", "requests_waiting", E0, 20.0),
+    ("vllm-0.32.0-cpu-loaded-kv-full.prom", "kv_cache_usage_ratio", E0, 1.0),
+    ("vllm-0.32.0-cpu-loaded-kv-full.prom", "preemptions", E0, 13.0),
+    ("vllm-0.32.0-cpu-loaded-kv-full.prom", "prompt_tokens", E0, 10116.0),
+    ("vllm-0.32.0-cpu-loaded-kv-full.prom", "generation_tokens", E0, 2872.0),
+    ("vllm-0.32.0-cpu-loaded-kv-full.prom", "requests_finished", (*E0, ("reason", "length")), 12.0),
+    ("vllm-0.32.0-cpu-loaded-kv-full.prom", "engine_steps", E0, 496.0),
+    ("vllm-0.32.0-cpu-loaded-kv-full.prom", "frontend_cpu_seconds", (("model", "tiny"),), 7.87),
+    ("vllm-0.32.0-cpu-after-preemptions.prom", "preemptions", E0, 46.0),
+    ("vllm-0.32.0-cpu-after-preemptions.prom", "prefix_cache_queries", E0, 13018.0),
+    ("vllm-0.32.0-cpu-after-preemptions.prom", "prefix_cache_hits", E0, 12320.0),
+    ("vllm-0.32.0-cpu-after-preemptions.prom", "requests_waiting", E0, 0.0),
+    ("vllm-0.32.0-cpu-idle-after-load.prom", "generation_tokens", E0, 6176.0),
+    ("vllm-0.32.0-cpu-idle-after-load.prom", "engine_steps", E0, 803.0),
+    ("vllm-0.32.0-cpu-api-server-count-2-mfu.prom", "estimated_flops", E0, 4.713978112e09),
+    ("vllm-0.32.0-cpu-api-server-count-2-mfu.prom", "estimated_read_bytes", E0, 1.022783744e09),
+    (
+        "vllm-0.32.0-cpu-api-server-count-2-mfu.prom",
+        "frontend_cpu_seconds",
+        (("model", "tiny"),),
+        7.86,
+    ),
+    (
+        "vllm-0.10.0-production-stack-issue617.prom",
+        "kv_cache_usage_ratio",
+        (("model", "zai-org/GLM-4.5"), ("engine", "0")),
+        9.75010481363281e-06,
+    ),
+    (
+        "vllm-0.10.0-production-stack-issue617.prom",
+        "prefix_cache_queries",
+        (("model", "zai-org/GLM-4.5"), ("engine", "0")),
+        32.0,
+    ),
+    (
+        # One of eight API-server processes holds the value; the stale ones read 0.
+        "vllm-0.11.x-pr28792-api-server-count-pid-label.prom",
+        "kv_cache_usage_ratio",
+        (("model", "Qwen/Qwen3-VL-8B-Instruct"), ("engine", "0")),
+        0.6530455880475035,
+    ),
+    (
+        "vllm-0.20.x-2026-gie-issue2950-dp2-two-lines.prom",
+        "requests_running",
+        (("model", "deepseek-v4-flash-w8a8-mtp"), ("engine", "1")),
+        0.0,
+    ),
+    (
+        "vllm-v1-0.8.x-production-stack-issue318-excerpt.prom",
+        "kv_cache_usage_ratio",
+        (("model", "Qwen/Qwen2.5-Coder-32B-Instruct"),),
+        0.0,
+    ),
+    (
+        "vllm-v0-0.6.x-korean-grafana-guide.prom",
+        "kv_cache_usage_ratio",
+        (("model", "meta-llama/Llama-3.1-8B-Instruct"),),
+        0.0,
+    ),
+]
+
+
+@pytest.mark.parametrize(("fixture", "key", "labels", "value"), SPOT_CHECKS)
+def test_spot_values(fixture: str, key: str, labels: tuple, value: float) -> None:
+    sample = VLLM.normalize(fixture_text(fixture))
+    assert sample.values[key][labels] == value
+
+
+def test_histogram_keeps_backend_buckets_and_totals() -> None:
+    sample = VLLM.normalize(fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom"))
+    ttft = sample.histograms["time_to_first_token_seconds"][E0]
+    assert ttft.count == 28.0
+    assert ttft.sum == 1.0372936725616455
+    bounds = [le for le, _ in ttft.buckets]
+    assert bounds[:4] == ["0.001", "0.005", "0.01", "0.02"]
+    assert bounds[-2:] == ["2560.0", "+Inf"]
+    assert ttft.buckets[-1] == ("+Inf", 28.0)
+
+    itl = VLLM.normalize(fixture_text("vllm-0.32.0-cpu-idle-after-load.prom"))
+    hist = itl.histograms["inter_token_latency_seconds"][E0]
+    assert (hist.count, hist.sum) == (6151.0, 12.12670722100006)
+
+
+def test_data_parallel_histograms_keep_one_series_per_engine() -> None:
+    sample = VLLM.normalize(fixture_text("vllm-0.10.x-pr22227-dp2-multiproc-excerpt.prom"))
+    series = sample.histograms["request_generation_tokens"]
+    model = ("model", "/home/jovyan/qwen3-8b")
+    assert {labels[1] for labels in series} == {("engine", "0"), ("engine", "1")}
+    assert series[(model, ("engine", "0"))].count == 3.0
+
+
+def test_v0_engine_uses_old_names_and_model_only_labels() -> None:
+    sample = VLLM.normalize(fixture_text("vllm-v0-0.6.x-korean-grafana-guide.prom"))
+    model = (("model", "meta-llama/Llama-3.1-8B-Instruct"),)
+    assert sample.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert sample.values["requests_waiting"] == {model: 0.0}
+    # v0 has only a hit-rate gauge (-1 when off), not the token counters: absent, not zero.
+    assert "prefix_cache_hits" not in sample.values
+
+
+def test_docs_snippet_without_inf_bucket_is_reexported_as_written() -> None:
+    sample = VLLM.normalize(fixture_text("vllm-docs-usage-metrics-snippet.prom"))
+    model = (("model", "unsloth/Llama-3.2-1B-Instruct"),)
+    hist = sample.histograms["engine_step_tokens"][model]
+    assert [le for le, _ in hist.buckets] == [
+        "1.0",
+        "8.0",
+        "16.0",
+        "32.0",
+        "64.0",
+        "128.0",
+        "256.0",
+        "512.0",
+    ]
+    assert all(count == 3.0 for _, count in hist.buckets)
+    assert hist.sum == 0.0
+    assert math.isnan(hist.count)  # the snippet has no _count line
+    assert "engine_steps" not in sample.values
+
+
+def _oracle(text: str) -> tuple[dict, dict]:
+    """Expected normalization from prometheus_client's parser and the feed table."""
+    samples = oracle_samples(text)
+
+    def relabel(labels: dict[str, str]) -> tuple:
+        renamed = {VLLM.labels[k]: v for k, v in labels.items() if k in VLLM.labels}
+        return tuple((k, renamed[k]) for k in LABEL_ORDER if k in renamed)
+
+    model = next(
+        (
+            labels["model_name"]
+            for series in samples.values()
+            for labels, _ in series
+            if "model_name" in labels
+        ),
+        "unknown",
+    )
+
+    def with_model(labels: tuple) -> tuple:
+        return labels if labels and labels[0][0] == "model" else (("model", model), *labels)
+
+    values: dict = {}
+    histograms: dict = {}
+    for feed in VLLM.feeds:
+        for source in feed.sources:
+            if feed.kind is Kind.HISTOGRAM:
+                buckets = samples.get(f"{source.name}_bucket")
+                if not buckets:
+                    continue
+                series: dict = {}
+                for labels, value in buckets:
+                    key = with_model(relabel({k: v for k, v in labels.items() if k != "le"}))
+                    series.setdefault(key, {"buckets": [], "sum": math.nan, "count": math.nan})
+                    series[key]["buckets"].append((float(labels["le"]), value))
+                for suffix in ("sum", "count"):
+                    for labels, value in samples.get(f"{source.name}_{suffix}", []):
+                        series[with_model(relabel(labels))][suffix] = value
+                histograms[feed.key] = series
+                break
+            if source.name in samples:
+                # Series that coincide once extra labels (pid) are dropped: gauges take the
+                # max (stale per-process copies read 0), counters add up.
+                merge = max if feed.kind is Kind.GAUGE else (lambda a, b: a + b)
+                series = {}
+                for lab, v in samples[source.name]:
+                    key = with_model(relabel(lab))
+                    series[key] = merge(series[key], v) if key in series else v
+                values[feed.key] = series
+                break
+    return values, histograms
+
+
+@pytest.mark.parametrize("fixture", VLLM_FIXTURES)
+def test_every_series_matches_an_independent_parse(fixture: str) -> None:
+    text = fixture_text(fixture)
+    expected_values, expected_histograms = _oracle(text)
+    sample = VLLM.normalize(text)
+    assert {k: dict(v) for k, v in sample.values.items()} == expected_values
+    assert set(sample.histograms) == set(expected_histograms)
+    for key, series in expected_histograms.items():
+        got = sample.histograms[key]
+        assert set(got) == set(series), key
+        for labels, want in series.items():
+            hist = got[labels]
+            assert [(float(le), c) for le, c in hist.buckets] == sorted(want["buckets"]), key
+            assert same_number(hist.sum, want["sum"]) and same_number(hist.count, want["count"]), (
+                key
+            )
+
+
+def test_every_contract_key_the_feed_table_names_is_a_backend_series() -> None:
+    for feed in VLLM.feeds:
+        assert BACKEND[feed.key].kind is feed.kind
+
+
+def test_new_name_wins_over_deprecated_one() -> None:
+    text = (
+        'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
+    )
+    sample = VLLM.normalize(text)
+    assert sample.values["kv_cache_usage_ratio"] == {(("model", "m"), ("engine", "0")): 0.5}
+
+
+def test_deprecated_name_used_when_alone() -> None:
+    text = 'vllm:gpu_prefix_cache_hits_total{model_name="m"} 7\n'
+    assert VLLM.normalize(text).values["prefix_cache_hits"] == {(("model", "m"),): 7.0}
+
+
+def test_pid_label_is_dropped_and_series_merged() -> None:
+    # Multiprocess mode (several API servers) gives gauges a pid label per process.
+    text = (
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m",pid="11"} 0.25\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m",pid="12"} 0.75\n'
+        'vllm:prompt_tokens_total{engine="0",model_name="m",pid="11"} 10\n'
+        'vllm:prompt_tokens_total{engine="0",model_name="m",pid="12"} 5\n'
+    )
+    sample = VLLM.normalize(text)
+    key = (("model", "m"), ("engine", "0"))
+    assert sample.values["kv_cache_usage_ratio"] == {key: 0.75}  # gauges: max
+    assert sample.values["prompt_tokens"] == {key: 15.0}  # counters: sum
+
+
+def test_data_parallel_engines_stay_separate() -> None:
+    text = (
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 3\n'
+        'vllm:num_requests_waiting{engine="1",model_name="m"} 4\n'
+    )
+    sample = VLLM.normalize(text)
+    assert sample.values["requests_waiting"] == {
+        (("model", "m"), ("engine", "0")): 3.0,
+        (("model", "m"), ("engine", "1")): 4.0,
+    }
+    assert sample.total("requests_waiting") == 7.0
+
+
+def test_page_without_vllm_metrics_is_an_error_that_says_so() -> None:
+    with pytest.raises(ExpositionError, match="no vllm metrics"):
+        VLLM.normalize('http_requests_total{handler="/v1/models"} 3\n')
+
+
+def test_auto_detection_recognises_every_vllm_capture() -> None:
+    for name in VLLM_FIXTURES:
+        assert detect(fixture_text(name)) is VLLM, name
+
+
+def test_histogram_with_a_bad_bound_is_left_out_with_a_warning(caplog) -> None:
+    text = (
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 2\n'
+        'vllm:e2e_request_latency_seconds_bucket{engine="0",le="soon",model_name="m"} 1\n'
+        'vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 4\n'
+    )
+    sample = VLLM.normalize(text)
+    assert sample.values["requests_waiting"] == {(("model", "m"), ("engine", "0")): 2.0}
+    assert set(sample.histograms) == {"time_to_first_token_seconds"}
+    assert "le='soon' is not a number; histogram left out" in caplog.text

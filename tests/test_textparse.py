@@ -1,0 +1,105 @@
+"""The fast exposition reader agrees with the format on the edge cases that matter."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferwatch.textparse import ExpositionError, PageScanner, parse_labels, scan
+
+from conftest import FIXTURES, fixture_text, oracle_samples
+
+
+def test_escaped_label_values_and_braces_inside_quotes() -> None:
+    text = 'm{a="x\\"y",b="line\\nbreak",c="back\\\\slash",d="{}"} 1\n'
+    ((raw, value),) = scan(text, {"m"})["m"]
+    assert value == 1.0
+    assert parse_labels(raw) == (
+        ("a", 'x"y'),
+        ("b", "line\nbreak"),
+        ("c", "back\\slash"),
+        ("d", "{}"),
+    )
+
+
+def test_special_values_timestamps_and_comments() -> None:
+    text = (
+        "# HELP g a gauge\n# TYPE g gauge\n"
+        'g{x="1"} NaN\n'
+        'g{x="2"} +Inf 1700000000000\n'
+        'g{x="3"} -1.5e-3\n'
+        "other 5\n"
+    )
+    found = scan(text, {"g"})
+    values = [v for _, v in found["g"]]
+    assert values[0] != values[0]  # NaN
+    assert values[1:] == [float("inf"), -0.0015]
+    assert "other" not in found
+
+
+def test_truncated_body_is_rejected() -> None:
+    with pytest.raises(ExpositionError, match="truncated"):
+        scan('g{x="1"} 1\ng{x="2"} 2', {"g"})
+
+
+def test_non_numeric_value_of_a_wanted_sample_is_rejected() -> None:
+    with pytest.raises(ExpositionError, match="not a number"):
+        scan("g abc\n", {"g"})
+
+
+def test_malformed_label_set_is_rejected() -> None:
+    with pytest.raises(ExpositionError, match="malformed label set"):
+        parse_labels('a="1",b=2')
+
+
+def test_html_yields_no_samples() -> None:
+    assert scan("<html><body>502 Bad Gateway</body></html>\n", {"g"}) == {}
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.prom")))
+def test_agrees_with_prometheus_client_on_every_capture(fixture: str) -> None:
+    text = fixture_text(fixture)
+    expected = oracle_samples(text)
+    got = scan(text, set(expected))
+    assert got.keys() == expected.keys()
+    for name, samples in expected.items():
+        mine = [(dict(parse_labels(raw)), v) for raw, v in got[name]]
+        assert len(mine) == len(samples), name
+        for (lab_a, val_a), (lab_b, val_b) in zip(mine, samples, strict=True):
+            assert lab_a == lab_b, name
+            assert val_a == val_b or (val_a != val_a and val_b != val_b), name
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.prom")))
+def test_page_scanner_finds_what_a_full_scan_finds(fixture: str) -> None:
+    text = fixture_text(fixture)
+    names = set(oracle_samples(text))
+
+    def comparable(found: dict) -> dict:  # NaN != NaN; compare its text instead
+        return {n: [(raw, repr(v)) for raw, v in s] for n, s in found.items()}
+
+    assert comparable(PageScanner(names).scan(text)) == comparable(scan(text, names))
+
+
+def test_page_scanner_reparses_only_changed_families() -> None:
+    page = (
+        "# HELP a_seconds A.\n# TYPE a_seconds histogram\n"
+        'a_seconds_bucket{le="1.0"} 1.0\na_seconds_bucket{le="+Inf"} 2.0\na_seconds_count 2.0\n'
+        "# HELP b Gauge B.\n# TYPE b gauge\nb 5.0\n"
+        "# TYPE skipped counter\nskipped_total 9.0\n"
+    )
+    scanner = PageScanner({"a_seconds_bucket", "a_seconds_count", "b"})
+    first = scanner.scan(page)
+    assert first["b"] == [("", 5.0)]
+    assert "skipped_total" not in first
+    second = scanner.scan(page.replace("b 5.0", "b 6.0"))
+    assert second["b"] == [("", 6.0)]
+    assert second["a_seconds_bucket"] is first["a_seconds_bucket"]  # unchanged: reused
+
+
+def test_page_scanner_falls_back_to_lines_on_untyped_pages() -> None:
+    assert PageScanner({"g"}).scan('g{x="1"} 3\n') == {"g": [('x="1"', 3.0)]}
+
+
+def test_page_scanner_rejects_truncated_pages() -> None:
+    with pytest.raises(ExpositionError, match="truncated"):
+        PageScanner({"g"}).scan("# TYPE g gauge\ng 1")
