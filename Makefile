@@ -48,6 +48,10 @@ lint: $(VENV)/.installed
 test: $(VENV)/.installed $(VLLM_VENV)/.installed debs lint
 	$(PY) -m pytest
 
+generate: $(VENV)/.installed
+	$(VENV)/bin/inferwatch generate --out . >/dev/null
+	$(PY) alerts/tests/scenarios.py
+
 bench: $(VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) bench/exporter.py --vllm
 

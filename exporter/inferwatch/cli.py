@@ -11,9 +11,11 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
-from inferwatch import __version__, serve
+from inferwatch import __version__, generate, serve
+from inferwatch.heuristics import spec_from_config
 from inferwatch.settings import (
     ConfigError,
     check_keys,
@@ -52,9 +54,19 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("aiohttp").setLevel(logging.WARNING)
 
 
+# Config-file sections read by `generate` and `diagnose` (the heuristics spec's overrides).
+SPEC_SECTIONS = ("thresholds", "alerting")
+
+
 def _config_keys() -> set[str]:
     """Every key a config file may hold (all subcommands share one file)."""
-    return {o.key for o in serve.OPTIONS}
+    return {o.key for o in serve.OPTIONS} | set(SPEC_SECTIONS)
+
+
+def _add_config_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", type=flag_type(existing_file), help="YAML config file [env INFERWATCH_CONFIG]"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,11 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"inferwatch {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = commands.add_parser("serve", help="run the exporter next to an inference server")
-    p.add_argument(
-        "--config", type=flag_type(existing_file), help="YAML config file [env INFERWATCH_CONFIG]"
-    )
+    _add_config_flag(p)
     for option in serve.OPTIONS:
         option.add_to(p)
+    g = commands.add_parser(
+        "generate", help="write alert rules, runbooks, Alertmanager example and dashboards"
+    )
+    g.add_argument("--out", required=True, type=Path, help="directory to write alerts/ under")
+    _add_config_flag(g)
     return parser
 
 
@@ -94,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             values = resolve(serve.OPTIONS, vars(args), config)
             _setup_logging(values["log_level"])
             serve.run(serve.ServeConfig.from_values(values))
+        elif args.command == "generate":
+            for path in generate.write(args.out, spec_from_config(config)):
+                print(path)
     except ConfigError as exc:
         print(f"inferwatch: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

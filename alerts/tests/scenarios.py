@@ -1,0 +1,878 @@
+"""Writes the promtool unit tests in this folder from readable workload scenarios.
+
+Each scenario describes what a few replicas of a model serve (request rate, where TTFT,
+queue time and inter-token latency fall in vLLM's own histogram buckets, KV use, GPU busy
+time...). They are turned into realistic input series: cumulative histogram buckets and
+counters growing at the stated rates, gauges that move. The expected alerts, with their
+labels and annotations, are written by hand next to each scenario: the numbers in them
+follow from the stated distributions (histogram_quantile interpolates linearly inside a
+bucket: all observations in (2.5, 5] give p95 = 2.5 + 0.95 * 2.5 = 4.875 s).
+
+    .venv/bin/python alerts/tests/scenarios.py    # (make generate runs it)
+    promtool test rules alerts/tests/*.yaml
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).parent
+STEP = 30  # seconds between samples, the test's scrape interval
+SAMPLES = 40  # 20 minutes of data
+EVAL = "15m"  # every alert's `for` has elapsed by then
+
+# vLLM 0.32's default bucket bounds.
+TTFT_LE = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_LE = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+LATENCY_LE = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
+TOKENS_LE = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+STEP_TOKENS_LE = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+MODEL = "llama-3-8b"
+RUNBOOKS = "https://github.com/inferwatch/inferwatch/blob/main/alerts/runbooks/"
+A, B, C = "10.0.0.1:9477", "10.0.0.2:9477", "10.0.0.3:9477"
+
+
+@dataclass(frozen=True)
+class Dist:
+    """Observations: ``{bucket upper bound: share}`` and their mean."""
+
+    shares: dict[float, float]
+    mean: float
+
+
+@dataclass(frozen=True)
+class Replica:
+    """What one instance serves; the defaults are a healthy replica."""
+
+    instance: str
+    requests_per_s: float = 2.0
+    error_share: float = 0.0
+    ttft: Dist = Dist({0.5: 1.0}, 0.4)  # p95 487.5 ms
+    queue: Dist = Dist({0.3: 1.0}, 0.02)
+    itl: Dist = Dist({0.05: 1.0}, 0.035)  # p95 48.75 ms
+    prompt_tokens: Dist = Dist({1000: 1.0}, 800)
+    step_tokens: Dist = Dist({64: 1.0}, 48)
+    steps_per_s: float = 40.0
+    generation_tokens_per_request: float = 200
+    prefix_hit_share: float = 0.25
+    running: tuple[float, ...] = (8, 10, 12, 11, 9)
+    waiting: tuple[float, ...] = (0, 1, 0, 2, 0)
+    kv_usage: tuple[float, ...] = (0.42, 0.55, 0.61, 0.48)
+    preemptions_per_s: float = 0.0
+    queued_while_idle_share: float = 0.0
+    frontend_cpu_cores: float = 0.3
+    decode_floor: float | None = 0.0048  # 16 GB of weights / 3.35 TB/s
+    gpu_busy: tuple[float, ...] | None = (0.85, 0.85)  # one share per GPU; None: no NVML
+    gpu_collector: str = "1x40"
+    throttled: dict[str, str] = field(default_factory=dict)  # {reason: values} on GPU 0
+    backend_up: str = "1x40"
+    scrape_duration: str = "0.004x40"
+    gpu_memory_total: str = "85899345920x40"  # '_' where the GPU's series are gone
+    baseline: tuple[float, float] | None = None  # TTFT p95, ITL p95 at concurrency 8
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def _counter(per_second: float) -> str:
+    return f"0+{per_second * STEP:g}x{SAMPLES}"
+
+
+def _gauge(values: tuple[float, ...]) -> str:
+    return " ".join(f"{values[i % len(values)]:g}" for i in range(SAMPLES + 1))
+
+
+def _histogram(metric: str, target: dict, bounds: tuple, rate: float, dist: Dist) -> list[dict]:
+    series = []
+    for le in (*bounds, "+Inf"):
+        share = 1.0 if le == "+Inf" else sum(s for ub, s in dist.shares.items() if ub <= le)
+        series.append(
+            {
+                "series": f"{metric}_bucket" + _labels(**target, le=str(le)),
+                "values": _counter(rate * share),
+            }
+        )
+    series.append(
+        {"series": f"{metric}_sum" + _labels(**target), "values": _counter(rate * dist.mean)}
+    )
+    series.append({"series": f"{metric}_count" + _labels(**target), "values": _counter(rate)})
+    return series
+
+
+def input_series(r: Replica) -> list[dict]:
+    """Every series inferwatch would expose for one replica."""
+    target = {"instance": r.instance, "job": "inferwatch"}
+    backend = {**target, "backend": "vllm", "model": MODEL}
+    engine = {**backend, "engine": "0"}
+    rate = r.requests_per_s
+    out = [
+        {"series": "up" + _labels(**target), "values": "1x40"},
+        {
+            "series": "inferwatch_backend_up" + _labels(**target, backend="vllm"),
+            "values": r.backend_up,
+        },
+        {
+            "series": "inferwatch_backend_scrape_duration_seconds"
+            + _labels(**target, backend="vllm"),
+            "values": r.scrape_duration,
+        },
+        {
+            "series": "inferwatch_collector_success" + _labels(**target, collector="gpu"),
+            "values": r.gpu_collector,
+        },
+        {"series": "inferwatch_requests_running" + _labels(**engine), "values": _gauge(r.running)},
+        {"series": "inferwatch_requests_waiting" + _labels(**engine), "values": _gauge(r.waiting)},
+        {
+            "series": "inferwatch_kv_cache_usage_ratio" + _labels(**engine),
+            "values": _gauge(r.kv_usage),
+        },
+        {
+            "series": "inferwatch_preemptions_total" + _labels(**engine),
+            "values": _counter(r.preemptions_per_s),
+        },
+        {
+            "series": "inferwatch_engine_steps_total" + _labels(**engine),
+            "values": _counter(r.steps_per_s),
+        },
+        {
+            "series": "inferwatch_prompt_tokens_total" + _labels(**engine),
+            "values": _counter(rate * r.prompt_tokens.mean),
+        },
+        {
+            "series": "inferwatch_generation_tokens_total" + _labels(**engine),
+            "values": _counter(rate * r.generation_tokens_per_request),
+        },
+        {
+            "series": "inferwatch_prefix_cache_queries_total" + _labels(**engine),
+            "values": _counter(rate * r.prompt_tokens.mean),
+        },
+        {
+            "series": "inferwatch_prefix_cache_hits_total" + _labels(**engine),
+            "values": _counter(rate * r.prompt_tokens.mean * r.prefix_hit_share),
+        },
+        {
+            "series": "inferwatch_requests_finished_total" + _labels(**engine, reason="stop"),
+            "values": _counter(rate * (1 - r.error_share)),
+        },
+        {
+            "series": "inferwatch_requests_finished_total" + _labels(**engine, reason="error"),
+            "values": _counter(rate * r.error_share),
+        },
+        {
+            "series": "inferwatch_queued_while_idle_seconds_total" + _labels(**backend),
+            "values": _counter(r.queued_while_idle_share),
+        },
+        {
+            "series": "inferwatch_frontend_cpu_seconds_total" + _labels(**backend),
+            "values": _counter(r.frontend_cpu_cores),
+        },
+    ]
+    out += _histogram("inferwatch_time_to_first_token_seconds", engine, TTFT_LE, rate, r.ttft)
+    out += _histogram("inferwatch_request_queue_time_seconds", engine, LATENCY_LE, rate, r.queue)
+    tokens_per_s = rate * r.generation_tokens_per_request
+    out += _histogram("inferwatch_inter_token_latency_seconds", engine, ITL_LE, tokens_per_s, r.itl)
+    out += _histogram("inferwatch_request_prompt_tokens", engine, TOKENS_LE, rate, r.prompt_tokens)
+    out += _histogram(
+        "inferwatch_engine_step_tokens", engine, STEP_TOKENS_LE, r.steps_per_s, r.step_tokens
+    )
+    if r.decode_floor is not None:
+        out.append(
+            {
+                "series": "inferwatch_decode_floor_seconds" + _labels(**backend),
+                "values": f"{r.decode_floor:g}x40",
+            }
+        )
+    if r.baseline is not None:
+        for metric, value in zip(
+            ("time_to_first_token", "inter_token_latency"), r.baseline, strict=True
+        ):
+            out.append(
+                {
+                    "series": f"inferwatch_baseline_{metric}_seconds"
+                    + _labels(**backend, quantile="0.95", concurrency="8"),
+                    "values": f"{value:g}x40",
+                }
+            )
+    for gpu, busy in enumerate(r.gpu_busy or ()):
+        labels = {
+            **target,
+            "gpu": str(gpu),
+            "uuid": f"GPU-{r.instance[5]}{gpu}",
+            "name": "NVIDIA H100 80GB HBM3",
+        }
+        out.append(
+            {
+                "series": "inferwatch_gpu_busy_seconds_total" + _labels(**labels),
+                "values": _counter(busy),
+            }
+        )
+        out.append(
+            {
+                "series": "inferwatch_gpu_memory_total_bytes" + _labels(**labels),
+                "values": r.gpu_memory_total,
+            }
+        )
+        for reason in ("sw_power_cap", "hw_thermal_slowdown"):
+            values = r.throttled.get(reason, "0x40") if gpu == 0 else "0x40"
+            out.append(
+                {
+                    "series": "inferwatch_gpu_clock_throttled" + _labels(**labels, reason=reason),
+                    "values": values,
+                }
+            )
+    return out
+
+
+def instance_alert(
+    alertname: str,
+    instance: str,
+    severity: str,
+    phase: str,
+    layer: str,
+    description: str,
+    summary: str,
+    **extra: str,
+) -> dict:
+    labels = {
+        "severity": severity,
+        "phase": phase,
+        "layer": layer,
+        "instance": instance,
+        "job": "inferwatch",
+    }
+    if "no_model" not in extra:
+        labels |= {"backend": "vllm", "model": MODEL}
+    extra.pop("no_model", None)
+    labels |= extra
+    return {
+        "exp_labels": labels,
+        "exp_annotations": {
+            "summary": summary,
+            "description": description,
+            "runbook_url": f"{RUNBOOKS}{alertname}.md",
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    replicas: tuple[Replica, ...]
+    fires: dict[str, list[dict]]  # alert name -> expected alerts (labels + annotations)
+    silent: tuple[str, ...] = ()  # alerts that must not fire (near misses, cross-checks)
+    eval_time: str = EVAL
+
+
+def test_group(s: Scenario) -> dict:
+    series = [item for r in s.replicas for item in input_series(r)]
+    checks = [
+        {"eval_time": s.eval_time, "alertname": name, "exp_alerts": alerts}
+        for name, alerts in s.fires.items()
+    ]
+    checks += [{"eval_time": s.eval_time, "alertname": name} for name in s.silent]
+    firing = sorted(s.fires)
+    return {
+        "name": s.name,
+        "interval": f"{STEP}s",
+        "input_series": series,
+        "alert_rule_test": checks,
+        "promql_expr_test": [
+            {
+                # Nothing but the expected alerts fires (pending ones are not counted).
+                "expr": 'count by (alertname) (ALERTS{alertstate="firing"})',
+                "eval_time": s.eval_time,
+                "exp_samples": [
+                    {"labels": f'{{alertname="{a}"}}', "value": len(s.fires[a])} for a in firing
+                ],
+            }
+        ],
+    }
+
+
+def healthy(instance: str, **changes: object) -> Replica:
+    return dataclasses.replace(Replica(instance), **changes)
+
+
+# ---------------------------------------------------------------------------------------
+# The scenarios. Thresholds are the shipped defaults (see alerts/runbooks/*.md).
+
+PHASE = [
+    Scenario(
+        "healthy fleet: nothing fires",
+        (healthy(A), healthy(B)),
+        fires={},
+        silent=(
+            "InferenceBackendDown",
+            "InferenceQueuedWhileIdle",
+            "InferenceQueueingDelay",
+            "InferencePrefillBottleneck",
+            "InferenceDecodeBottleneck",
+            "InferenceDecodeAtHardwareFloor",
+            "InferenceKVCachePressure",
+            "InferencePrefillStallsDecode",
+            "InferenceGPUUnderutilized",
+            "InferenceFrontendCPUSaturated",
+            "InferenceRequestErrors",
+            "InferenceLatencyRegression",
+            "InferenceGPUThrottling",
+            "InferenceExporterGPUMissing",
+        ),
+    ),
+    Scenario(
+        # TTFT in (2.5, 5] s -> p95 4.875 s; queue 0.1 s of a 3.5 s mean TTFT; ITL normal.
+        "prefill-bound: long prompts on both replicas",
+        tuple(
+            healthy(
+                i,
+                ttft=Dist({5.0: 1.0}, 3.5),
+                queue=Dist({0.3: 1.0}, 0.1),
+                prompt_tokens=Dist({5000: 1.0}, 3000),
+                prefix_hit_share=0.05,
+            )
+            for i in (A, B)
+        ),
+        fires={
+            "InferencePrefillBottleneck": [
+                instance_alert(
+                    "InferencePrefillBottleneck",
+                    i,
+                    "warning",
+                    "prefill",
+                    "compute",
+                    "TTFT p95 is 4.875s (threshold 2s) while queueing takes only 100ms and "
+                    "inter-token latency p95 is a normal 48.75ms. Prompts take long to compute: "
+                    "mean prompt 3k tokens, prefix-cache hit ratio 5%.",
+                    f"Prefill is the bottleneck on {i} ({MODEL})",
+                )
+                for i in (A, B)
+            ]
+        },
+        # The method's cross-checks: not decode, not a capacity problem.
+        silent=(
+            "InferenceDecodeBottleneck",
+            "InferenceQueueingDelay",
+            "InferencePrefillStallsDecode",
+        ),
+    ),
+    Scenario(
+        # Near miss: 90 % of TTFT in (0.75, 1], 10 % in (1, 2.5] -> p95 = 1 + 0.5 * 1.5 = 1.75 s.
+        "prefill near miss: TTFT p95 below threshold",
+        (healthy(A, ttft=Dist({1.0: 0.9, 2.5: 0.1}, 1.0), queue=Dist({0.3: 1.0}, 0.1)),),
+        fires={},
+        silent=("InferencePrefillBottleneck", "InferenceQueueingDelay"),
+    ),
+    Scenario(
+        # TTFT in (5, 7.5] -> p95 7.375 s, 4.5 s of a 6 s mean spent queued: capacity.
+        "pure overload: queueing, not prefill",
+        tuple(
+            healthy(
+                i,
+                ttft=Dist({7.5: 1.0}, 6.0),
+                queue=Dist({5.0: 1.0}, 4.5),
+                itl=Dist({0.075: 1.0}, 0.06),
+                running=(16,),
+                waiting=(28, 31, 35, 30),
+            )
+            for i in (A, B)
+        ),
+        fires={
+            "InferenceQueueingDelay": [
+                {
+                    "exp_labels": {
+                        "severity": "warning",
+                        "phase": "prefill",
+                        "layer": "scheduling",
+                        "backend": "vllm",
+                        "model": MODEL,
+                    },
+                    "exp_annotations": {
+                        "summary": f"{MODEL}: time to first token is dominated by queueing",
+                        "description": f"TTFT p95 of {MODEL} across replicas is 7.375s (threshold 2s) "
+                        "and requests wait 4.5s of a mean TTFT of 6s to be scheduled: the fleet "
+                        "lacks capacity.",
+                        "runbook_url": RUNBOOKS + "InferenceQueueingDelay.md",
+                    },
+                }
+            ]
+        },
+        silent=(
+            "InferencePrefillBottleneck",
+            "InferenceDecodeBottleneck",
+            "InferenceQueuedWhileIdle",
+        ),
+    ),
+    Scenario(
+        # ITL in (0.15, 0.2] -> p95 197.5 ms, mean 170 ms = 35.4x the 4.8 ms floor; TTFT normal.
+        # Replica C decodes as slowly but its floor is 100 ms (a huge model): within 3x of the
+        # floor, so not a decode *inefficiency* (near miss).
+        "decode-bound: far above the hardware floor",
+        (
+            healthy(A, itl=Dist({0.2: 1.0}, 0.17), step_tokens=Dist({256: 1.0}, 256)),
+            healthy(
+                C, itl=Dist({0.2: 1.0}, 0.17), step_tokens=Dist({256: 1.0}, 256), decode_floor=0.1
+            ),
+        ),
+        fires={
+            "InferenceDecodeBottleneck": [
+                instance_alert(
+                    "InferenceDecodeBottleneck",
+                    A,
+                    "warning",
+                    "decode",
+                    "memory",
+                    "Inter-token latency p95 is 197.5ms (threshold 0.1s) while TTFT p95 is a normal "
+                    "487.5ms; mean ITL over the hardware floor is 35.4x (n/a: floor unknown), with "
+                    "256 tokens per engine step. Decode is slower than the memory bandwidth allows.",
+                    f"Decode is the bottleneck on {A} ({MODEL})",
+                )
+            ]
+        },
+        silent=(
+            "InferencePrefillBottleneck",
+            "InferenceQueueingDelay",
+            "InferenceDecodeAtHardwareFloor",
+        ),
+    ),
+    Scenario(
+        # Mean ITL 6 ms against a 4.8 ms floor: 1.25x, hardware-bound (info only).
+        "decode at the hardware floor",
+        (healthy(A, itl=Dist({0.01: 1.0}, 0.006)), healthy(B, itl=Dist({0.01: 1.0}, 0.009))),
+        fires={
+            "InferenceDecodeAtHardwareFloor": [
+                instance_alert(
+                    "InferenceDecodeAtHardwareFloor",
+                    A,
+                    "info",
+                    "decode",
+                    "memory",
+                    f"Mean inter-token latency of {MODEL} is 1.25x the floor of 4.8ms (weight bytes / "
+                    "peak memory bandwidth). Decode is hardware-bound: only a smaller or quantized "
+                    "model, or more GPUs, make it faster.",
+                    f"Decode on {A} runs at the memory-bandwidth floor",
+                )
+            ]
+        },
+        # B runs at 1.875x the floor: neither at the floor nor a bottleneck (ITL p95 9.5 ms).
+        silent=("InferenceDecodeBottleneck",),
+    ),
+]
+
+SCHEDULING = [
+    Scenario(
+        # The engine stalls half of the time with requests queued on A; its TTFT is queue
+        # time. Prometheus fires both alerts; Alertmanager's inhibition keeps only the first
+        # (tested against a real Alertmanager in tests/test_alertmanager.py).
+        "stall: queued while idle (and the queueing it causes)",
+        (
+            healthy(
+                A,
+                queued_while_idle_share=0.5,
+                waiting=(12,),
+                running=(0,),
+                ttft=Dist({7.5: 1.0}, 6.0),
+                queue=Dist({5.0: 1.0}, 4.5),
+                gpu_busy=(0.04, 0.04),
+            ),
+        ),
+        fires={
+            "InferenceQueuedWhileIdle": [
+                instance_alert(
+                    "InferenceQueuedWhileIdle",
+                    A,
+                    "warning",
+                    "any",
+                    "scheduling",
+                    f"Requests for {MODEL} waited while the GPU (or, without NVML, the engine) sat "
+                    "idle 50% of the last 5m (threshold 10 %); queue depth now 12. The scheduler "
+                    "or the CPU is not feeding the accelerator.",
+                    f"Requests wait while the accelerator idles on {A}",
+                )
+            ],
+            "InferenceQueueingDelay": [
+                {
+                    "exp_labels": {
+                        "severity": "warning",
+                        "phase": "prefill",
+                        "layer": "scheduling",
+                        "backend": "vllm",
+                        "model": MODEL,
+                    },
+                    "exp_annotations": {
+                        "summary": f"{MODEL}: time to first token is dominated by queueing",
+                        "description": f"TTFT p95 of {MODEL} across replicas is 7.375s (threshold 2s) "
+                        "and requests wait 4.5s of a mean TTFT of 6s to be scheduled: the fleet "
+                        "lacks capacity.",
+                        "runbook_url": RUNBOOKS + "InferenceQueueingDelay.md",
+                    },
+                }
+            ],
+        },
+        silent=("InferenceGPUUnderutilized", "InferencePrefillBottleneck"),
+    ),
+    Scenario(
+        # Near miss: 3 s of stalls every minute is 5 %: a hiccup, under the 10 % threshold.
+        "stall near miss: brief hiccups",
+        (healthy(A, queued_while_idle_share=0.05),),
+        fires={},
+        silent=("InferenceQueuedWhileIdle",),
+    ),
+    Scenario(
+        # ITL: 98 % in (25, 50] ms, 2 % in (0.75, 1] s -> p99 875 ms, p50 37.76 ms (23.2x)
+        # while A prefills 3.2k prompt tokens/s in 2k-token steps. B has the same tail but
+        # no prompt tokens flowing (near miss: another cause).
+        "prefill stalls decode",
+        (
+            healthy(
+                A,
+                itl=Dist({0.05: 0.98, 1.0: 0.02}, 0.0513),
+                prompt_tokens=Dist({5000: 1.0}, 1600),
+                step_tokens=Dist({2048: 1.0}, 2048),
+            ),
+            healthy(B, itl=Dist({0.05: 0.98, 1.0: 0.02}, 0.0513), prompt_tokens=Dist({1: 1.0}, 0)),
+        ),
+        fires={
+            "InferencePrefillStallsDecode": [
+                instance_alert(
+                    "InferencePrefillStallsDecode",
+                    A,
+                    "warning",
+                    "decode",
+                    "scheduling",
+                    "Inter-token latency p99 is 23.2x its median (875ms vs 37.76ms) while prompts "
+                    "are prefilled at 3.2k tokens/s with 2.048k tokens per engine step: decode "
+                    "steps wait behind prefill chunks.",
+                    f"Prefill stalls decode on {A} ({MODEL})",
+                )
+            ]
+        },
+        # ITL p95 (49.2 ms) stays normal: the median request is not slowed.
+        silent=("InferenceDecodeBottleneck",),
+    ),
+]
+
+MEMORY = [
+    Scenario(
+        # KV use ~97 % for the whole window and 0.1 preemptions/s on A; B at 85 % without
+        # preemptions (near miss).
+        "KV-cache pressure",
+        (
+            healthy(A, kv_usage=(0.96, 0.98, 0.99, 0.97), preemptions_per_s=0.1),
+            healthy(B, kv_usage=(0.83, 0.87, 0.85)),
+        ),
+        fires={
+            "InferenceKVCachePressure": [
+                instance_alert(
+                    "InferenceKVCachePressure",
+                    A,
+                    "warning",
+                    "decode",
+                    "memory",
+                    # SAMPLES=40 samples: at 15m (sample 30) the wave of 4 shows index 2: 0.99.
+                    "KV-cache use now 99% (threshold 90 % averaged over 5m) and the scheduler "
+                    "preempted 0.1 requests/s (threshold 0.02/s). Preempted requests lose their "
+                    "KV cache and are recomputed later.",
+                    f"KV cache under pressure on {A} ({MODEL})",
+                )
+            ]
+        },
+    ),
+]
+
+SYSTEM = [
+    Scenario(
+        # GPUs busy 10 % with ~10 requests running on A; B's GPUs busy 50 % (near miss).
+        "GPU underutilized while requests run",
+        (healthy(A, gpu_busy=(0.1, 0.1)), healthy(B, gpu_busy=(0.5, 0.5))),
+        fires={
+            "InferenceGPUUnderutilized": [
+                instance_alert(
+                    "InferenceGPUUnderutilized",
+                    A,
+                    "warning",
+                    "any",
+                    "compute",
+                    "The GPUs were busy 10% of the time over 5m (threshold 30 %) while requests "
+                    "were running: batches are too small or the CPU side (tokenization, "
+                    "scheduling, output processing) cannot keep the GPU fed.",
+                    f"GPUs on {A} mostly idle while requests run",
+                    no_model="",
+                )
+            ]
+        },
+    ),
+    Scenario(
+        # The frontend burns 0.98 cores on A (no NVML there); on B as much, but its GPUs are
+        # 95 % busy: the GPU is not waiting (near miss).
+        "frontend CPU saturated",
+        (
+            healthy(A, frontend_cpu_cores=0.98, gpu_busy=None, gpu_collector="0x40"),
+            healthy(B, frontend_cpu_cores=0.98, gpu_busy=(0.95, 0.95)),
+        ),
+        fires={
+            "InferenceFrontendCPUSaturated": [
+                instance_alert(
+                    "InferenceFrontendCPUSaturated",
+                    A,
+                    "warning",
+                    "any",
+                    "system",
+                    "The server's frontend process used 0.98 CPU cores over 5m (threshold 0.9) "
+                    "while the GPU was not busy: tokenization, detokenization and HTTP handling "
+                    "in one Python process are the bottleneck.",
+                    f"API server / tokenizer CPU saturated on {A}",
+                )
+            ]
+        },
+        silent=("InferenceExporterGPUMissing",),  # A never had a GPU: nothing went missing
+    ),
+]
+
+AVAILABILITY = [
+    Scenario(
+        # A's backend stops answering at 5m; B misses a single scrape (near miss).
+        "backend down",
+        (
+            healthy(A, backend_up="1x10 0x30", scrape_duration="0.004x10 2x30"),
+            healthy(B, backend_up="1x10 0 1x29"),
+        ),
+        fires={
+            "InferenceBackendDown": [
+                {
+                    "exp_labels": {
+                        "severity": "critical",
+                        "phase": "any",
+                        "layer": "availability",
+                        "instance": A,
+                        "job": "inferwatch",
+                        "backend": "vllm",
+                    },
+                    "exp_annotations": {
+                        "summary": f"Inference backend on {A} cannot be scraped",
+                        "description": f"inferwatch on {A} has not been able to read the vllm "
+                        "server's /metrics (or the sidecar itself is down) for 1m; its last scrape "
+                        "attempt took 2s (the sidecar's log names the cause). Latency alerts of "
+                        "this pod are inhibited meanwhile.",
+                        "runbook_url": RUNBOOKS + "InferenceBackendDown.md",
+                    },
+                }
+            ]
+        },
+    ),
+    Scenario(
+        # 10 % of A's and B's requests end in error (2/s each); C fails 2 % (near miss, but C
+        # is part of the same model: 8.67 % across the fleet still fires).
+        "request errors across replicas",
+        (healthy(A, error_share=0.1), healthy(B, error_share=0.1), healthy(C, error_share=0.02)),
+        fires={
+            "InferenceRequestErrors": [
+                {
+                    "exp_labels": {
+                        "severity": "critical",
+                        "phase": "any",
+                        "layer": "availability",
+                        "backend": "vllm",
+                        "model": MODEL,
+                    },
+                    "exp_annotations": {
+                        "summary": f"{MODEL}: 7.333% of requests fail",
+                        "description": f"7.333% of the requests of {MODEL} finished with an error or "
+                        "abort over 5m (threshold 5 %), out of 6 requests/s.",
+                        "runbook_url": RUNBOOKS + "InferenceRequestErrors.md",
+                    },
+                }
+            ]
+        },
+    ),
+    Scenario(
+        "request errors near miss: 2 % fail",
+        (healthy(A, error_share=0.02), healthy(B, error_share=0.02)),
+        fires={},
+        silent=("InferenceRequestErrors",),
+    ),
+    Scenario(
+        # GPU 0 of A thermally throttled all along; B's GPU 0 power-capped (normal, silent).
+        "GPU throttling",
+        (
+            healthy(A, throttled={"hw_thermal_slowdown": "1x40"}),
+            healthy(B, throttled={"sw_power_cap": "1x40"}),
+        ),
+        fires={
+            "InferenceGPUThrottling": [
+                instance_alert(
+                    "InferenceGPUThrottling",
+                    A,
+                    "warning",
+                    "any",
+                    "compute",
+                    "GPU 0 (NVIDIA H100 80GB HBM3) had its clocks held down for hw_thermal_slowdown "
+                    "100% of the last 5m: every kernel runs slower until cooling or power delivery "
+                    "is fixed.",
+                    f"GPU 0 on {A} is throttled (hw_thermal_slowdown)",
+                    no_model="",
+                    gpu="0",
+                    name="NVIDIA H100 80GB HBM3",
+                    uuid="GPU-00",
+                    reason="hw_thermal_slowdown",
+                )
+            ]
+        },
+    ),
+    Scenario(
+        # NVML on A worked, then fails from 5m on; C never had a GPU (CPU-only): silent.
+        "exporter lost its GPUs",
+        (
+            healthy(
+                A,
+                gpu_collector="1x10 0x30",
+                gpu_busy=(0.85,),
+                gpu_memory_total="85899345920x10 _x30",
+            ),
+            healthy(C, gpu_collector="0x40", gpu_busy=None),
+        ),
+        fires={
+            "InferenceExporterGPUMissing": [
+                instance_alert(
+                    "InferenceExporterGPUMissing",
+                    A,
+                    "warning",
+                    "any",
+                    "availability",
+                    f"NVML collection on {A} worked within the last 6h (GPUs seen: 1) and now fails: "
+                    "a GPU vanished (fell off the bus, Xid error) or the driver/NVML became "
+                    "unavailable. GPU series and the GPU-based idle signal are missing meanwhile.",
+                    f"inferwatch on {A} lost its GPUs",
+                    no_model="",
+                    collector="gpu",
+                )
+            ]
+        },
+    ),
+]
+
+BASELINE = [
+    Scenario(
+        # Baseline at concurrency 8: TTFT p95 300 ms, ITL p95 40 ms. Live TTFT p95 487.5 ms is
+        # 1.63x (fires); live ITL p95 48.75 ms is 1.22x (does not). B's baseline TTFT 400 ms
+        # makes its 487.5 ms only 1.22x (near miss).
+        "latency regression against the baseline",
+        (healthy(A, baseline=(0.3, 0.04)), healthy(B, baseline=(0.4, 0.04))),
+        fires={
+            "InferenceLatencyRegression": [
+                instance_alert(
+                    "InferenceLatencyRegression",
+                    A,
+                    "warning",
+                    "any",
+                    "baseline",
+                    f"Live p95 latency of {MODEL} is 487.5ms, over 1.5x the baseline at comparable "
+                    "load (concurrency 8): TTFT p95 487.5ms vs 300ms, inter-token latency p95 "
+                    "48.75ms vs 40ms.",
+                    f"Latency on {A} regressed against the baseline",
+                )
+            ]
+        },
+        eval_time="19m",  # its `for` is 15m
+    ),
+]
+
+FILES = {
+    "phase.yaml": PHASE,
+    "scheduling.yaml": SCHEDULING,
+    "memory.yaml": MEMORY,
+    "system.yaml": SYSTEM,
+    "availability.yaml": AVAILABILITY,
+    "baseline.yaml": BASELINE,
+}
+
+HEADER = (
+    "# Generated by alerts/tests/scenarios.py (the scenarios are readable there); do not edit.\n"
+)
+
+
+def render() -> dict[str, str]:
+    """File name -> content of every test file."""
+    out = {}
+    for name, scenarios in FILES.items():
+        doc = {
+            "rule_files": ["../inferwatch-rules.yaml"],
+            "evaluation_interval": f"{STEP}s",
+            "tests": [test_group(s) for s in scenarios],
+        }
+        out[name] = HEADER + yaml.safe_dump(doc, sort_keys=False, width=120)
+    return out
+
+
+if __name__ == "__main__":
+    for name, content in render().items():
+        (HERE / name).write_text(content)

@@ -1,0 +1,47 @@
+"""Titles of the dashboard panels, shared by the dashboards and the runbooks that cite them.
+
+A runbook tells the on-call engineer which panel confirms an alert; the tests check that
+every panel a runbook names exists on the triage dashboard.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Panel(str, Enum):
+    # Inference triage, top row: prefill or decode, and which layer?
+    TTFT_VS_THRESHOLD = "TTFT p95 vs threshold"
+    ITL_VS_FLOOR = "ITL p95 vs decode floor"
+    QUEUE_DEPTH = "Queue depth"
+    QUEUED_WHILE_IDLE = "Queued while idle"
+    GPU_BUSY = "GPU busy"
+    KV_CACHE = "KV cache usage"
+    FIRING_ALERTS = "Firing alerts"
+    # Latency by phase
+    TTFT = "Time to first token"
+    ITL = "Inter-token latency"
+    E2E = "End-to-end latency"
+    TTFT_SPLIT = "TTFT split: queue vs prefill"
+    # Scheduler
+    RUNNING_WAITING = "Running and waiting requests"
+    STEP_TOKENS = "Tokens per engine step"
+    PREEMPTIONS = "Preemptions"
+    KV_CACHE_BY_ENGINE = "KV cache usage by engine"
+    QUEUED_WHILE_IDLE_TIME = "Queued-while-idle time"
+    # GPU
+    GPU_BUSY_BY_GPU = "GPU busy by GPU"
+    GPU_ACTIVITY = "SM / tensor / DRAM activity"
+    GPU_MEMORY = "GPU memory"
+    GPU_CLOCKS = "SM clock and throttling"
+    GPU_POWER = "GPU power and temperature"
+    MEMORY_BANDWIDTH = "Memory bandwidth used (vLLM estimate)"
+    # System
+    FRONTEND_CPU = "Frontend CPU"
+    REQUEST_LENGTHS = "Request lengths"
+    TOKEN_THROUGHPUT = "Token throughput"
+    FINISHED_BY_REASON = "Finished requests by reason"
+    PREFIX_CACHE = "Prefix cache hit ratio"
+    # Baseline
+    TTFT_VS_BASELINE = "TTFT p95: live vs baseline"
+    ITL_VS_BASELINE = "ITL p95: live vs baseline"

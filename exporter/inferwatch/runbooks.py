@@ -1,0 +1,420 @@
+"""Runbook text for every alert: the method's reading of it, how to confirm, what to change.
+
+``inferwatch generate`` renders each entry, together with the alert's expression and
+thresholds from the heuristics spec, into ``alerts/runbooks/<Alert>.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferwatch.panels import Panel
+
+
+@dataclass(frozen=True)
+class Runbook:
+    meaning: str
+    confirm: tuple[tuple[Panel, str], ...]
+    causes: tuple[str, ...]  # most likely first
+    actions: tuple[str, ...]
+    escalate: str
+
+
+RUNBOOKS: dict[str, Runbook] = {
+    "InferenceBackendDown": Runbook(
+        meaning=(
+            "The sidecar cannot read the inference server's `/metrics` (connection refused, "
+            "timeout, HTTP error, or a page that is not Prometheus text), or Prometheus cannot "
+            "scrape the sidecar at all. Nothing else about this pod can be diagnosed until it "
+            "is back, so its latency alerts are inhibited."
+        ),
+        confirm=(
+            (Panel.FIRING_ALERTS, "the pod listed under InferenceBackendDown"),
+            (Panel.RUNNING_WAITING, "the pod's series stop"),
+        ),
+        causes=(
+            "The server process died or is restarting (OOM kill, CUDA error, crash on a bad "
+            "request): check `kubectl describe pod` / the container's exit code and logs.",
+            "The server is still starting (model download, weight loading, CUDA graph capture "
+            "can take minutes): the alert clears when it is ready.",
+            "Metrics are disabled or elsewhere: vLLM with `--disable-log-stats` has no `vllm:` "
+            "metrics; SGLang needs `--enable-metrics`; llama.cpp needs `--metrics`; Triton "
+            "serves them on port 8002.",
+            "The sidecar points at the wrong URL or port (`--backend-url`), or the server's "
+            "`/metrics` is behind authentication the sidecar does not send.",
+            "The sidecar itself is down (`up == 0` for its job).",
+        ),
+        actions=(
+            "Read the sidecar's log: it names the cause once, e.g. `backend scrape failing: "
+            "cannot connect to http://127.0.0.1:8000/metrics: [Errno 111] Connection refused`.",
+            "`curl -s http://<pod>:<port>/metrics | head` from inside the pod to see what the "
+            "server answers.",
+            "If the server crash-loops, roll back the last change (model, flags, image).",
+        ),
+        escalate=(
+            "Page the serving owner at once if every replica of a model is down (users get "
+            "errors), or if a replica does not come back within 10 minutes of a restart."
+        ),
+    ),
+    "InferenceQueuedWhileIdle": Runbook(
+        meaning=(
+            "Requests are waiting to be scheduled while the accelerator has nothing to do: "
+            "continuous batching is not admitting queued work. In the method's terms this is "
+            "a **scheduling or system** problem, not a capacity one: adding replicas will not "
+            "help, the work already here is not reaching the GPU. With NVML, idle means every "
+            "GPU was busy less than `--idle-threshold` of the poll interval; without it, the "
+            "engine made no scheduler step."
+        ),
+        confirm=(
+            (Panel.QUEUED_WHILE_IDLE, "non-zero seconds in the selected range"),
+            (Panel.RUNNING_WAITING, "waiting > 0 while running is flat or low"),
+            (Panel.GPU_BUSY, "low while the queue is non-empty"),
+            (Panel.FRONTEND_CPU, "a saturated API process points at the CPU side"),
+        ),
+        causes=(
+            "The engine loop is blocked: a stuck or very slow step (NCCL/collective hang in "
+            "tensor parallel, a CPU-side stall, a process paused by the OS or a debugger).",
+            "The CPU cannot keep up: tokenization, detokenization or scheduling in Python at "
+            "high concurrency, a slow (non-Rust) tokenizer, too few CPU cores for the pod.",
+            "Admission limits with free capacity: requests deferred for a LoRA adapter "
+            "budget, KV transfer (disaggregated prefill) or structured-output grammar "
+            "compilation.",
+            "Too small a KV cache for the prompt lengths, so a waiting request cannot be "
+            "admitted even though the running batch is small.",
+        ),
+        actions=(
+            "Check the engine's log for stalls and `py-spy dump --pid <engine pid>` to see "
+            "where the loop is.",
+            "vLLM: raise `--api-server-count` (several frontend processes), make sure the "
+            "tokenizer is a fast (Rust) one, give the pod more CPU cores; SGLang: "
+            "`--tokenizer-worker-num`; TGI: `--tokenization-workers`.",
+            "If prompts cannot be admitted for lack of KV space, raise "
+            "`--gpu-memory-utilization` (TGI: `--cuda-memory-fraction`) or lower "
+            "`--max-model-len` (TGI: `--max-total-tokens`).",
+        ),
+        escalate=(
+            "If it lasts longer than a few minutes with the GPU idle, restart the pod (the "
+            "engine may be hung) and escalate to the serving framework owners with the stack "
+            "dump."
+        ),
+    ),
+    "InferenceQueueingDelay": Runbook(
+        meaning=(
+            "Time to first token is high and most of it is time spent waiting to be "
+            "scheduled, across the replicas of the model. In the method's terms the phase "
+            "is prefill but the layer is **scheduling / capacity**: the GPUs are busy with "
+            "other requests, the prompts are not slow to compute."
+        ),
+        confirm=(
+            (Panel.TTFT_SPLIT, "the queue part dominates the mean TTFT"),
+            (Panel.RUNNING_WAITING, "waiting grows while running sits at its maximum"),
+            (Panel.GPU_BUSY, "high: the GPUs are working, not idling"),
+            (Panel.KV_CACHE, "often near full at the same time"),
+        ),
+        causes=(
+            "More traffic than the replicas can serve (request or token rate above the "
+            "baseline's saturation point).",
+            "A batch-size limit below what the GPU could run: `--max-num-seqs` (vLLM), "
+            "`--max-running-requests` (SGLang), `--max-batch-total-tokens` (TGI).",
+            "The KV cache is full, so new requests cannot be admitted (see "
+            "InferenceKVCachePressure).",
+            "A few very long requests hold the batch (long outputs, `n > 1`, beam search).",
+        ),
+        actions=(
+            "Scale out: add replicas (or let the autoscaler act on `inferwatch_requests_waiting`).",
+            "If the GPU has headroom (GPU busy below ~80 %, KV cache not full), raise "
+            "`--max-num-seqs` / `--max-num-batched-tokens` (vLLM), `--max-batch-prefill-tokens` "
+            "/ `--max-batch-total-tokens` (TGI).",
+            "Free KV memory per request: `--kv-cache-dtype fp8`, a quantized model, a lower "
+            "`--max-model-len`.",
+            "Rate-limit or shed load at the gateway while capacity is added.",
+        ),
+        escalate=(
+            "Escalate to capacity planning if scaling out is blocked (no GPUs, quota), or if "
+            "TTFT stays high after capacity was added (then the cause is not capacity)."
+        ),
+    ),
+    "InferencePrefillBottleneck": Runbook(
+        meaning=(
+            "Time to first token is high although requests are scheduled at once and "
+            "per-token decode latency is normal: the **prefill computation** itself is slow. "
+            "Prefill is compute-bound and grows about quadratically with prompt length (a "
+            "4,096-token prompt costs ~64x a 512-token one)."
+        ),
+        confirm=(
+            (Panel.TTFT_SPLIT, "the prefill part dominates, the queue part is small"),
+            (Panel.REQUEST_LENGTHS, "prompt lengths went up"),
+            (Panel.PREFIX_CACHE, "a low or dropping hit ratio"),
+            (Panel.ITL, "normal"),
+        ),
+        causes=(
+            "Longer prompts: a new system prompt, RAG context or conversation history.",
+            "Prompt caching not used: prefix caching disabled, or prompts that do not share a "
+            "prefix (a timestamp or user id at the start of the system prompt defeats it).",
+            "Prefill chunks too small (`--max-num-batched-tokens` low with chunked prefill), "
+            "so one prompt takes many scheduler steps.",
+            "Slower hardware for this replica (another GPU type, throttling, MIG slice).",
+        ),
+        actions=(
+            "Shorten prompts; move variable parts to the end so the prefix can be cached.",
+            "vLLM: `--enable-prefix-caching` (default on in V1); SGLang: radix cache on "
+            "(default); TGI v3: prefix caching on by default (`PREFIX_CACHING=1`).",
+            "Raise the prefill chunk: `--max-num-batched-tokens` (vLLM), "
+            "`--chunked-prefill-size` (SGLang), `--max-batch-prefill-tokens` (TGI).",
+            "For very long prompts at scale, disaggregate prefill from decode.",
+        ),
+        escalate=(
+            "Escalate to the application owners if prompt length grew (a product change), or "
+            "to the platform team if one replica's hardware is slower."
+        ),
+    ),
+    "InferenceDecodeBottleneck": Runbook(
+        meaning=(
+            "Per-token latency is high while time to first token is normal, and decode runs "
+            "well above the hardware floor (model bytes / memory bandwidth). Decode is "
+            "**memory-bandwidth bound**: every step reads all weights and the KV cache; "
+            "being far above the floor means time is lost elsewhere."
+        ),
+        confirm=(
+            (Panel.ITL_VS_FLOOR, "ITL p95 far above the floor line"),
+            (Panel.STEP_TOKENS, "how large the decode batch is"),
+            (Panel.KV_CACHE, "a large batch with long contexts makes KV reads dominate"),
+            (Panel.GPU_ACTIVITY, "DRAM activity low while SM activity is high points at kernels"),
+        ),
+        causes=(
+            "A batch so large (many long sequences) that KV-cache reads dominate each step.",
+            "Unoptimized kernels: eager mode (CUDA graphs off, `--enforce-eager`), an attention "
+            "backend not suited to the GPU, a new model architecture without fused kernels.",
+            "Interference from prefill in the same steps (see InferencePrefillStallsDecode).",
+            "Throttled GPU clocks or a PCIe/NVLink bottleneck in tensor parallel.",
+        ),
+        actions=(
+            "Lower `--max-num-seqs` (vLLM) / `--max-running-requests` (SGLang) / "
+            "`--max-batch-total-tokens` (TGI) if latency matters more than throughput.",
+            "Remove `--enforce-eager`; try another attention backend; upgrade the serving "
+            "framework for the model's kernels.",
+            "`--kv-cache-dtype fp8` halves KV reads.",
+            "Check InferenceGPUThrottling and the interconnect.",
+        ),
+        escalate=(
+            "Escalate to the serving framework owners with the ITL, the floor and the batch "
+            "size if kernel inefficiency is suspected."
+        ),
+    ),
+    "InferenceDecodeAtHardwareFloor": Runbook(
+        meaning=(
+            "Mean per-token latency is within a small factor of the floor: each decode step "
+            "cannot be faster than reading the model's weights once from GPU memory. This is "
+            "informational: decode is **hardware-bound**, and tuning the scheduler will not "
+            "lower per-token latency."
+        ),
+        confirm=(
+            (Panel.ITL_VS_FLOOR, "ITL p95 close to the floor line"),
+            (Panel.MEMORY_BANDWIDTH, "with --enable-mfu-metrics, read bandwidth near the peak"),
+        ),
+        causes=("The model is large for the GPU's memory bandwidth (expected).",),
+        actions=(
+            "Quantize the weights (FP8, INT8/INT4 AWQ/GPTQ): fewer bytes per step.",
+            "Shard across more GPUs (tensor parallel) to add bandwidth.",
+            "Speculative decoding emits several tokens per weight read.",
+            "Use a smaller model if quality allows.",
+        ),
+        escalate="Nothing to escalate: take it into capacity and model-choice planning.",
+    ),
+    "InferenceKVCachePressure": Runbook(
+        meaning=(
+            "The KV cache is near full for minutes, or the scheduler keeps preempting "
+            "requests (evicting their KV cache to be recomputed later). In the method's "
+            "terms the layer is **memory**: it caps the batch size and wastes compute on "
+            "recomputation."
+        ),
+        confirm=(
+            (Panel.KV_CACHE_BY_ENGINE, "usage pinned near 100 %"),
+            (Panel.PREEMPTIONS, "a steady rate, not a single burst"),
+            (Panel.REQUEST_LENGTHS, "longer prompts or outputs than usual"),
+            (Panel.RUNNING_WAITING, "waiting grows while running stays below --max-num-seqs"),
+        ),
+        causes=(
+            "Longer contexts than the cache was sized for (prompt + output tokens).",
+            "Too many concurrent sequences for the memory left after the weights.",
+            "`--gpu-memory-utilization` set low, or another process holding GPU memory.",
+        ),
+        actions=(
+            "vLLM: raise `--gpu-memory-utilization`, use `--kv-cache-dtype fp8`, lower "
+            "`--max-num-seqs` or `--max-model-len`; TGI: `--cuda-memory-fraction`, "
+            "`--max-batch-total-tokens`, `--max-total-tokens`; SGLang: "
+            "`--mem-fraction-static`, `--max-running-requests`.",
+            "A quantized model leaves more memory for the cache.",
+            "Add replicas or GPUs (tensor parallel splits the cache too).",
+        ),
+        escalate=(
+            "Escalate if preemptions continue after the cache was resized: requests may be "
+            "longer than the deployment supports."
+        ),
+    ),
+    "InferencePrefillStallsDecode": Runbook(
+        meaning=(
+            "The inter-token latency tail (p99) blows up relative to its median while prompt "
+            "tokens are being prefilled: decode requests wait behind prefill work in the same "
+            "scheduler steps. With chunked prefill, chunks that are too large make decode "
+            "steps carry a big prefill; without it, a whole long prompt runs in one step."
+        ),
+        confirm=(
+            (Panel.ITL, "p99 far above p50 while p50 stays flat"),
+            (Panel.STEP_TOKENS, "large steps (prefill chunks) during the spikes"),
+            (Panel.TOKEN_THROUGHPUT, "prompt tokens flowing at the same time"),
+        ),
+        causes=(
+            "Chunked prefill disabled, or a chunk budget (`--max-num-batched-tokens`) far "
+            "larger than needed for decode.",
+            "Bursts of very long prompts next to streaming users.",
+        ),
+        actions=(
+            "vLLM: `--enable-chunked-prefill` with a smaller `--max-num-batched-tokens` "
+            "(e.g. 2048-8192); SGLang: a smaller `--chunked-prefill-size`; TGI: a smaller "
+            "`--max-batch-prefill-tokens` (and `--waiting-served-ratio`).",
+            "Too small a chunk slows prefill (many steps): watch TTFT while lowering it.",
+            "At scale, separate prefill and decode onto different replicas.",
+        ),
+        escalate="Escalate if tuning the chunk size trades one SLO for the other.",
+    ),
+    "InferenceGPUUnderutilized": Runbook(
+        meaning=(
+            "Requests are running but the GPUs are mostly idle. In the method's terms the "
+            "accelerator is **starved**: batches are too small, or the CPU side cannot "
+            "prepare work fast enough."
+        ),
+        confirm=(
+            (Panel.GPU_BUSY_BY_GPU, "busy well below 100 %"),
+            (Panel.RUNNING_WAITING, "few running requests"),
+            (Panel.STEP_TOKENS, "small steps"),
+            (Panel.FRONTEND_CPU, "a saturated frontend points at the CPU"),
+        ),
+        causes=(
+            "Low concurrency: clients send requests one at a time.",
+            "A CPU bottleneck: tokenization, output processing, a single API-server process.",
+            "Batch limits set too low (`--max-num-seqs`).",
+            "Host-device transfers or sampling on the CPU (structured output, logits processors).",
+        ),
+        actions=(
+            "If traffic is low, consolidate replicas (fewer, fuller GPUs).",
+            "vLLM: `--api-server-count`, more CPU cores for the pod; raise `--max-num-seqs`.",
+            "Send requests concurrently from clients.",
+        ),
+        escalate="Escalate to capacity planning if the fleet is over-provisioned.",
+    ),
+    "InferenceFrontendCPUSaturated": Runbook(
+        meaning=(
+            "The server's API/tokenizer process uses about a whole CPU core while the GPU is "
+            "not busy: the **system** layer is the bottleneck. The frontend is one Python "
+            "process per API server; at one core it cannot go any faster."
+        ),
+        confirm=(
+            (Panel.FRONTEND_CPU, "close to 1 core"),
+            (Panel.GPU_BUSY, "not saturated"),
+            (Panel.REQUEST_LENGTHS, "long prompts/outputs mean more tokenizer work"),
+        ),
+        causes=(
+            "High request rate for one API process (many small requests).",
+            "A slow tokenizer (a Python one instead of the Rust `tokenizers`), or large "
+            "prompts at high concurrency.",
+            "Streaming with one SSE event per token at high concurrency (detokenization and "
+            "serialization per token).",
+        ),
+        actions=(
+            "vLLM: `--api-server-count N` to spread the frontend over several processes.",
+            "Use the fast tokenizer (`tokenizer.json` present, `--tokenizer-mode auto`).",
+            "Give the pod more CPU; check CPU limits and throttling in the container.",
+        ),
+        escalate="Escalate if several API processes are already saturated.",
+    ),
+    "InferenceRequestErrors": Runbook(
+        meaning=(
+            "A significant share of the model's finished requests ended in error or abort, "
+            "across replicas. Aborts include clients disconnecting (timeouts, users "
+            "cancelling), often a symptom of latency problems upstream of this alert."
+        ),
+        confirm=(
+            (Panel.FINISHED_BY_REASON, "which reason grew: error or abort"),
+            (Panel.TTFT, "latency spikes that make clients time out (aborts)"),
+        ),
+        causes=(
+            "Client timeouts because latency is high (check the other alerts first).",
+            "Requests the server rejects: prompts longer than `--max-model-len`, invalid "
+            "parameters, a broken chat template.",
+            "Engine errors (CUDA errors, out-of-memory on an unusual request).",
+        ),
+        actions=(
+            "Read the server log for the error messages.",
+            "Align client timeouts and `max_tokens` with the baseline's latencies.",
+            "Roll back a recent model or template change.",
+        ),
+        escalate="Page the serving owner if errors (not aborts) exceed the threshold.",
+    ),
+    "InferenceLatencyRegression": Runbook(
+        meaning=(
+            "Live TTFT or per-token latency is well above what the benchmark baseline "
+            "measured at a comparable concurrency. The method's premise is a baseline: this "
+            "alert says *which dimension regressed* since it was taken."
+        ),
+        confirm=(
+            (Panel.TTFT_VS_BASELINE, "which of TTFT or ITL departed from the baseline"),
+            (Panel.ITL_VS_BASELINE, "the same for per-token latency"),
+            (Panel.REQUEST_LENGTHS, "compare with the baseline's prompt/output lengths"),
+        ),
+        causes=(
+            "A change since the baseline: server version, flags, model, drivers, hardware.",
+            "A different workload: longer prompts or outputs than the baseline's.",
+            "Contention: another process on the GPU, throttling, a noisy neighbour.",
+        ),
+        actions=(
+            "If TTFT regressed, follow InferencePrefillBottleneck / InferenceQueueingDelay; "
+            "if ITL regressed, InferenceDecodeBottleneck.",
+            "Re-run `inferwatch baseline` with the previous baseline file to see which cells "
+            "regressed.",
+            "Roll back the last change if it coincides.",
+        ),
+        escalate="Escalate to whoever made the change that coincides with the regression.",
+    ),
+    "InferenceGPUThrottling": Runbook(
+        meaning=(
+            "The GPU's clocks are held down for thermal or hardware reasons (not the normal "
+            "power cap under full load). Every kernel runs slower: prefill and decode alike."
+        ),
+        confirm=(
+            (Panel.GPU_CLOCKS, "the SM clock dropping with throttling flagged"),
+            (Panel.GPU_POWER, "temperature near the slowdown point"),
+        ),
+        causes=(
+            "Cooling: a failed fan, blocked airflow, a hot data-centre row.",
+            "Power delivery: a power-brake signal, a failing PSU.",
+            "Hardware slowdown asserted by the board (often with Xid errors in dmesg).",
+        ),
+        actions=(
+            "Check `nvidia-smi -q -d PERFORMANCE,TEMPERATURE` on the node.",
+            "Drain the node and move the workload while hardware is checked.",
+        ),
+        escalate="Escalate to the data-centre / hardware team with the node and GPU UUID.",
+    ),
+    "InferenceExporterGPUMissing": Runbook(
+        meaning=(
+            "The sidecar collected GPU metrics earlier and now cannot: a GPU vanished or "
+            "NVML stopped answering. The GPU-based idle detection falls back to engine "
+            "progress meanwhile."
+        ),
+        confirm=(
+            (Panel.GPU_BUSY_BY_GPU, "a GPU's series stops"),
+            (Panel.GPU_MEMORY, "the same"),
+        ),
+        causes=(
+            "A GPU fell off the bus (Xid 79) or needs a reset.",
+            "The driver was reloaded/upgraded under the running pod.",
+            "The container lost access to the device (device plugin restart).",
+        ),
+        actions=(
+            "`nvidia-smi` and `dmesg | grep -i xid` on the node.",
+            "Restart the pod; if the GPU is gone, drain the node.",
+        ),
+        escalate="Escalate to the hardware team if the GPU does not come back after a reset.",
+    ),
+}

@@ -1,0 +1,153 @@
+"""The Alertmanager example against a real Alertmanager: routing and the method's inhibitions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from demo.stack import Alertmanager, WebhookReceiver
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "alerts" / "alertmanager.example.yml"
+
+
+def test_amtool_accepts_the_example() -> None:
+    out = subprocess.run(["amtool", "check-config", str(EXAMPLE)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path):
+    """The example config with its webhooks pointed at a local receiver and 1 s waits."""
+    receiver = WebhookReceiver().start()
+    config = yaml.safe_load(EXAMPLE.read_text())
+    for r in config["receivers"]:
+        for hook in r["webhook_configs"]:
+            hook["url"] = receiver.url + "/" + r["name"]
+    for route in [config["route"], *config["route"]["routes"]]:
+        for key in ("group_wait", "group_interval"):
+            if key in route:
+                route[key] = "1s"
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(config))
+    am = Alertmanager(tmp_path, path).start()
+    yield am, receiver
+    am.stop()
+    receiver.stop()
+
+
+def post(am: Alertmanager, *alerts: dict[str, str]) -> None:
+    body = json.dumps([{"labels": labels} for labels in alerts]).encode()
+    request = urllib.request.Request(
+        f"{am.url}/api/v2/alerts", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        assert resp.status == 200
+
+
+def received(receiver: WebhookReceiver, expected: set[str], timeout: float = 20.0) -> set[str]:
+    """Alert names delivered once ``expected`` arrived (plus 3 s for anything extra)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        names = {a["labels"]["alertname"] for _, a in receiver.firing()}
+        if expected <= names:
+            time.sleep(3)
+            return {a["labels"]["alertname"] for _, a in receiver.firing()}
+        time.sleep(0.2)
+    return {a["labels"]["alertname"] for _, a in receiver.firing()}
+
+
+def test_queued_while_idle_inhibits_queueing_delay_of_the_same_model(alertmanager) -> None:
+    am, receiver = alertmanager
+    post(
+        am,
+        {
+            "alertname": "InferenceQueuedWhileIdle",
+            "severity": "warning",
+            "model": "m",
+            "instance": "a",
+        },
+        {
+            "alertname": "InferenceQueueingDelay",
+            "severity": "warning",
+            "model": "m",
+            "backend": "vllm",
+        },
+        {
+            "alertname": "InferenceQueueingDelay",
+            "severity": "warning",
+            "model": "other",
+            "backend": "vllm",
+        },
+    )
+    got = received(receiver, {"InferenceQueuedWhileIdle", "InferenceQueueingDelay"})
+    delivered = [(a["labels"]["alertname"], a["labels"]["model"]) for _, a in receiver.firing()]
+    assert got == {"InferenceQueuedWhileIdle", "InferenceQueueingDelay"}
+    assert ("InferenceQueueingDelay", "m") not in delivered  # inhibited
+    assert ("InferenceQueueingDelay", "other") in delivered  # another model: not inhibited
+
+
+def test_backend_down_inhibits_the_latency_alerts_of_its_pod(alertmanager) -> None:
+    am, receiver = alertmanager
+    post(
+        am,
+        {
+            "alertname": "InferenceBackendDown",
+            "severity": "critical",
+            "instance": "a",
+            "backend": "vllm",
+        },
+        {
+            "alertname": "InferencePrefillBottleneck",
+            "severity": "warning",
+            "instance": "a",
+            "model": "m",
+        },
+        {
+            "alertname": "InferencePrefillBottleneck",
+            "severity": "warning",
+            "instance": "b",
+            "model": "m",
+        },
+    )
+    received(receiver, {"InferenceBackendDown", "InferencePrefillBottleneck"})
+    delivered = {(a["labels"]["alertname"], a["labels"]["instance"]) for _, a in receiver.firing()}
+    assert delivered == {("InferenceBackendDown", "a"), ("InferencePrefillBottleneck", "b")}
+
+
+def test_routing_by_severity(alertmanager) -> None:
+    am, receiver = alertmanager
+    post(
+        am,
+        {"alertname": "InferenceRequestErrors", "severity": "critical", "model": "m"},
+        {
+            "alertname": "InferenceDecodeAtHardwareFloor",
+            "severity": "info",
+            "instance": "a",
+            "model": "m",
+        },
+        {
+            "alertname": "InferenceKVCachePressure",
+            "severity": "warning",
+            "instance": "a",
+            "model": "m",
+        },
+    )
+    received(
+        receiver,
+        {"InferenceRequestErrors", "InferenceDecodeAtHardwareFloor", "InferenceKVCachePressure"},
+    )
+    routes = {
+        body["receiver"]: {a["labels"]["alertname"] for a in body["alerts"]}
+        for _, body in receiver.notifications
+    }
+    assert routes == {
+        "critical": {"InferenceRequestErrors"},
+        "info": {"InferenceDecodeAtHardwareFloor"},
+        "warning": {"InferenceKVCachePressure"},
+    }
