@@ -81,7 +81,8 @@ class Poller:
         self._clock = clock
         self._qwi = QueuedWhileIdle(settings.idle_threshold)
         self._version = ""
-        self._version_known = False
+        self._model_hint = ""  # the model a server without model labels names elsewhere
+        self._info_known = False
         self._bandwidth: float | None = None
         self._backend_log = CauseLog("backend scrape")
         self._gpu_log = CauseLog("GPU collection")
@@ -159,23 +160,29 @@ class Poller:
             if backend is None:
                 backend = self.backend = detect(text)
                 log.info("backend recognised as %s", backend.name)
-            sample = backend.normalize(text)
-            if not self._version_known:
-                await self._fetch_version(backend)
+            if not self._info_known:
+                backend.normalize(text)  # a page that is not this server's asks nothing more
+                await self._fetch_info(backend)
+            sample = backend.normalize(text, self._model_hint)
             sample = dataclasses.replace(sample, version=self._version)
         except (UpstreamError, ExpositionError, UnknownBackend) as exc:
             self._backend_log.failed(str(exc))
-            self._version_known = False  # the server may come back as another release
+            self._info_known = False  # the server may come back as another release or model
             return None, CollectorStatus(False, time.perf_counter() - started, str(exc))
         self._backend_log.ok()
         return sample, CollectorStatus(True, time.perf_counter() - started)
 
-    async def _fetch_version(self, backend: Backend) -> None:
+    async def _fetch_info(self, backend: Backend) -> None:
+        """Version and (for servers without model labels) model, once per connection."""
         if backend.version_path:
             self._version = await self.upstream.get_json_field(
                 backend.version_path, backend.version_field
             )
-        self._version_known = True
+        if backend.model_path:
+            self._model_hint = await self.upstream.get_json_field(
+                backend.model_path, backend.model_field
+            )
+        self._info_known = True
 
     async def _sample_gpus(self) -> tuple[tuple[GpuSample, ...], CollectorStatus]:
         assert self.gpu is not None

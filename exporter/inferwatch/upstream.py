@@ -99,13 +99,22 @@ class Upstream:
         return body.decode("utf-8", errors="replace")
 
     async def get_json_field(self, path: str, field: str) -> str:
-        """One string field of a small JSON document (e.g. ``/version``), or ''."""
+        """One string field of a small JSON document (e.g. ``/version``), or ''.
+
+        ``field`` may be a dotted path through objects and lists: ``data.0.id``.
+        """
         try:
-            doc = json.loads(await self._get(self.origin() + path, exposition=False))
+            value = json.loads(await self._get(self.origin() + path, exposition=False))
         except (UpstreamError, ValueError):
             return ""
-        value = doc.get(field) if isinstance(doc, dict) else None
-        return str(value)[:100] if value is not None else ""
+        for step in field.split("."):
+            if isinstance(value, dict):
+                value = value.get(step)
+            elif isinstance(value, list) and step.isdigit() and int(step) < len(value):
+                value = value[int(step)]
+            else:
+                return ""
+        return str(value)[:100] if value is not None and value != "" else ""
 
 
 async def _read_capped(resp: aiohttp.ClientResponse, limit: int, url: str) -> bytes:

@@ -22,7 +22,9 @@ log = logging.getLogger(__name__)
 
 # The contract keys the poll loop needs on every poll (queued-while-idle and the page's
 # model); everything else is mapped when a scrape asks for it.
-SIGNAL_KEYS = frozenset({"requests_waiting", "requests_running", "engine_steps"})
+SIGNAL_KEYS = frozenset(
+    {"requests_waiting", "requests_running", "engine_steps", "scheduler_idle_seconds"}
+)
 
 # Contract labels in the order they are exposed; a backend maps its own label names onto them.
 LABEL_ORDER = ("model", "engine", "reason")
@@ -75,7 +77,9 @@ class Backend:
     ``labels`` maps the server's label names onto contract labels (``model_name`` ->
     ``model``); every other label is dropped, and series that then coincide are merged
     (gauges: max, counters and histograms: sum). ``signature`` holds metric-name prefixes
-    that identify the server for ``--backend auto``.
+    that identify the server for ``--backend auto``. A server whose series carry no model
+    label names its model in a JSON document instead: ``model_path`` and ``model_field``
+    (a dotted path such as ``data.0.id``), read once per connection like the version.
     """
 
     name: str
@@ -85,6 +89,8 @@ class Backend:
     metrics_path: str = "/metrics"
     version_path: str | None = None
     version_field: str = "version"
+    model_path: str | None = None
+    model_field: str = "model"
     # Rewrites the raw body before parsing (a server that escapes its own output).
     preprocess: Callable[[str], str] | None = None
     wanted: frozenset[str] = field(init=False)
@@ -169,7 +175,9 @@ class Backend:
                 continue
             for source in f.sources:
                 if source.name in samples:
-                    values[f.key] = _scalars(samples[source.name], source, self._relabel, f.kind)
+                    series = _scalars(samples[source.name], source, self._relabel, f.kind)
+                    if series:  # a family whose `where` keeps nothing leaves the key absent
+                        values[f.key] = series
                     break
         return values
 
