@@ -3,6 +3,7 @@ prometheus_client's full text parser (an independent reading of the same page)."
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,8 +12,65 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from demo.stack import VllmServer
+from inferwatch.backends import Backend
+from inferwatch.backends.base import LABEL_ORDER
+from inferwatch.metrics import Kind
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+# No real TGI /metrics capture is public (every sample found was a hand-written mock with
+# names TGI never used, such as tgi_request_duration_seconds), so this page is built from
+# TGI's metric names (router/src, docs/source/reference/metrics.md) in the shape its renderer,
+# Rust metrics-exporter-prometheus 0.15, writes: counters without _total and with integer
+# values, le last, _sum/_count after the buckets, duration buckets 0.0001 * 1.5^k. It is a
+# test input, not a capture, so it is not in tests/fixtures.
+TGI_PAGE = """\
+# TYPE tgi_queue_size gauge
+tgi_queue_size 3
+# TYPE tgi_batch_current_size gauge
+tgi_batch_current_size 4
+# TYPE tgi_batch_current_max_tokens gauge
+tgi_batch_current_max_tokens 2048
+# TYPE tgi_request_count counter
+tgi_request_count 17
+# TYPE tgi_request_success counter
+tgi_request_success 12
+# TYPE tgi_batch_inference_count counter
+tgi_batch_inference_count{method="prefill"} 9
+tgi_batch_inference_count{method="decode"} 1377
+# TYPE tgi_request_queue_duration histogram
+tgi_request_queue_duration_bucket{le="0.00015000000000000001"} 0
+tgi_request_queue_duration_bucket{le="0.00022500000000000002"} 5
+tgi_request_queue_duration_bucket{le="0.0003375"} 9
+tgi_request_queue_duration_bucket{le="+Inf"} 12
+tgi_request_queue_duration_sum 1.25
+tgi_request_queue_duration_count 12
+# TYPE tgi_request_duration histogram
+tgi_request_duration_bucket{le="0.00015000000000000001"} 0
+tgi_request_duration_bucket{le="+Inf"} 12
+tgi_request_duration_sum 30.5
+tgi_request_duration_count 12
+# TYPE tgi_request_mean_time_per_token_duration histogram
+tgi_request_mean_time_per_token_duration_bucket{le="0.0003375"} 0
+tgi_request_mean_time_per_token_duration_bucket{le="+Inf"} 12
+tgi_request_mean_time_per_token_duration_sum 0.42
+tgi_request_mean_time_per_token_duration_count 12
+# TYPE tgi_batch_inference_duration histogram
+tgi_batch_inference_duration_bucket{method="prefill",le="+Inf"} 9
+tgi_batch_inference_duration_sum{method="prefill"} 0.9
+tgi_batch_inference_duration_count{method="prefill"} 9
+# TYPE tgi_request_input_length histogram
+tgi_request_input_length_bucket{le="40.96"} 2
+tgi_request_input_length_bucket{le="+Inf"} 17
+tgi_request_input_length_sum 4096
+tgi_request_input_length_count 17
+# TYPE tgi_request_generated_tokens histogram
+tgi_request_generated_tokens_bucket{le="81.92"} 12
+tgi_request_generated_tokens_bucket{le="+Inf"} 12
+tgi_request_generated_tokens_sum 384
+tgi_request_generated_tokens_count 12
+"""
 
 
 def fixture_text(name: str) -> str:
@@ -51,6 +109,98 @@ def page_value(page: str, metric: str, **labels: str) -> float:
 
 def same_number(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def oracle_mapping(backend: Backend, text: str, model_hint: str = "") -> tuple[dict, dict]:
+    """What ``backend.normalize`` should give, from prometheus_client's parse of the page
+    and the backend's feed table: (values, histograms); a histogram is a dict of
+    ``buckets`` ({bound in the contract's unit: count}), ``sum`` and ``count``."""
+    if text.lstrip().startswith('"'):  # a body sent JSON-escaped (llama.cpp, late 2025)
+        text = json.loads(text)
+    samples = oracle_samples(text)
+    model_keys = [k for k, v in backend.labels.items() if v == "model"]
+    model = next(
+        (
+            labels[k]
+            for series in samples.values()
+            for labels, _ in series
+            for k in model_keys
+            if k in labels
+        ),
+        model_hint or "unknown",
+    )
+
+    def contract_labels(labels: dict[str, str]) -> tuple:
+        renamed = {backend.labels[k]: v for k, v in labels.items() if k in backend.labels}
+        key = tuple((k, renamed[k]) for k in LABEL_ORDER if k in renamed)
+        return key if key and key[0][0] == "model" else (("model", model), *key)
+
+    def kept(labels: dict[str, str], where) -> bool:
+        return all(labels.get(k) == v for k, v in where.items())
+
+    values: dict = {}
+    histograms: dict = {}
+    for feed in backend.feeds:
+        for source in feed.sources:
+            if feed.kind is Kind.HISTOGRAM:
+                buckets = samples.get(f"{source.name}_bucket")
+                if not buckets:
+                    continue
+                series: dict = {}
+                for labels, value in buckets:
+                    if not kept(labels, source.where):
+                        continue
+                    key = contract_labels(labels)
+                    hist = series.setdefault(key, {"buckets": {}, "sum": 0.0, "count": 0.0})
+                    bound = float(labels["le"]) * source.scale
+                    hist["buckets"][bound] = hist["buckets"].get(bound, 0.0) + value
+                for suffix in ("sum", "count"):
+                    seen = set()
+                    for labels, value in samples.get(f"{source.name}_{suffix}", []):
+                        key = contract_labels(labels)
+                        if key in series and kept(labels, source.where):
+                            scale = source.scale if suffix == "sum" else 1.0
+                            series[key][suffix] += value * scale
+                            seen.add(key)
+                    for key in series.keys() - seen:
+                        series[key][suffix] = math.nan
+                if series:
+                    histograms[feed.key] = series
+                break
+            if source.name in samples:
+                # Series that coincide once extra labels (pid, tp_rank...) are dropped:
+                # gauges take the max (stale per-process copies read 0), counters add up.
+                merge = max if feed.kind is Kind.GAUGE else (lambda a, b: a + b)
+                series = {}
+                for labels, value in samples[source.name]:
+                    if kept(labels, source.where):
+                        key = contract_labels(labels)
+                        value *= source.scale
+                        series[key] = merge(series[key], value) if key in series else value
+                if series:
+                    values[feed.key] = series
+                break
+    return values, histograms
+
+
+def assert_matches_oracle(backend: Backend, text: str, model_hint: str = "") -> None:
+    """``backend.normalize`` agrees with :func:`oracle_mapping` on every series."""
+    want_values, want_histograms = oracle_mapping(backend, text, model_hint)
+    sample = backend.normalize(text, model_hint)
+    assert {k: dict(v) for k, v in sample.values.items()} == want_values
+    assert set(sample.histograms) == set(want_histograms)
+    for key, series in want_histograms.items():
+        got = sample.histograms[key]
+        assert set(got) == set(series), key
+        for labels, want in series.items():
+            hist = got[labels]
+            wanted = sorted(want["buckets"].items())
+            assert [count for _, count in hist.buckets] == [count for _, count in wanted], key
+            # Bounds converted to seconds are rounded to 12 significant digits on output.
+            for (le, _), (bound, _) in zip(hist.buckets, wanted, strict=True):
+                assert math.isclose(float(le), bound, rel_tol=1e-12), (key, le, bound)
+            assert same_number(hist.sum, want["sum"]) or math.isclose(hist.sum, want["sum"])
+            assert same_number(hist.count, want["count"]), key
 
 
 @pytest.fixture(scope="session")

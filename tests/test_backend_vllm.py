@@ -7,11 +7,10 @@ import math
 import pytest
 
 from inferwatch.backends import VLLM, detect
-from inferwatch.backends.base import LABEL_ORDER
-from inferwatch.metrics import BACKEND, Kind
+from inferwatch.metrics import BACKEND
 from inferwatch.textparse import ExpositionError
 
-from conftest import FIXTURES, fixture_text, oracle_samples, same_number
+from conftest import FIXTURES, assert_matches_oracle, fixture_text
 
 VLLM_FIXTURES = sorted(p.name for p in FIXTURES.glob("vllm*.prom"))
 
@@ -140,74 +139,9 @@ def test_docs_snippet_without_inf_bucket_is_reexported_as_written() -> None:
     assert "engine_steps" not in sample.values
 
 
-def _oracle(text: str) -> tuple[dict, dict]:
-    """Expected normalization from prometheus_client's parser and the feed table."""
-    samples = oracle_samples(text)
-
-    def relabel(labels: dict[str, str]) -> tuple:
-        renamed = {VLLM.labels[k]: v for k, v in labels.items() if k in VLLM.labels}
-        return tuple((k, renamed[k]) for k in LABEL_ORDER if k in renamed)
-
-    model = next(
-        (
-            labels["model_name"]
-            for series in samples.values()
-            for labels, _ in series
-            if "model_name" in labels
-        ),
-        "unknown",
-    )
-
-    def with_model(labels: tuple) -> tuple:
-        return labels if labels and labels[0][0] == "model" else (("model", model), *labels)
-
-    values: dict = {}
-    histograms: dict = {}
-    for feed in VLLM.feeds:
-        for source in feed.sources:
-            if feed.kind is Kind.HISTOGRAM:
-                buckets = samples.get(f"{source.name}_bucket")
-                if not buckets:
-                    continue
-                series: dict = {}
-                for labels, value in buckets:
-                    key = with_model(relabel({k: v for k, v in labels.items() if k != "le"}))
-                    series.setdefault(key, {"buckets": [], "sum": math.nan, "count": math.nan})
-                    series[key]["buckets"].append((float(labels["le"]), value))
-                for suffix in ("sum", "count"):
-                    for labels, value in samples.get(f"{source.name}_{suffix}", []):
-                        series[with_model(relabel(labels))][suffix] = value
-                histograms[feed.key] = series
-                break
-            if source.name in samples:
-                # Series that coincide once extra labels (pid) are dropped: gauges take the
-                # max (stale per-process copies read 0), counters add up.
-                merge = max if feed.kind is Kind.GAUGE else (lambda a, b: a + b)
-                series = {}
-                for lab, v in samples[source.name]:
-                    key = with_model(relabel(lab))
-                    series[key] = merge(series[key], v) if key in series else v
-                values[feed.key] = series
-                break
-    return values, histograms
-
-
 @pytest.mark.parametrize("fixture", VLLM_FIXTURES)
 def test_every_series_matches_an_independent_parse(fixture: str) -> None:
-    text = fixture_text(fixture)
-    expected_values, expected_histograms = _oracle(text)
-    sample = VLLM.normalize(text)
-    assert {k: dict(v) for k, v in sample.values.items()} == expected_values
-    assert set(sample.histograms) == set(expected_histograms)
-    for key, series in expected_histograms.items():
-        got = sample.histograms[key]
-        assert set(got) == set(series), key
-        for labels, want in series.items():
-            hist = got[labels]
-            assert [(float(le), c) for le, c in hist.buckets] == sorted(want["buckets"]), key
-            assert same_number(hist.sum, want["sum"]) and same_number(hist.count, want["count"]), (
-                key
-            )
+    assert_matches_oracle(VLLM, fixture_text(fixture))
 
 
 def test_every_contract_key_the_feed_table_names_is_a_backend_series() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from inferwatch.backends import VLLM
+from inferwatch.backends import SGLANG, VLLM
 from inferwatch.derive import (
     QueuedWhileIdle,
     aggregate_bandwidth,
@@ -127,3 +127,61 @@ def test_weight_bytes_sum_safetensors(tmp_path: Path) -> None:
     assert weights_bytes_in(tmp_path) == 1234
     with pytest.raises(ValueError, match=r"no \*\.safetensors"):
         weights_bytes_in(tmp_path / "..")
+
+
+SGLANG_KEY = (("backend", "sglang"), ("model", "m"))
+
+
+def sglang_page(waiting: float, passes: float, idle: float | None) -> BackendSample:
+    """An SGLang page: queue gauge, forward-pass counter and (0.5.20+) the idle counter."""
+    labels = 'engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"'
+    text = (
+        f"sglang:num_queue_reqs{{{labels}}} {waiting}\n"
+        f'sglang:cuda_graph_passes_total{{{labels},mode="decode_cuda_graph"}} {passes}\n'
+    )
+    if idle is not None:
+        text += f"sglang:scheduler_idle_seconds_total{{{labels}}} {idle}\n"
+    return SGLANG.normalize(text)
+
+
+def run_sglang(polls: list, gpus=None) -> list[float]:
+    qwi = QueuedWhileIdle()
+    return [qwi.update(t, sample, gpus)[1].get(SGLANG_KEY, 0.0) for t, sample in polls]
+
+
+def test_sglang_stale_queue_gauge_after_a_burst_is_not_queued_while_idle() -> None:
+    # The burst is over: no forward pass, but the queue gauge still reads its last value
+    # (SGLang republishes it only every 30 s when idle). The scheduler's idle counter,
+    # which SGLang adds to about once a second, says the queue was empty meanwhile.
+    idle = [100.0, 100.0, 101.0, 101.0, 102.0, 102.0, 103.0]
+    polls = [(i * 0.5, sglang_page(3, 500, s)) for i, s in enumerate(idle)]
+    assert run_sglang(polls) == [0.0] * 7
+    assert run_sglang(polls, gpus=[gpu(0.0)]) == [0.0] * 7  # with NVML too
+
+
+def test_sglang_engine_that_stops_with_a_queue_and_reports_no_idle_time_is_counted() -> None:
+    # No idle report within 2 s of the stall's start: it counts, from its start (t=0.0).
+    polls = [(i * 0.5, sglang_page(3, 500, 100.0)) for i in range(8)]
+    totals = run_sglang(polls)
+    assert totals == [0.0, 0.0, 0.0, 0.0, 0.0, 2.5, 3.0, 3.5]
+    qwi = QueuedWhileIdle()
+    states = [qwi.update(t, sample, None)[0][SGLANG_KEY] for t, sample in polls]
+    assert states == [False] * 5 + [True] * 3  # the flag lags the stall by the window
+
+
+def test_sglang_stall_right_after_idle_time_is_counted_once_the_idle_report_is_old() -> None:
+    # Idle time reported at t=0.5; the engine then sits with a queue and no forward pass.
+    # The queue is believed from t=3.0 (report > 2 s old), the stall confirmed at t=5.0.
+    idle = [100.0] + [101.0] * 11
+    polls = [(i * 0.5, sglang_page(2, 40, s)) for i, s in enumerate(idle)]
+    assert run_sglang(polls) == [0.0] * 10 + [2.5, 3.0]
+
+
+def test_sglang_busy_engine_with_a_queue_is_not_counted() -> None:
+    polls = [(i * 0.5, sglang_page(20, 40 * i, 100.0)) for i in range(5)]
+    assert run_sglang(polls)[-1] == 0.0
+
+
+def test_sglang_build_without_the_idle_counter_uses_engine_progress_alone() -> None:
+    polls = [(i * 0.5, sglang_page(3, 500, None)) for i in range(3)]
+    assert run_sglang(polls) == [0.0, 0.5, 1.0]

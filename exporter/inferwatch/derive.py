@@ -12,6 +12,16 @@ When both hold, the interval since the previous poll is added to
 ``inferwatch_queued_while_idle_seconds_total``; a stall is therefore counted by the next
 poll. Busy time (the queue draining while the GPU works) is never counted.
 
+A queue gauge can be stale: SGLang refreshes its gauges only every few dozen engine steps
+(and, once idle, every 30 s), so after a burst it may show waiting requests for half a
+minute while nothing waits. Where the backend also counts its own idle time
+(``scheduler_idle_seconds``: time with nothing running *or queued*), an engine whose idle
+counter grew within the last :data:`IDLE_REPORT_WINDOW` seconds had an empty queue in that
+time, and its queue gauge is not believed. Since that report comes up to a second late, a
+stall on such a backend counts only once it has lasted longer than the window without one,
+and is then counted from its start: the gauge and the counter lag the stall by ~2 s, and
+a burst's stale queue gauge never counts.
+
 The *decode floor* is the hardware limit of per-token decode latency: every decode step
 reads all model weights once, so it cannot be faster than weight bytes / aggregate peak
 memory bandwidth.
@@ -19,12 +29,18 @@ memory bandwidth.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
 from inferwatch.model import BackendSample, Derived, GpuSample, Labels
+
+# SGLang adds to its idle counter at most once a second (a scheduler loop that finds
+# nothing to do reports the idle time since its last report); two seconds cover one report
+# however the polls fall.
+IDLE_REPORT_WINDOW = 2.0
 
 
 def _model_labels(sample: BackendSample) -> Labels:
@@ -40,6 +56,8 @@ class QueuedWhileIdle:
     _previous_at: float | None = None
     _seconds: dict[Labels, float] = field(default_factory=dict)
     _state: dict[Labels, bool] = field(default_factory=dict)
+    _idle_reported_at: dict[Labels, float] = field(default_factory=dict)
+    _stall_since: dict[Labels, float] = field(default_factory=dict)
 
     def update(
         self, now: float, sample: BackendSample | None, gpus: Sequence[GpuSample] | None
@@ -52,18 +70,39 @@ class QueuedWhileIdle:
             # Backend down: the queue is unknown, so nothing is counted; keep the totals.
             self._previous, self._previous_at = None, None
             self._state = dict.fromkeys(self._state, False)
+            self._idle_reported_at.clear()
+            self._stall_since.clear()
             return dict(self._state), dict(self._seconds)
         key = _model_labels(sample)
         self._seconds.setdefault(key, 0.0)
-        queued = (sample.total("requests_waiting") or 0.0) > 0
-        active = False
+        if self._previous is not None:
+            self._note_idle_reports(now, sample, self._previous)
+        waiting = sample.signals.get("requests_waiting") or {}
+        queued = [
+            labels
+            for labels, count in waiting.items()
+            if count > 0
+            and now - self._idle_reported_at.get(labels, -math.inf) > IDLE_REPORT_WINDOW
+        ]
+        stalled = False
         if queued and self._previous is not None and self._previous_at is not None:
             idle = self._gpus_idle(gpus) if gpus else None
             if idle is None:
-                idle = self._engine_stalled(sample, self._previous)
-            active = bool(idle)
+                idle = self._engine_stalled(sample, self._previous, queued)
+            stalled = bool(idle)
+        active = False
+        if stalled:
+            assert self._previous_at is not None
+            since = self._stall_since.setdefault(key, self._previous_at)
+            # A backend that reports its idle time gets the time to report it before a stall
+            # counts (then from its start): a report in the meantime would prove the queue
+            # gauge stale and end the stall uncounted.
+            wait = IDLE_REPORT_WINDOW if sample.signals.get("scheduler_idle_seconds") else 0.0
+            active = now - since > wait
             if active:
-                self._seconds[key] += now - self._previous_at
+                self._seconds[key] += now - (self._previous_at if self._state.get(key) else since)
+        else:
+            self._stall_since.pop(key, None)
         self._state[key] = active
         self._previous, self._previous_at = sample, now
         return dict(self._state), dict(self._seconds)
@@ -75,23 +114,31 @@ class QueuedWhileIdle:
             return None
         return max(known) < self.idle_threshold
 
+    def _note_idle_reports(
+        self, now: float, sample: BackendSample, previous: BackendSample
+    ) -> None:
+        """Remember when each engine's own idle counter last grew."""
+        idle = sample.signals.get("scheduler_idle_seconds")
+        before = previous.signals.get("scheduler_idle_seconds")
+        if not idle or not before:
+            return
+        for labels, seconds in idle.items():
+            if labels in before and seconds > before[labels]:
+                self._idle_reported_at[labels] = now
+
     @staticmethod
-    def _engine_stalled(sample: BackendSample, previous: BackendSample) -> bool | None:
+    def _engine_stalled(
+        sample: BackendSample, previous: BackendSample, queued: list[Labels]
+    ) -> bool | None:
         """True when an engine with waiting requests made no step since the last poll."""
         steps = sample.signals.get("engine_steps")
         before = previous.signals.get("engine_steps")
-        waiting = sample.signals.get("requests_waiting")
-        if steps is None or before is None or waiting is None:
+        if steps is None or before is None:
             return None
-        for labels, count in waiting.items():
-            if (
-                count > 0
-                and labels in steps
-                and labels in before
-                and steps[labels] == before[labels]
-            ):
-                return True
-        return False
+        return any(
+            labels in steps and labels in before and steps[labels] == before[labels]
+            for labels in queued
+        )
 
 
 def decode_floor(

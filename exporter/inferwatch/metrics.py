@@ -52,6 +52,11 @@ BACKEND: dict[str, MetricDef] = _defs(
     MetricDef("prefix_cache_queries", C, "Prompt tokens looked up in the prefix cache."),
     MetricDef("prefix_cache_hits", C, "Prompt tokens found in the prefix cache."),
     MetricDef("engine_steps", C, "Scheduler iterations (engine progress)."),
+    MetricDef(
+        "scheduler_idle_seconds",
+        C,
+        "Seconds the backend's scheduler had no running or queued request (its own account).",
+    ),
     MetricDef("frontend_cpu_seconds", C, "CPU time of the server's API/tokenizer process."),
     MetricDef("estimated_read_bytes", C, "Backend's estimate of bytes read from GPU memory."),
     MetricDef("estimated_flops", C, "Backend's estimate of floating-point operations executed."),

@@ -8,29 +8,60 @@ into ``tests/fixtures/``.
 from __future__ import annotations
 
 from inferwatch.backends.base import Backend, Feed, Source, feed
+from inferwatch.backends.llamacpp import LLAMACPP
+from inferwatch.backends.sglang import SGLANG
+from inferwatch.backends.tgi import TGI
+from inferwatch.backends.triton import TRITON
 from inferwatch.backends.vllm import VLLM
+from inferwatch.textparse import ExpositionError
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (VLLM,)}
+BACKENDS: dict[str, Backend] = {b.name: b for b in (VLLM, TGI, SGLANG, LLAMACPP, TRITON)}
 
-__all__ = ["BACKENDS", "Backend", "Feed", "Source", "detect", "feed"]
+__all__ = [
+    "BACKENDS",
+    "LLAMACPP",
+    "SGLANG",
+    "TGI",
+    "TRITON",
+    "VLLM",
+    "Backend",
+    "Feed",
+    "Source",
+    "detect",
+    "feed",
+]
 
 
 class UnknownBackend(ValueError):
-    """``--backend auto`` found no known server's metrics on the page."""
+    """``--backend auto`` cannot tell from the page which server it is."""
 
 
 def detect(text: str) -> Backend:
-    """The backend whose metric names appear on a page (for ``--backend auto``)."""
+    """The backend whose metric names appear on a page (for ``--backend auto``).
+
+    Each backend looks at the page as it would parse it (llama.cpp first decodes a body some
+    builds send JSON-escaped); the one with the most samples of its names wins.
+    """
     counts = {}
     for backend in BACKENDS.values():
-        hits = sum(text.count("\n" + prefix) for prefix in backend.signature)
-        hits += sum(1 for prefix in backend.signature if text.startswith(prefix))
+        try:
+            page = backend.preprocess(text) if backend.preprocess else text
+        except ExpositionError:
+            continue
+        hits = sum(page.count("\n" + prefix) for prefix in backend.signature)
+        hits += sum(1 for prefix in backend.signature if page.startswith(prefix))
         if hits:
             counts[backend.name] = hits
-    if not counts:
-        known = ", ".join(sorted(BACKENDS))
+    ranked = sorted(counts, key=counts.__getitem__, reverse=True)
+    if not ranked:
+        known = ", ".join(BACKENDS)
         raise UnknownBackend(
             f"cannot tell the backend from its /metrics page (none of {known} recognised; "
             "is metrics export enabled on the server?); set --backend explicitly"
         )
-    return BACKENDS[max(counts, key=counts.__getitem__)]
+    if len(ranked) > 1 and counts[ranked[0]] == counts[ranked[1]]:
+        raise UnknownBackend(
+            f"the /metrics page holds as many {ranked[0]} as {ranked[1]} metric lines "
+            f"({counts[ranked[0]]} each); set --backend explicitly"
+        )
+    return BACKENDS[ranked[0]]

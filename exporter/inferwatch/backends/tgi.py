@@ -1,0 +1,71 @@
+"""Hugging Face Text Generation Inference (TGI 1.x -> 3.x router).
+
+Scrape the main HTTP port (``--port``; 80 in the Docker image, 3000 by default): its
+``/metrics`` is the only working one. ``--prometheus-port`` (9000, v3.3+) is bound at start
+but never served. Sample of what it maps, in the shape TGI's renderer (Rust
+``metrics-exporter-prometheus``) writes: no label but ``method`` on batch families, counters
+without ``_total``, integer counter values; the model comes from ``GET /info`` ->
+``model_id`` (``M`` below) and the version from its ``version``::
+
+    tgi_queue_size 3
+    tgi_batch_current_size 4
+    tgi_batch_inference_count{method="decode"} 292
+    tgi_batch_inference_count{method="prefill"} 1
+    tgi_request_input_length_sum 4096
+    tgi_request_queue_duration_bucket{le="0.0003375"} 2
+
+becomes::
+
+    inferwatch_requests_waiting{backend="tgi",model="M"} 3.0
+    inferwatch_requests_running{backend="tgi",model="M"} 4.0
+    inferwatch_engine_steps_total{backend="tgi",model="M"} 293.0
+    inferwatch_prompt_tokens_total{backend="tgi",model="M"} 4096.0
+    inferwatch_request_queue_time_seconds_bucket{backend="tgi",model="M",le="0.0003375"} 2.0
+
+``engine_steps`` sums ``tgi_batch_inference_count`` over ``method`` (one increment per
+prefill or decode forward of the running batch). Token counters are the sums of the
+per-request histograms: prompt tokens are counted when a request is validated, generated
+tokens when it finishes.
+
+Absent, and why:
+
+- ``time_to_first_token_seconds``: TGI has no TTFT histogram. The closest signals are
+  ``tgi_request_queue_duration`` (re-exported as queue time) plus the per-*batch*
+  ``tgi_batch_inference_duration{method="prefill"}``; their sum is an estimate, not a
+  per-request TTFT, so it is not exported under the contract name.
+- ``inter_token_latency_seconds``: ``tgi_request_mean_time_per_token_duration`` is a
+  request's inference time (prefill included) over its tokens, so it overstates the decode
+  latency of short outputs; ``tgi_batch_inference_duration{method="decode"}`` is per batch
+  step and misses decode stalls behind prefills. Neither is a per-token latency.
+- ``request_prefill_time_seconds`` / ``request_decode_time_seconds``: only per-batch
+  durations exist.
+- ``kv_cache_usage_ratio``: ``tgi_batch_current_max_tokens / tgi_batch_max_total_tokens`` is
+  the token budget the batch reserves, not KV blocks in use.
+- ``requests_finished``: ``tgi_request_success`` has no finish reason (stop vs length) and
+  ``tgi_request_failure{err}`` uses other categories.
+- ``preemptions``, ``prefix_cache_*``, ``engine_step_tokens``, ``frontend_cpu_seconds``:
+  not exposed (``tgi_batch_next_size`` counts requests per new batch, not tokens per step).
+"""
+
+from inferwatch.backends.base import Backend, feed
+
+TGI = Backend(
+    name="tgi",
+    signature=("tgi_",),
+    labels={},
+    version_path="/info",
+    version_field="version",
+    model_path="/info",
+    model_field="model_id",
+    feeds=(
+        feed("requests_running", "tgi_batch_current_size"),
+        feed("requests_waiting", "tgi_queue_size"),
+        feed("engine_steps", "tgi_batch_inference_count"),
+        feed("prompt_tokens", "tgi_request_input_length_sum"),
+        feed("generation_tokens", "tgi_request_generated_tokens_sum"),
+        feed("request_duration_seconds", "tgi_request_duration"),
+        feed("request_queue_time_seconds", "tgi_request_queue_duration"),
+        feed("request_prompt_tokens", "tgi_request_input_length"),
+        feed("request_generation_tokens", "tgi_request_generated_tokens"),
+    ),
+)

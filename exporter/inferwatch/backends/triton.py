@@ -1,0 +1,80 @@
+"""NVIDIA Triton Inference Server, with or without the TensorRT-LLM backend.
+
+Triton serves metrics on their own port, **8002** (``--metrics-port``), not on the HTTP
+port 8000: point ``--backend-url`` at ``http://host:8002``. Every per-model series carries
+``model`` and ``version`` labels; ``model`` is kept (an ensemble shows one series per
+step: ``ensemble``, ``preprocessing``, ``tensorrt_llm``, ...), ``version`` is dropped.
+Sample of what it maps (TensorRT-LLM backend, README of tensorrtllm_backend; ``M`` stands
+for ``model="tensorrt_llm",version="1"``)::
+
+    nv_trt_llm_request_metrics{M,request_type="waiting"} 1
+    nv_trt_llm_kv_cache_block_metrics{M,kv_cache_block_type="fraction"} 0.4875
+    nv_trt_llm_general_metrics{M,general_type="iteration_counter"} 0
+
+becomes::
+
+    inferwatch_requests_waiting{backend="triton",model="tensorrt_llm"} 1.0
+    inferwatch_kv_cache_usage_ratio{backend="triton",model="tensorrt_llm"} 0.4875
+    inferwatch_engine_steps_total{backend="triton",model="tensorrt_llm"} 0.0
+
+With TensorRT-LLM, the ``nv_trt_llm_*`` gauges (refreshed from the executor's iteration
+statistics) give the running batch (``request_type="active"``), the executor's queue
+(``"waiting"``; builds without that label leave ``requests_waiting`` absent rather than
+fall back to Triton's own queue, which a decoupled TensorRT-LLM model bypasses), KV usage
+(``kv_cache_block_type="fraction"``) and engine progress (``general_type=
+"iteration_counter"``, the executor's iteration number). Without TensorRT-LLM (any other
+backend), the queue is ``nv_inference_pending_request_count`` and engine progress is
+``nv_inference_exec_count`` (one model execution per scheduled batch).
+
+Latency histograms exist only when Triton runs with ``--metrics-config
+histogram_latencies=true`` (and a release that has them): ``nv_inference_first_response_
+histogram_ms`` (time to first response of a streaming model) becomes
+``time_to_first_token_seconds`` with bounds converted from ms to s. Token counts come from
+the TensorRT-LLM histograms ``nv_llm_input_token_len`` / ``nv_llm_output_token_len`` (their
+sums give the token counters; ensembles built before Nov 2024 lack them).
+
+Absent, and why: request duration and queue time are cumulative microsecond counters
+(``nv_inference_request_duration_us``, ``nv_inference_queue_duration_us``), which give
+means (delta us / delta ``nv_inference_request_success``), not the contract's histograms;
+inter-token latency, prefill and decode time have no family; ``requests_finished`` has no
+finish reason (``nv_inference_request_failure{reason}`` counts failures only);
+``preemptions``, prefix-cache token counters (``kv_cache_block_type="reused"`` counts
+blocks), ``engine_step_tokens`` and ``frontend_cpu_seconds`` are not exposed; Triton's own
+``nv_gpu_*`` gauges are left to the NVML source. There is no version endpoint on the
+metrics port, so ``backend_info`` carries no version.
+"""
+
+from inferwatch.backends.base import Backend, Source, feed
+
+
+def _trt(family: str, category: str, value: str) -> Source:
+    return Source(f"nv_trt_llm_{family}_metrics", {category: value})
+
+
+TRITON = Backend(
+    name="triton",
+    signature=("nv_inference_", "nv_trt_llm_"),
+    labels={"model": "model"},
+    feeds=(
+        feed("requests_running", _trt("request", "request_type", "active")),
+        feed(
+            "requests_waiting",
+            _trt("request", "request_type", "waiting"),
+            "nv_inference_pending_request_count",
+        ),
+        feed("kv_cache_usage_ratio", _trt("kv_cache_block", "kv_cache_block_type", "fraction")),
+        feed("prompt_tokens", "nv_llm_input_token_len_sum"),
+        feed("generation_tokens", "nv_llm_output_token_len_sum"),
+        feed(
+            "engine_steps",
+            _trt("general", "general_type", "iteration_counter"),
+            "nv_inference_exec_count",
+        ),
+        feed(
+            "time_to_first_token_seconds",
+            Source("nv_inference_first_response_histogram_ms", scale=0.001),
+        ),
+        feed("request_prompt_tokens", "nv_llm_input_token_len"),
+        feed("request_generation_tokens", "nv_llm_output_token_len"),
+    ),
+)

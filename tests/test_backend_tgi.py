@@ -1,0 +1,56 @@
+"""TGI pages normalize to exactly the values on the page (see ``conftest.TGI_PAGE``)."""
+
+from __future__ import annotations
+
+from inferwatch.backends import TGI, detect
+
+from conftest import TGI_PAGE as PAGE
+from conftest import assert_matches_oracle
+
+M = (("model", "meta-llama/Llama-3.1-8B-Instruct"),)  # GET /info -> model_id
+
+
+def test_values_read_off_the_page() -> None:
+    sample = TGI.normalize(PAGE, model_hint="meta-llama/Llama-3.1-8B-Instruct")
+    assert sample.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert sample.signals["requests_waiting"] == {M: 3.0}
+    assert sample.signals["requests_running"] == {M: 4.0}
+    assert sample.signals["engine_steps"] == {M: 1386.0}  # prefill 9 + decode 1377
+    assert sample.values["prompt_tokens"] == {M: 4096.0}  # tgi_request_input_length_sum
+    assert sample.values["generation_tokens"] == {M: 384.0}
+    queue = sample.histograms["request_queue_time_seconds"][M]
+    assert queue.buckets[:3] == (
+        ("0.00015000000000000001", 0.0),
+        ("0.00022500000000000002", 5.0),
+        ("0.0003375", 9.0),
+    )
+    assert (queue.sum, queue.count) == (1.25, 12.0)
+    assert sample.histograms["request_duration_seconds"][M].sum == 30.5
+    assert sample.histograms["request_prompt_tokens"][M].buckets[0] == ("40.96", 2.0)
+
+
+def test_what_tgi_does_not_provide_honestly_is_absent() -> None:
+    sample = TGI.normalize(PAGE, model_hint="m")
+    # The mean-time-per-token histogram includes prefill; the prefill batch histogram is
+    # per batch: neither is exported as ITL or TTFT. Reserved batch tokens are not KV use.
+    for key in (
+        "time_to_first_token_seconds",
+        "inter_token_latency_seconds",
+        "request_prefill_time_seconds",
+        "request_decode_time_seconds",
+    ):
+        assert key not in sample.histograms, key
+    for key in ("kv_cache_usage_ratio", "requests_finished", "preemptions"):
+        assert key not in sample.values, key
+
+
+def test_without_info_the_model_is_unknown() -> None:
+    assert TGI.normalize(PAGE).model == "unknown"
+
+
+def test_every_series_matches_an_independent_parse() -> None:
+    assert_matches_oracle(TGI, PAGE, model_hint="m")
+
+
+def test_auto_detection_recognises_tgi() -> None:
+    assert detect(PAGE) is TGI

@@ -1,0 +1,66 @@
+"""``--backend auto`` tells the five servers apart, and says so when it cannot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from inferwatch.backends import BACKENDS, UnknownBackend, detect
+
+from conftest import FIXTURES, TGI_PAGE, fixture_text
+
+CAPTURES = sorted(p.name for p in FIXTURES.glob("*.prom"))
+
+
+@pytest.mark.parametrize("fixture", CAPTURES)
+def test_every_capture_is_recognised_as_the_server_it_came_from(fixture: str) -> None:
+    expected = fixture.split("-", 1)[0]
+    assert expected in BACKENDS, fixture
+    assert detect(fixture_text(fixture)).name == expected
+
+
+def test_tgi_page_is_recognised() -> None:
+    assert detect(TGI_PAGE).name == "tgi"
+
+
+def test_json_escaped_llamacpp_body_is_recognised() -> None:
+    body = json.dumps(fixture_text("llamacpp-2025-late-go-test-real-dump.prom"))
+    assert detect(body).name == "llamacpp"
+
+
+def test_all_five_backends_have_captures_or_pages() -> None:
+    seen = {detect(fixture_text(f)).name for f in CAPTURES} | {detect(TGI_PAGE).name}
+    assert seen == set(BACKENDS) == {"vllm", "tgi", "sglang", "llamacpp", "triton"}
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        "",
+        '# HELP http_requests_total x\nhttp_requests_total{handler="/health"} 4.0\n',
+        "<html><body>502 Bad Gateway</body></html>\n",
+        '{"error": {"code": 501, "message": "This server does not support metrics endpoint."}}',
+        '"not json\n',
+    ],
+)
+def test_unrecognised_page_gets_one_clear_line(page: str) -> None:
+    with pytest.raises(UnknownBackend) as info:
+        detect(page)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("cannot tell the backend from its /metrics page")
+    assert "vllm, tgi, sglang, llamacpp, triton" in message
+    assert message.endswith("set --backend explicitly")
+
+
+def test_page_with_as_many_lines_of_two_servers_is_ambiguous() -> None:
+    page = 'vllm:num_requests_waiting{model_name="m"} 1\nsglang:num_queue_reqs{model_name="m"} 1\n'
+    with pytest.raises(UnknownBackend, match="as many vllm as sglang metric lines"):
+        detect(page)
+
+
+def test_the_server_with_most_lines_wins() -> None:
+    # An SGLang page that also re-exports one vLLM-named line stays SGLang.
+    page = fixture_text("sglang-0.3-docs-production_metrics.prom") + "vllm:num_requests_waiting 0\n"
+    assert detect(page).name == "sglang"
