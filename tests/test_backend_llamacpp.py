@@ -32,6 +32,13 @@ SPOT_CHECKS = [
     ("llamacpp-2026-b10380-rust-test-real-metrics.prom", "prompt_tokens", 25.0),
     ("llamacpp-2026-b10380-rust-test-real-metrics.prom", "generation_tokens", 200.0),
     ("llamacpp-2026-b10380-rust-test-real-metrics.prom", "engine_steps", 202.0),
+    # Captured here from a real llama-server (one slot) in the middle of a burst.
+    ("llamacpp-b11434-cpu-1-slot-1-deferred.prom", "requests_running", 1.0),
+    ("llamacpp-b11434-cpu-1-slot-1-deferred.prom", "requests_waiting", 1.0),
+    ("llamacpp-b11434-cpu-1-slot-1-deferred.prom", "generation_tokens", 6000.0),
+    ("llamacpp-b11434-cpu-1-slot-1-deferred.prom", "engine_steps", 6662.0),
+    ("llamacpp-b11434-cpu-1-slot-1-deferred.prom", "prompt_tokens", 22.0),
+    ("llamacpp-b11434-cpu-1-slot-1-deferred.prom", "prefix_cache_hits", 68.0),
     ("llamacpp-ik_llama-fork-2025-08-pr695-comment.prom", "kv_cache_usage_ratio", 0.491063),
     ("llamacpp-ik_llama-fork-2025-08-pr695-comment.prom", "prompt_tokens", 6886.0),
     ("llamacpp-ik_llama-fork-2025-08-pr695-comment.prom", "requests_waiting", 0.0),
