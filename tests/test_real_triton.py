@@ -1,0 +1,181 @@
+"""inferwatch in front of a real Triton Inference Server on CPU.
+
+``tritonserver`` comes in the PyPI wheel ``nvidia-pytriton`` (installed in its own
+environment: it pins numpy < 2); its Python is looked up at ``$INFERWATCH_TRITON_PYTHON``,
+else ``.venv-triton/bin/python``, and the tests skip without it. The model is
+tests/pytriton_tiny.py: one slow Python model, so requests queue in Triton, and a model
+that can be stalled (SIGSTOP) while Triton keeps serving metrics: queued-while-idle, for
+real, from engine progress alone (no NVML).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from inferwatch.backends import TRITON
+from inferwatch.poller import Poller, PollSettings
+from inferwatch.upstream import Upstream
+
+from conftest import page_value
+
+pytestmark = pytest.mark.triton
+
+HERE = Path(__file__).resolve().parent
+TRITON_PYTHON = Path(
+    os.environ.get("INFERWATCH_TRITON_PYTHON", HERE.parent / ".venv-triton/bin/python")
+)
+SECONDS_PER_EXECUTION = 0.3
+TINY = (("model", "tiny"),)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class TritonServer:
+    """PyTriton's tritonserver with the tiny model, in its own process group, always stopped."""
+
+    def __init__(self, log: Path) -> None:
+        self.http, grpc, metrics = free_port(), free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.http}"
+        self.metrics_url = f"http://127.0.0.1:{metrics}"
+        self.log = log
+        command = [str(TRITON_PYTHON), str(HERE / "pytriton_tiny.py")]
+        command += [str(self.http), str(grpc), str(metrics), str(SECONDS_PER_EXECUTION)]
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Triton exited: {self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/v2/models/tiny/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"Triton not ready in {timeout} s: {self.log.read_text()[-3000:]}")
+
+    def stall_model(self, stalled: bool) -> None:
+        """Stop or resume the process that runs the model (Triton itself keeps running)."""
+        os.kill(self.proc.pid, signal.SIGSTOP if stalled else signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Stop the whole group (PyTriton, tritonserver, the Python-backend stub)."""
+        group = self.proc.pid
+        try:
+            os.killpg(group, signal.SIGCONT)
+            os.killpg(group, signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                self.proc.poll()  # reap the leader
+                os.killpg(group, 0)  # raises once no process of the group is left
+                time.sleep(0.2)
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    if not TRITON_PYTHON.is_file():
+        pytest.skip(f"no nvidia-pytriton Python at {TRITON_PYTHON} (set INFERWATCH_TRITON_PYTHON)")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the tritonserver of nvidia-pytriton runs on Linux only")
+    server = TritonServer(tmp_path_factory.mktemp("triton") / "triton.log")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def poller(triton_server: TritonServer) -> AsyncIterator[Poller]:
+    upstream = Upstream(triton_server.metrics_url, timeout=5.0, max_bytes=1 << 20)
+    made = Poller(upstream, None, None, PollSettings(interval=0.25))  # --backend auto
+    yield made
+    await made.upstream.close()
+
+
+async def infer(session: aiohttp.ClientSession, server: TritonServer) -> int:
+    body = {"inputs": [{"name": "x", "shape": [3], "datatype": "FP32", "data": [1, 2, 3]}]}
+    async with session.post(server.url + "/v2/models/tiny/infer", json=body) as resp:
+        return resp.status
+
+
+async def raw_page(session: aiohttp.ClientSession, server: TritonServer) -> str:
+    async with session.get(server.metrics_url + "/metrics") as resp:
+        return await resp.text()
+
+
+async def test_recognised_on_the_metrics_port_and_queue_and_progress_exact(
+    triton_server, poller
+) -> None:
+    await poller.poll_once()
+    assert poller.backend is TRITON
+    assert poller.snapshot.backend.model == "tiny"
+    async with aiohttp.ClientSession() as session:
+        before = await raw_page(session, triton_server)
+        burst = asyncio.gather(*(infer(session, triton_server) for _ in range(6)))
+        waiting_seen = 0.0
+        while not burst.done():
+            snapshot = await poller.poll_once()
+            waiting_seen = max(waiting_seen, snapshot.backend.total("requests_waiting") or 0)
+            await asyncio.sleep(0.05)
+        assert await burst == [200] * 6
+        after = await raw_page(session, triton_server)
+    await poller.poll_once()
+    assert waiting_seen >= 1  # one execution at a time: the rest wait in Triton's queue
+    executions = page_value(after, "nv_inference_exec_count", model="tiny")
+    assert executions - page_value(before, "nv_inference_exec_count", model="tiny") == 6
+    values = poller.snapshot.backend.values
+    assert values["engine_steps"] == {TINY: executions}
+    assert values["requests_waiting"] == {TINY: 0.0}
+
+
+async def test_stalled_model_with_a_queue_is_queued_while_idle(triton_server, poller) -> None:
+    key = (("backend", "triton"), ("model", "tiny"))
+    async with aiohttp.ClientSession() as session:
+        await poller.poll_once()
+        triton_server.stall_model(True)
+        try:
+            requests = asyncio.gather(*(infer(session, triton_server) for _ in range(4)))
+            states = []
+            for _ in range(8):  # 2 s of polls while the model is stopped
+                await asyncio.sleep(0.25)
+                snapshot = await poller.poll_once()
+                states.append(snapshot.derived.queued_while_idle.get(key, False))
+            stalled_seconds = snapshot.derived.queued_while_idle_seconds_total[key]
+            page = await raw_page(session, triton_server)
+            assert page_value(page, "nv_inference_pending_request_count", model="tiny") >= 1
+        finally:
+            triton_server.stall_model(False)
+        assert await requests == [200] * 4
+    assert states[-1] is True and states.count(True) >= 5
+    assert 1.0 <= stalled_seconds <= 2.5
+    for _ in range(3):  # resumed and drained: nothing more is counted
+        snapshot = await poller.poll_once()
+    assert snapshot.derived.queued_while_idle[key] is False
+    total = snapshot.derived.queued_while_idle_seconds_total[key]
+    await asyncio.sleep(0.3)
+    assert (await poller.poll_once()).derived.queued_while_idle_seconds_total[key] == total
