@@ -1,5 +1,6 @@
-"""Servers whose series carry no model label: the exporter asks their info endpoint once per
-connection (TGI ``/info``, llama.cpp ``/v1/models`` and ``/props``), over loopback HTTP."""
+"""The new backends over loopback HTTP: servers whose series carry no model label (the
+exporter asks their info endpoint once per connection: TGI ``/info``, llama.cpp
+``/v1/models`` and ``/props``), auto detection, and SGLang's content negotiation."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import json
 
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.exposition import choose_encoder
 
-from inferwatch.backends import LLAMACPP, TGI, TRITON
+from inferwatch.backends import LLAMACPP, SGLANG, TGI, TRITON
 from inferwatch.poller import Poller, PollSettings
 from inferwatch.upstream import Upstream
 from inferwatch.web import make_app
@@ -140,3 +143,32 @@ async def test_auto_detects_triton_which_labels_its_models(serve) -> None:
     assert poller.backend is TRITON
     assert poller.snapshot.backend.signals["requests_waiting"] == {(("model", "tiny"),): 4.0}
     assert set(fake.hits) == {"/metrics"}  # no info endpoint to ask
+
+
+async def test_sglang_negotiation_answers_classic_text_to_the_exporter(aiohttp_server) -> None:
+    # SGLang mounts prometheus_client's ASGI app: it picks the format from Accept (Prometheus
+    # itself asks for OpenMetrics first) and gzips when allowed. The exporter must get text.
+    registry = CollectorRegistry()
+    Gauge("sglang:num_queue_reqs", "queue", ["model_name"], registry=registry).labels("m").set(3)
+    seen: list[tuple[str, str]] = []
+
+    async def metrics(request: web.Request) -> web.Response:
+        accept, encoding = request.headers["Accept"], request.headers["Accept-Encoding"]
+        seen.append((accept, encoding))
+        encoder, content_type = choose_encoder(accept)
+        body = encoder(registry)
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    server = await aiohttp_server(app)
+    upstream = Upstream(str(server.make_url("")), timeout=1.0, max_bytes=1 << 20)
+    poller = Poller(upstream, None, None, PollSettings(interval=0.2))
+    try:
+        await poller.poll_once()
+    finally:
+        await upstream.close()
+    assert poller.backend is SGLANG
+    assert poller.snapshot.backend.signals["requests_waiting"] == {(("model", "m"),): 3.0}
+    assert choose_encoder(seen[0][0])[1].startswith("text/plain")
+    assert seen[0][1] == "identity"
