@@ -75,8 +75,9 @@ class QueuedWhileIdle:
             return dict(self._state), dict(self._seconds)
         key = _model_labels(sample)
         self._seconds.setdefault(key, 0.0)
-        if self._previous is not None:
-            self._note_idle_reports(now, sample, self._previous)
+        previous, previous_at = self._previous, self._previous_at
+        if previous is not None:
+            self._note_idle_reports(now, sample, previous)
         waiting = sample.signals.get("requests_waiting") or {}
         queued = [
             labels
@@ -84,24 +85,22 @@ class QueuedWhileIdle:
             if count > 0
             and now - self._idle_reported_at.get(labels, -math.inf) > IDLE_REPORT_WINDOW
         ]
-        stalled = False
-        if queued and self._previous is not None and self._previous_at is not None:
+        stalled = active = False
+        if queued and previous is not None and previous_at is not None:
             idle = self._gpus_idle(gpus) if gpus else None
             if idle is None:
-                idle = self._engine_stalled(sample, self._previous, queued)
+                idle = self._engine_stalled(sample, previous, queued)
             stalled = bool(idle)
-        active = False
-        if stalled:
-            assert self._previous_at is not None
-            since = self._stall_since.setdefault(key, self._previous_at)
-            # A backend that reports its idle time gets the time to report it before a stall
-            # counts (then from its start): a report in the meantime would prove the queue
-            # gauge stale and end the stall uncounted.
-            wait = IDLE_REPORT_WINDOW if sample.signals.get("scheduler_idle_seconds") else 0.0
-            active = now - since > wait
-            if active:
-                self._seconds[key] += now - (self._previous_at if self._state.get(key) else since)
-        else:
+            if stalled:
+                since = self._stall_since.setdefault(key, previous_at)
+                # A backend that reports its idle time gets the time to report it before a
+                # stall counts (then from its start): a report in the meantime proves the
+                # queue gauge stale and ends the stall uncounted.
+                wait = IDLE_REPORT_WINDOW if sample.signals.get("scheduler_idle_seconds") else 0
+                active = now - since > wait
+                if active:
+                    self._seconds[key] += now - (previous_at if self._state.get(key) else since)
+        if not stalled:
             self._stall_since.pop(key, None)
         self._state[key] = active
         self._previous, self._previous_at = sample, now
