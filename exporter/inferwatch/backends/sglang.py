@@ -4,7 +4,7 @@ SGLang serves ``/metrics`` through prometheus_client's content negotiation: with
 ``Accept: text/plain`` it may answer OpenMetrics or gzip, which is why the exporter always
 asks for classic text. Names use the ``sglang:`` prefix; the SMG router's HTTP sidecar
 re-exposes the same families as ``sglang_*`` (colon replaced), so every feed lists both.
-Sample of what it maps (a 2026 build, TP1; ``L`` stands for the scheduler labels
+Sample of what it maps (in the shape of a 2026 build, TP1; ``L`` stands for the labels
 ``engine_type="unified",model_name="Qwen3",moe_ep_rank="0",pp_rank="0",tp_rank="0"``)::
 
     sglang:num_queue_reqs{L} 3.0

@@ -27,9 +27,10 @@ backend), the queue is ``nv_inference_pending_request_count`` and engine progres
 ``nv_inference_exec_count`` (one model execution per scheduled batch).
 
 Latency histograms exist only when Triton runs with ``--metrics-config
-histogram_latencies=true`` (and a release that has them): ``nv_inference_first_response_
-histogram_ms`` (time to first response of a streaming model) becomes
-``time_to_first_token_seconds`` with bounds converted from ms to s. Token counts come from
+histogram_latencies=true`` and is recent enough (the tritonserver 2.51 of nvidia-pytriton
+0.7 has none): the time to first response of a streaming model,
+``nv_inference_first_response_histogram_ms``, becomes ``time_to_first_token_seconds`` with
+its bounds converted from ms to s. Token counts come from
 the TensorRT-LLM histograms ``nv_llm_input_token_len`` / ``nv_llm_output_token_len`` (their
 sums give the token counters; ensembles built before Nov 2024 lack them).
 
@@ -48,6 +49,7 @@ from inferwatch.backends.base import Backend, Source, feed
 
 
 def _trt(family: str, category: str, value: str) -> Source:
+    """One series of a TensorRT-LLM gauge family: ``nv_trt_llm_<family>_metrics{category=value}``."""
     return Source(f"nv_trt_llm_{family}_metrics", {category: value})
 
 
