@@ -7,6 +7,8 @@ import subprocess
 import pytest
 
 from inferwatch.backends import VLLM
+from inferwatch.baseline import parse as parse_baseline
+from inferwatch.baseline import series as baseline_series
 from inferwatch.derive import derived
 from inferwatch.exposition import render
 from inferwatch.gpu import GpuSource
@@ -19,19 +21,42 @@ from fake_nvml import FakeGpu, FakeNvml
 KEY = (("backend", "vllm"), ("model", "tiny"))
 
 
+BASELINE = parse_baseline(
+    {
+        "inferwatch_baseline": 1,
+        "cells": [
+            {
+                "concurrency": 4,
+                "prompt_tokens": 256,
+                "output_tokens": 64,
+                "requests": 40,
+                "errors": 0,
+                "ttft_seconds": {"p50": 0.03, "p95": 0.05, "p99": 0.06},
+                "itl_seconds": {"p50": 0.01, "p95": 0.02, "p99": 0.03},
+                "e2e_seconds": {"p50": 0.7, "p95": 0.9, "p99": 1.0},
+                "requests_per_second": 5.0,
+                "output_tokens_per_second": 320.0,
+            }
+        ],
+    }
+)
+
+
 def full_snapshot(fixture: str) -> Snapshot:
     src = GpuSource(nvml=FakeNvml([FakeGpu(0, util=80, gpm_supported=True), FakeGpu(1)]))
     src.start()
     src.sample()
     gpus, gpu_status = src.sample()
+    sample = VLLM.normalize(fixture_text(fixture))
     return Snapshot(
         backend_kind="vllm",
         backend_up=True,
         backend_scrape_seconds=0.004,
-        backend=VLLM.normalize(fixture_text(fixture)),
+        backend=sample,
         collectors={"backend": CollectorStatus(True, 0.004), "gpu": gpu_status},
         gpus=gpus,
         derived=derived(({KEY: True}, {KEY: 2.5}), {KEY: 0.0048}),
+        baseline=baseline_series(BASELINE, sample),
     )
 
 
@@ -51,6 +76,6 @@ def test_every_exposed_family_is_in_the_contract() -> None:
     families = {line.split()[2] for line in page.splitlines() if line.startswith("# TYPE ")}
     contract = {d.name for d in ALL.values()}
     assert families <= contract
-    # With a GPU, a vLLM page and the derived signals, every family but the baseline shows,
-    # and the one vLLM lacks (SGLang's own idle counter).
+    # With a GPU, a vLLM page, the derived signals and a baseline, every family shows but
+    # the one vLLM lacks (SGLang's own idle counter).
     assert contract - families == {"inferwatch_scheduler_idle_seconds_total"}

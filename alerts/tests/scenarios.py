@@ -260,7 +260,13 @@ def input_series(r: Replica) -> list[dict]:
             out.append(
                 {
                     "series": f"inferwatch_baseline_{metric}_seconds"
-                    + _labels(**backend, quantile="0.95", concurrency="8"),
+                    + _labels(
+                        **backend,
+                        percentile="95",
+                        concurrency="8",
+                        prompt_tokens="800",
+                        output_tokens="200",
+                    ),
                     "values": f"{value:g}x40",
                 }
             )

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from inferwatch import __version__, generate, serve
-from inferwatch.heuristics import spec_from_config
+from inferwatch.baseline import load as load_baseline
+from inferwatch.baseline import thresholds_from
+from inferwatch.heuristics import Spec, spec_from_config
 from inferwatch.settings import (
     ConfigError,
     check_keys,
@@ -84,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         "generate", help="write alert rules, runbooks, Alertmanager example and dashboards"
     )
     g.add_argument("--out", required=True, type=Path, help="directory to write alerts/ under")
+    g.add_argument(
+        "--baseline",
+        type=flag_type(existing_file),
+        help="baseline file: latency thresholds become regression_factor x its p95 at the "
+        "highest measured concurrency",
+    )
     _add_config_flag(g)
     return parser
 
@@ -100,6 +108,15 @@ def _config_from(args: argparse.Namespace) -> dict:
     return config
 
 
+def _spec(config: dict, baseline_file: Path | None) -> Spec:
+    """The heuristics spec from the config file, latency thresholds from a baseline if given."""
+    derived = {}
+    if baseline_file is not None:
+        factor = spec_from_config(config).t("regression_factor")
+        derived = thresholds_from(load_baseline(baseline_file), factor)
+    return spec_from_config(config, derived)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -110,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _setup_logging(values["log_level"])
             serve.run(serve.ServeConfig.from_values(values))
         elif args.command == "generate":
-            for path in generate.write(args.out, spec_from_config(config)):
+            for path in generate.write(args.out, _spec(config, args.baseline)):
                 print(path)
     except ConfigError as exc:
         print(f"inferwatch: error: {exc}", file=sys.stderr)

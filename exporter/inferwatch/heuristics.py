@@ -453,6 +453,7 @@ _TTFT = "time_to_first_token_seconds"
 _ITL = "inter_token_latency_seconds"
 _QUEUE = "request_queue_time_seconds"
 NUM = 'printf "%%.3g"'  # plain numbers (rates, ratios): 0.1, not humanize's "100m"
+BASE95 = '{percentile="95"}'  # the baseline's gauges carry a percentile label
 P95, P99, P50 = '{quantile="0.95"}', '{quantile="0.99"}', '{quantile="0.5"}'
 
 
@@ -672,23 +673,23 @@ def _alerts() -> list[Alert]:
             "baseline",
             "15m",
             f"max without (quantile) ({ittft}:quantile_%(w)s{P95})\n"
-            f"  > ignoring (quantile, concurrency) inferwatch_baseline_{_TTFT}{P95}"
+            f"  > on (instance, job, backend, model) inferwatch_baseline_{_TTFT}{BASE95}"
             " * %(t.regression_factor)s\n"
             f"or max without (quantile) ({iitl}:quantile_%(w)s{P95})\n"
-            f"  > ignoring (quantile, concurrency) inferwatch_baseline_{_ITL}{P95}"
+            f"  > on (instance, job, backend, model) inferwatch_baseline_{_ITL}{BASE95}"
             " * %(t.regression_factor)s",
             "Latency on {{ $labels.instance }} regressed against the baseline",
             "Live p95 latency of {{ $labels.model }} is {{ $value | humanizeDuration }}, over "
             "%(t.regression_factor)sx the baseline at comparable load (concurrency "
-            + _q(f"inferwatch_baseline_{_TTFT}{P95}", I, 'label "concurrency"')
+            + _q(f"inferwatch_baseline_{_TTFT}{BASE95}", I, 'label "concurrency"')
             + "): TTFT p95 "
             + _q(f"{ittft}:quantile_%(w)s{P95}", I, "humanizeDuration")
             + " vs "
-            + _q(f"inferwatch_baseline_{_TTFT}{P95}", I, "humanizeDuration")
+            + _q(f"inferwatch_baseline_{_TTFT}{BASE95}", I, "humanizeDuration")
             + ", inter-token latency p95 "
             + _q(f"{iitl}:quantile_%(w)s{P95}", I, "humanizeDuration")
             + " vs "
-            + _q(f"inferwatch_baseline_{_ITL}{P95}", I, "humanizeDuration")
+            + _q(f"inferwatch_baseline_{_ITL}{BASE95}", I, "humanizeDuration")
             + ".",
         ),
         Alert(

@@ -110,6 +110,26 @@ DERIVED: dict[str, MetricDef] = _defs(
     ),
 )
 
+# Values from the baseline file (``serve --baseline``), for the cell comparable to the
+# current load (labels: backend, model, concurrency, prompt_tokens, output_tokens, percentile).
+BASELINE: dict[str, MetricDef] = _defs(
+    MetricDef(
+        "baseline_time_to_first_token_seconds",
+        G,
+        "Baseline TTFT (client side) at the measured concurrency nearest the current load.",
+    ),
+    MetricDef(
+        "baseline_inter_token_latency_seconds",
+        G,
+        "Baseline inter-token latency at the measured concurrency nearest the current load.",
+    ),
+    MetricDef(
+        "baseline_request_duration_seconds",
+        G,
+        "Baseline end-to-end latency at the measured concurrency nearest the current load.",
+    ),
+)
+
 # The exporter's view of itself.
 SELF: dict[str, MetricDef] = _defs(
     MetricDef("backend_up", G, "1 if the last scrape of the backend succeeded."),
@@ -120,4 +140,4 @@ SELF: dict[str, MetricDef] = _defs(
     MetricDef("build_info", G, "inferwatch build; the version label carries the release."),
 )
 
-ALL: dict[str, MetricDef] = {**BACKEND, **GPU, **DERIVED, **SELF}
+ALL: dict[str, MetricDef] = {**BACKEND, **GPU, **DERIVED, **BASELINE, **SELF}

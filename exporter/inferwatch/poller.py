@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from inferwatch.backends import Backend, UnknownBackend, detect
+from inferwatch.baseline import Baseline
+from inferwatch.baseline import series as baseline_series
 from inferwatch.derive import QueuedWhileIdle, aggregate_bandwidth, decode_floor, derived
 from inferwatch.gpu import GpuSource
 from inferwatch.model import BackendSample, CollectorStatus, GpuSample, Snapshot
@@ -32,6 +34,7 @@ class PollSettings:
     idle_threshold: float = 0.1
     model_weights_bytes: float | None = None
     peak_memory_bandwidth: float | None = None
+    baseline: Baseline | None = None
 
 
 class CauseLog:
@@ -128,7 +131,9 @@ class Poller:
             collectors=collectors,
             gpus=gpus,
             derived=derived(qwi, floor),
-            baseline=self.snapshot.baseline,
+            baseline=baseline_series(self.settings.baseline, sample)
+            if self.settings.baseline is not None and sample is not None
+            else {},
         )
         self.last_poll_at = now
         return self.snapshot

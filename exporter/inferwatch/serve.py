@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from inferwatch.backends import BACKENDS
+from inferwatch.baseline import load as load_baseline
 from inferwatch.derive import weights_bytes_in
 from inferwatch.gpu import GpuSource, GpuUnavailable
 from inferwatch.poller import Poller, PollSettings
@@ -173,6 +174,7 @@ def build_poller(config: ServeConfig) -> Poller:
         idle_threshold=config.idle_threshold,
         model_weights_bytes=config.weight_bytes(),
         peak_memory_bandwidth=config.peak_memory_bandwidth,
+        baseline=load_baseline(config.baseline) if config.baseline is not None else None,
     )
     return Poller(upstream, backend, gpu, settings)
 

@@ -1,0 +1,230 @@
+"""The baseline file: what the service measured under known load, to compare live latency with.
+
+``inferwatch baseline`` writes it (a load sweep, see ``sweep.py``); ``inferwatch serve
+--baseline FILE`` exposes the cell comparable to the current load as
+``inferwatch_baseline_*`` gauges; ``inferwatch generate --baseline FILE`` derives the
+latency thresholds from it. Format (YAML)::
+
+    inferwatch_baseline: 1
+    metadata: {date: ..., backend: vllm, version: 0.32.0, model: tiny, gpu: ..., api: completions}
+    cells:
+    - concurrency: 4
+      prompt_tokens: 256          # requested prompt length
+      output_tokens: 64
+      requests: 40
+      errors: 0
+      ttft_seconds: {p50: 0.031, p95: 0.052, p99: 0.06}      # client side
+      itl_seconds: {p50: 0.011, p95: 0.017, p99: 0.024}
+      e2e_seconds: {p50: 0.79, p95: 0.91, p99: 0.95}
+      requests_per_second: 4.9
+      output_tokens_per_second: 313.0
+      server_ttft_seconds: {p50: 0.025, p95: 0.047, p99: 0.055}   # optional
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferwatch.model import BackendSample, Labels
+from inferwatch.settings import ConfigError
+
+FORMAT_VERSION = 1
+QUANTILES = ("p50", "p95", "p99")
+# The `percentile` label of the exposed gauges -> the cell's field. (Not `quantile`: that
+# label belongs to summaries, and `promtool check metrics` flags it on a gauge.)
+PERCENTILE_LABELS = {"50": "p50", "95": "p95", "99": "p99"}
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    p50: float
+    p95: float
+    p99: float
+
+    def get(self, name: str) -> float:
+        return getattr(self, name)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the sweep: a concurrency, a prompt and an output length."""
+
+    concurrency: int
+    prompt_tokens: int
+    output_tokens: int
+    requests: int
+    errors: int
+    ttft_seconds: Quantiles
+    itl_seconds: Quantiles
+    e2e_seconds: Quantiles
+    requests_per_second: float
+    output_tokens_per_second: float
+    server_ttft_seconds: Quantiles | None = None
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.concurrency, self.prompt_tokens, self.output_tokens)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    metadata: Mapping[str, Any]
+    cells: tuple[Cell, ...] = field(default_factory=tuple)
+
+    def comparable(self, running: float) -> Cell | None:
+        """The cell to compare live latency with at ``running`` concurrent requests.
+
+        The nearest measured concurrency (a tie goes to the higher level: a live load between
+        two levels is heavier than the lower one, and must not be held to its latency); among
+        its cells, the one with the median prompt length.
+        """
+        if not self.cells:
+            return None
+        levels = sorted({c.concurrency for c in self.cells})
+        nearest = min(levels, key=lambda level: (abs(level - running), -level))
+        at_level = sorted((c for c in self.cells if c.concurrency == nearest), key=lambda c: c.key)
+        return at_level[(len(at_level) - 1) // 2]
+
+    def busiest(self) -> list[Cell]:
+        """Cells at the highest measured concurrency."""
+        top = max((c.concurrency for c in self.cells), default=0)
+        return [c for c in self.cells if c.concurrency == top]
+
+
+def series(baseline: Baseline, sample: BackendSample) -> dict[str, dict[Labels, float]]:
+    """The ``inferwatch_baseline_*`` series for the load the backend reports now."""
+    cell = baseline.comparable(sample.total("requests_running") or 0.0)
+    if cell is None:
+        return {}
+    base = (
+        ("backend", sample.backend),
+        ("model", sample.model),
+        ("concurrency", str(cell.concurrency)),
+        ("prompt_tokens", str(cell.prompt_tokens)),
+        ("output_tokens", str(cell.output_tokens)),
+    )
+    out: dict[str, dict[Labels, float]] = {}
+    for key, values in (
+        ("baseline_time_to_first_token_seconds", cell.ttft_seconds),
+        ("baseline_inter_token_latency_seconds", cell.itl_seconds),
+        ("baseline_request_duration_seconds", cell.e2e_seconds),
+    ):
+        out[key] = {
+            (*base, ("percentile", label)): values.get(name)
+            for label, name in PERCENTILE_LABELS.items()
+        }
+    return out
+
+
+def thresholds_from(baseline: Baseline, factor: float) -> dict[str, float]:
+    """Latency thresholds for the rules: ``factor`` x the p95 measured at the highest load."""
+    cells = baseline.busiest()
+    if not cells:
+        return {}
+    return {
+        "ttft_p95_seconds": round(factor * max(c.ttft_seconds.p95 for c in cells), 6),
+        "itl_p95_seconds": round(factor * max(c.itl_seconds.p95 for c in cells), 6),
+    }
+
+
+def to_yaml(baseline: Baseline) -> str:
+    doc = {
+        "inferwatch_baseline": FORMAT_VERSION,
+        "metadata": dict(baseline.metadata),
+        "cells": [_cell_doc(c) for c in baseline.cells],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def _cell_doc(cell: Cell) -> dict[str, Any]:
+    doc = asdict(cell)
+    if cell.server_ttft_seconds is None:
+        del doc["server_ttft_seconds"]
+    return doc
+
+
+def load(path: Path) -> Baseline:
+    """Read and validate a baseline file; ConfigError names the file and what is wrong."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"baseline {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"baseline {path}: not YAML ({getattr(exc, 'problem', exc)})") from None
+    try:
+        return parse(doc)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"baseline {path}: {exc}") from None
+
+
+def parse(doc: Any) -> Baseline:
+    if not isinstance(doc, dict) or doc.get("inferwatch_baseline") != FORMAT_VERSION:
+        raise ValueError(
+            f"not an inferwatch baseline (expected `inferwatch_baseline: {FORMAT_VERSION}`)"
+        )
+    unknown = set(doc) - {"inferwatch_baseline", "metadata", "cells"}
+    if unknown:
+        raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
+    metadata = doc.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise ValueError("metadata: expected a mapping")
+    cells = doc.get("cells")
+    if not isinstance(cells, list) or not cells:
+        raise ValueError("cells: expected a non-empty list")
+    parsed = tuple(_cell(c, i) for i, c in enumerate(cells))
+    keys = [c.key for c in parsed]
+    if len(set(keys)) != len(keys):
+        raise ValueError("cells: two cells with the same concurrency, prompt and output tokens")
+    return Baseline(metadata=metadata, cells=parsed)
+
+
+_CELL_FIELDS = {f for f in Cell.__dataclass_fields__}
+
+
+def _cell(doc: Any, index: int) -> Cell:
+    where = f"cells[{index}]"
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: expected a mapping")
+    unknown = set(doc) - _CELL_FIELDS
+    if unknown:
+        raise ValueError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+    missing = _CELL_FIELDS - set(doc) - {"server_ttft_seconds"}
+    if missing:
+        raise ValueError(f"{where}: missing {sorted(missing)[0]!r}")
+    values: dict[str, Any] = {}
+    for name in ("concurrency", "prompt_tokens", "output_tokens", "requests", "errors"):
+        value = doc[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{where}.{name}: {value!r} is not a non-negative integer")
+        values[name] = value
+    if values["concurrency"] == 0:
+        raise ValueError(f"{where}.concurrency: must be at least 1")
+    for name in ("requests_per_second", "output_tokens_per_second"):
+        values[name] = _number(doc[name], f"{where}.{name}")
+    for name in ("ttft_seconds", "itl_seconds", "e2e_seconds", "server_ttft_seconds"):
+        if name in doc:
+            values[name] = _quantiles(doc[name], f"{where}.{name}")
+    return Cell(**values)
+
+
+def _quantiles(doc: Any, where: str) -> Quantiles:
+    if not isinstance(doc, dict) or set(doc) != set(QUANTILES):
+        raise ValueError(f"{where}: expected {{p50, p95, p99}}")
+    return Quantiles(**{q: _number(doc[q], f"{where}.{q}") for q in QUANTILES})
+
+
+def _number(value: Any, where: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"{where}: {value!r} is not a non-negative number")
+    return float(value)

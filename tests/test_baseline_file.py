@@ -1,0 +1,162 @@
+"""The baseline file: strict parsing, the comparable cell, exposed series, derived thresholds."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inferwatch.backends import VLLM
+from inferwatch.baseline import Baseline, load, parse, series, thresholds_from, to_yaml
+from inferwatch.settings import ConfigError
+
+
+def cell(concurrency: int, prompt: int, ttft_p95: float, itl_p95: float = 0.02) -> dict:
+    return {
+        "concurrency": concurrency,
+        "prompt_tokens": prompt,
+        "output_tokens": 64,
+        "requests": 40,
+        "errors": 0,
+        "ttft_seconds": {"p50": ttft_p95 / 2, "p95": ttft_p95, "p99": ttft_p95 * 1.2},
+        "itl_seconds": {"p50": itl_p95 / 2, "p95": itl_p95, "p99": itl_p95 * 1.5},
+        "e2e_seconds": {"p50": 0.5, "p95": 0.8, "p99": 0.9},
+        "requests_per_second": 5.0,
+        "output_tokens_per_second": 320.0,
+    }
+
+
+DOC = {
+    "inferwatch_baseline": 1,
+    "metadata": {"backend": "vllm", "model": "tiny"},
+    "cells": [
+        cell(1, 128, 0.02),
+        cell(1, 512, 0.05),
+        cell(4, 128, 0.04),
+        cell(4, 512, 0.09),
+        cell(4, 2048, 0.30),
+        cell(16, 128, 0.15, itl_p95=0.05),
+        cell(16, 512, 0.40, itl_p95=0.06),
+    ],
+}
+
+
+def test_round_trip() -> None:
+    baseline = parse(DOC)
+    assert parse(yaml.safe_load(to_yaml(baseline))) == baseline
+
+
+@pytest.mark.parametrize(
+    ("running", "concurrency", "prompt"),
+    [(0, 1, 128), (1, 1, 128), (3, 4, 512), (10, 16, 128), (2.5, 4, 512), (100, 16, 128)],
+)
+def test_comparable_cell_is_the_nearest_concurrency_and_median_prompt(
+    running: float, concurrency: int, prompt: int
+) -> None:
+    chosen = parse(DOC).comparable(running)
+    assert (chosen.concurrency, chosen.prompt_tokens) == (concurrency, prompt)
+
+
+def test_series_for_the_current_load() -> None:
+    sample = VLLM.normalize(
+        'vllm:num_requests_running{engine="0",model_name="tiny"} 3\n'
+        'vllm:num_requests_waiting{engine="0",model_name="tiny"} 0\n'
+    )
+    out = series(parse(DOC), sample)
+    labels = (
+        ("backend", "vllm"),
+        ("model", "tiny"),
+        ("concurrency", "4"),
+        ("prompt_tokens", "512"),
+        ("output_tokens", "64"),
+        ("percentile", "95"),
+    )
+    assert out["baseline_time_to_first_token_seconds"][labels] == 0.09
+    assert out["baseline_inter_token_latency_seconds"][labels] == 0.02
+    assert len(out["baseline_request_duration_seconds"]) == 3
+
+
+def test_thresholds_from_the_busiest_cells() -> None:
+    assert thresholds_from(parse(DOC), 1.5) == {
+        "ttft_p95_seconds": pytest.approx(0.6),
+        "itl_p95_seconds": pytest.approx(0.09),
+    }
+    assert thresholds_from(Baseline({}, ()), 1.5) == {}
+
+
+def broken(path: str, value: object) -> dict:
+    doc = copy.deepcopy(DOC)
+    target = doc
+    *parents, last = path.split(".")
+    for part in parents:
+        target = target[int(part)] if part.isdigit() else target[part]
+    if value is KeyError:
+        del target[last]
+    else:
+        target[last] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"cells": []}, "not an inferwatch baseline"),
+        (broken("cells", []), "cells: expected a non-empty list"),
+        (broken("cells.0.concurrency", 0), r"cells\[0\].concurrency: must be at least 1"),
+        (broken("cells.1.ttft_seconds", {"p50": 1}), r"cells\[1\].ttft_seconds: expected"),
+        (broken("cells.2.requests_per_second", "fast"), "is not a non-negative number"),
+        (broken("cells.2.errors", KeyError), r"cells\[2\]: missing 'errors'"),
+        (broken("cells.3.ttft", 1), r"cells\[3\]: unknown key 'ttft'"),
+    ],
+)
+def test_bad_documents_name_the_problem(doc: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse(doc)
+
+
+def test_duplicate_cells_are_rejected() -> None:
+    doc = copy.deepcopy(DOC)
+    doc["cells"].append(cell(4, 128, 0.04))
+    with pytest.raises(ValueError, match="same concurrency"):
+        parse(doc)
+
+
+def test_load_errors_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "b.yaml"
+    path.write_text("cells: [\n")
+    with pytest.raises(ConfigError, match=f"baseline {path}: not YAML"):
+        load(path)
+    path.write_text(yaml.safe_dump(broken("cells.0.requests", -1)))
+    with pytest.raises(ConfigError, match=r"cells\[0\].requests: -1 is not a non-negative integer"):
+        load(path)
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "inferwatch", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_generate_derives_latency_thresholds_from_a_baseline(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.yaml"
+    path.write_text(to_yaml(parse(DOC)))
+    out = run("generate", "--out", str(tmp_path), "--baseline", str(path))
+    assert out.returncode == 0, out.stderr
+    rules = (tmp_path / "alerts" / "inferwatch-rules.yaml").read_text()
+    assert 'quantile="0.95"}) > 0.6' in rules  # TTFT: 1.5 x 0.40 s at concurrency 16
+    assert "<= 0.09" in rules  # ITL: 1.5 x 0.06 s
+
+
+def test_serve_with_a_bad_baseline_exits_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.yaml"
+    path.write_text("inferwatch_baseline: 2\n")
+    out = run("serve", "--baseline", str(path), "--gpu", "off")
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"inferwatch: error: baseline {path}: not an inferwatch baseline "
+        "(expected `inferwatch_baseline: 1`)"
+    )
