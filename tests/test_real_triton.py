@@ -2,7 +2,7 @@
 
 ``tritonserver`` comes in the PyPI wheel ``nvidia-pytriton`` (installed in its own
 environment: it pins numpy < 2); its Python is looked up at ``$INFERWATCH_TRITON_PYTHON``,
-else ``.venv-triton/bin/python``, and the tests skip without it. The model is
+else ``.venv-triton/bin/python`` (``make test`` installs it). The model is
 tests/pytriton_tiny.py: one slow Python model, so requests queue in Triton, and a model
 that can be stalled (SIGSTOP) while Triton keeps serving metrics: queued-while-idle, for
 real, from engine progress alone (no NVML).
@@ -13,17 +13,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from demo.stack import Process, free_port
 from inferwatch.backends import TRITON
 from inferwatch.poller import Poller, PollSettings
 from inferwatch.upstream import Upstream
@@ -40,12 +36,6 @@ SECONDS_PER_EXECUTION = 0.3
 TINY = (("model", "tiny"),)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class TritonServer:
     """PyTriton's tritonserver with the tiny model, in its own process group, always stopped."""
 
@@ -53,54 +43,29 @@ class TritonServer:
         self.http, grpc, metrics = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.http}"
         self.metrics_url = f"http://127.0.0.1:{metrics}"
-        self.log = log
-        command = [str(TRITON_PYTHON), str(HERE / "pytriton_tiny.py")]
-        command += [str(self.http), str(grpc), str(metrics), str(SECONDS_PER_EXECUTION)]
-        with log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        argv = [str(TRITON_PYTHON), str(HERE / "pytriton_tiny.py")]
+        argv += [str(self.http), str(grpc), str(metrics), str(SECONDS_PER_EXECUTION)]
+        self.process = Process("triton", argv, log).start()
 
     def wait_ready(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"Triton exited: {self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/v2/models/tiny/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        raise RuntimeError(f"Triton not ready in {timeout} s: {self.log.read_text()[-3000:]}")
+        self.process.wait_http(self.url + "/v2/models/tiny/ready", timeout)
 
     def stall_model(self, stalled: bool) -> None:
         """Stop or resume the process that runs the model (Triton itself keeps running)."""
-        os.kill(self.proc.pid, signal.SIGSTOP if stalled else signal.SIGCONT)
+        os.kill(self.process.pid, signal.SIGSTOP if stalled else signal.SIGCONT)
 
     def stop(self) -> None:
         """Stop the whole group (PyTriton, tritonserver, the Python-backend stub)."""
-        group = self.proc.pid
-        try:
-            os.killpg(group, signal.SIGCONT)
-            os.killpg(group, signal.SIGTERM)
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                self.proc.poll()  # reap the leader
-                os.killpg(group, 0)  # raises once no process of the group is left
-                time.sleep(0.2)
-            os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        self.stall_model(False)
+        self.process.stop(timeout=20)
 
 
 @pytest.fixture(scope="module")
 def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
-    if not TRITON_PYTHON.is_file():
-        pytest.skip(f"no nvidia-pytriton Python at {TRITON_PYTHON} (set INFERWATCH_TRITON_PYTHON)")
-    if not sys.platform.startswith("linux"):
-        pytest.skip("the tritonserver of nvidia-pytriton runs on Linux only")
+    assert TRITON_PYTHON.is_file(), (
+        f"no nvidia-pytriton Python at {TRITON_PYTHON}: run `make test` (or set "
+        "INFERWATCH_TRITON_PYTHON)"
+    )
     server = TritonServer(tmp_path_factory.mktemp("triton") / "triton.log")
     try:
         server.wait_ready()
