@@ -98,13 +98,17 @@ class Upstream:
             raise UpstreamError(f"{type(exc).__name__} from {redact_url(url)}: {exc}") from None
         return body.decode("utf-8", errors="replace")
 
+    async def get_body(self, path: str) -> str:
+        """Any page of the server (``path`` from its origin); raises UpstreamError."""
+        return await self._get(self.origin() + path, exposition=False)
+
     async def get_json_field(self, path: str, field: str) -> str:
         """One string field of a small JSON document (e.g. ``/version``), or ''.
 
         ``field`` may be a dotted path through objects and lists: ``data.0.id``.
         """
         try:
-            value = json.loads(await self._get(self.origin() + path, exposition=False))
+            value = json.loads(await self.get_body(path))
         except (UpstreamError, ValueError):
             return ""
         for step in field.split("."):
