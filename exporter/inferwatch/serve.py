@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +20,17 @@ from inferwatch.settings import (
     bounded_float,
     existing_dir,
     existing_file,
+    header_line,
     http_url,
     listen_address,
     positive_float,
     positive_int,
     ratio,
+    read_secret,
 )
 from inferwatch.upstream import Upstream, redact_url
 from inferwatch.web import make_app
+from inferwatch.webconfig import load as load_web_config
 
 log = logging.getLogger("inferwatch")
 
@@ -56,6 +59,20 @@ OPTIONS = (
         metavar="S",
     ),
     Option(
+        "--backend-bearer-token-file",
+        existing_file,
+        None,
+        "file with a bearer token sent to the backend as Authorization (read at start)",
+        metavar="FILE",
+    ),
+    Option(
+        "--backend-header",
+        header_line,
+        None,
+        "one more header sent to the backend, e.g. 'X-Api-Key: ...' (never logged)",
+        metavar="'NAME: VALUE'",
+    ),
+    Option(
         "--backend-max-bytes",
         positive_int,
         16 * 1024 * 1024,
@@ -68,6 +85,13 @@ OPTIONS = (
         f":{DEFAULT_PORT}",
         "address to serve /metrics on",
         metavar="HOST:PORT",
+    ),
+    Option(
+        "--web.config.file",
+        existing_file,
+        None,
+        "TLS, basic auth and response headers, in the Prometheus exporter-toolkit format",
+        metavar="FILE",
     ),
     Option(
         "--poll-interval",
@@ -127,8 +151,11 @@ class ServeConfig:
     backend: str
     backend_url: str
     backend_timeout: float
+    backend_bearer_token_file: Path | None
+    backend_header: tuple[str, str] | None = field(repr=False)  # may hold a secret
     backend_max_bytes: int
     web_listen_address: tuple[str, int]
+    web_config_file: Path | None
     poll_interval: float
     gpu: str
     idle_threshold: float
@@ -143,7 +170,25 @@ class ServeConfig:
         config = cls(**values)
         if config.model_weights_bytes and config.model_path:
             raise ConfigError("give --model-weights-bytes or --model-path, not both")
+        if (
+            config.backend_bearer_token_file
+            and config.backend_header
+            and config.backend_header[0].lower() == "authorization"
+        ):
+            raise ConfigError(
+                "--backend-header Authorization and --backend-bearer-token-file both set it"
+            )
         return config
+
+    def backend_headers(self) -> dict[str, str]:
+        """Extra headers for every backend request; reads the token file (ConfigError)."""
+        headers = {}
+        if self.backend_bearer_token_file is not None:
+            headers["Authorization"] = f"Bearer {read_secret(self.backend_bearer_token_file)}"
+        if self.backend_header is not None:
+            name, value = self.backend_header
+            headers[name] = value
+        return headers
 
     def weight_bytes(self) -> int | None:
         if self.model_path is not None:
@@ -156,8 +201,14 @@ class ServeConfig:
 
 def build_poller(config: ServeConfig) -> Poller:
     """Wire backend, GPU source and poller from the settings; ConfigError on bad input."""
+    headers = config.backend_headers()
+    if headers:
+        log.info("sending header(s) %s to the backend", ", ".join(headers))
     upstream = Upstream(
-        config.backend_url, timeout=config.backend_timeout, max_bytes=config.backend_max_bytes
+        config.backend_url,
+        timeout=config.backend_timeout,
+        max_bytes=config.backend_max_bytes,
+        headers=headers,
     )
     gpu = None
     if config.gpu != "off":
@@ -180,20 +231,26 @@ def build_poller(config: ServeConfig) -> Poller:
 
 
 def run(config: ServeConfig) -> None:
+    web_config = None
+    if config.web_config_file is not None:
+        web_config = load_web_config(config.web_config_file)
+    ssl_context = web_config.ssl_context() if web_config is not None else None
     poller = build_poller(config)
     host, port = config.web_listen_address
     log.info(
-        "serving on %s:%d, polling %s backend at %s every %g s",
+        "serving on %s:%d (%s), polling %s backend at %s every %g s",
         host or "*",
         port,
+        "plain HTTP" if web_config is None else web_config.describe(),
         config.backend,
         redact_url(config.backend_url),
         config.poll_interval,
     )
     web.run_app(
-        make_app(poller),
+        make_app(poller, web_config=web_config),
         host=host or None,
         port=port,
+        ssl_context=ssl_context,
         print=None,
         access_log=None,
         handle_signals=True,

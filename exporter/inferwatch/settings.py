@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +139,42 @@ def listen_address(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{text!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
+
+
+# RFC 9110 token characters: what a header name may hold.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def _printable(text: str) -> bool:
+    """Visible ASCII and inner spaces only: nothing that could split or smuggle a header."""
+    return all(" " <= c <= "~" for c in text)
+
+
+def header_line(text: str) -> tuple[str, str]:
+    """``Name: value`` -> (name, value). Errors never echo the text: the value is a secret."""
+    name, sep, value = text.partition(":")
+    name, value = name.strip(), value.strip()
+    if not sep or not _HEADER_NAME.match(name) or not value or not _printable(value):
+        raise ValueError("expected 'Name: value': a header name, a colon and a one-line value")
+    return name, value
+
+
+def read_secret(path: Path) -> str:
+    """The one-line secret in ``path`` (e.g. a bearer token), surrounding whitespace removed.
+
+    Errors name the file, never its content.
+    """
+    try:
+        secret = path.read_text(encoding="ascii").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not ASCII text") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from None
+    if not secret:
+        raise ConfigError(f"{path}: empty")
+    if " " in secret or not _printable(secret):
+        raise ConfigError(f"{path}: expected one token of printable ASCII on one line")
+    return secret
 
 
 def existing_file(text: str) -> Path:

@@ -19,6 +19,7 @@ from inferwatch import __version__
 from inferwatch.exposition import CONTENT_TYPE, Renderer
 from inferwatch.poller import Poller
 from inferwatch.upstream import redact_url
+from inferwatch.webconfig import WebConfig
 
 POLLER = web.AppKey("poller", Poller)
 RENDERER = web.AppKey("renderer", Renderer)
@@ -75,9 +76,18 @@ async def landing(request: web.Request) -> web.Response:
     return web.Response(text=page, content_type="text/html")
 
 
-def make_app(poller: Poller, *, run_poller: bool = True) -> web.Application:
-    """The exporter's app; with ``run_poller`` its lifetime owns the poll loop."""
-    app = web.Application()
+def make_app(
+    poller: Poller, *, run_poller: bool = True, web_config: WebConfig | None = None
+) -> web.Application:
+    """The exporter's app; with ``run_poller`` its lifetime owns the poll loop.
+
+    ``web_config`` (from ``--web.config.file``) adds basic auth and response headers; TLS is
+    the listener's business (``ssl_context`` in :func:`inferwatch.serve.run`).
+    """
+    security = web_config or WebConfig()
+    app = web.Application(middlewares=security.middlewares())
+    if security.headers:
+        app.on_response_prepare.append(security.add_headers)
     app[POLLER] = poller
     app[RENDERER] = Renderer(lambda: poller.snapshot)
     app[_GZIP_CACHE] = {}
