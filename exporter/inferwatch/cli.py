@@ -7,6 +7,8 @@ code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import logging
 import os
 import sys
@@ -14,16 +16,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from inferwatch import __version__, generate, serve
+from inferwatch import __version__, diagnose, generate, serve, sweep
 from inferwatch.baseline import load as load_baseline
 from inferwatch.baseline import thresholds_from
 from inferwatch.heuristics import Spec, spec_from_config
 from inferwatch.settings import (
     ConfigError,
+    bounded_float,
     check_keys,
     existing_file,
     flag_type,
+    http_url,
     load_config_file,
+    positive_float,
     resolve,
 )
 
@@ -93,7 +98,78 @@ def build_parser() -> argparse.ArgumentParser:
         "highest measured concurrency",
     )
     _add_config_flag(g)
+    _add_baseline_parser(commands)
+    _add_diagnose_parser(commands)
     return parser
+
+
+def _add_diagnose_parser(commands: argparse._SubParsersAction) -> None:
+    d = commands.add_parser(
+        "diagnose",
+        help="walk the method over live data: phase, layer, evidence, runbook",
+        description="Exit status: 0 nothing holds; 1 only info findings; 3 warning; "
+        "4 critical; 2 bad input; 5 the source cannot be read.",
+    )
+    source = d.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--prometheus",
+        type=flag_type(http_url),
+        metavar="URL",
+        help="a Prometheus that scrapes inferwatch and runs its recording rules",
+    )
+    source.add_argument(
+        "--exporter",
+        type=flag_type(http_url),
+        metavar="URL",
+        help="one inferwatch exporter, scraped twice --interval apart",
+    )
+    d.add_argument(
+        "--interval",
+        type=flag_type(bounded_float(1, 300)),
+        default=5.0,
+        metavar="S",
+        help="seconds between the two scrapes of --exporter (default: 5)",
+    )
+    d.add_argument(
+        "--timeout",
+        type=flag_type(positive_float),
+        default=10.0,
+        metavar="S",
+        help="seconds per request (default: 10)",
+    )
+    d.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_config_flag(d)
+
+
+def _diagnose(args: argparse.Namespace, config: dict) -> int:
+    spec = spec_from_config(config)
+    try:
+        if args.prometheus:
+            report = asyncio.run(diagnose.from_prometheus(args.prometheus, spec, args.timeout))
+        else:
+            report = asyncio.run(
+                diagnose.from_exporter(args.exporter, spec, args.interval, args.timeout)
+            )
+    except diagnose.SourceError as exc:
+        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        return diagnose.EXIT_UNREADABLE
+    print(
+        json.dumps(diagnose.report_json(report), indent=2) if args.json else diagnose.render(report)
+    )
+    return report.exit_code()
+
+
+def _add_baseline_parser(commands: argparse._SubParsersAction) -> None:
+    b = commands.add_parser(
+        "baseline",
+        help="load sweep (concurrency x prompt x output tokens) against an OpenAI-compatible "
+        "server; writes a baseline file",
+        description="Exit status: 0; 3 when a cell regressed against --previous (the file is "
+        "written); 1 when the sweep cannot run; 2 for bad input.",
+    )
+    _add_config_flag(b)
+    for option in sweep.OPTIONS:
+        option.add_to(b)
 
 
 def _config_from(args: argparse.Namespace) -> dict:
@@ -129,6 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "generate":
             for path in generate.write(args.out, _spec(config, args.baseline)):
                 print(path)
+        elif args.command == "diagnose":
+            return _diagnose(args, config)
+        elif args.command == "baseline":
+            return sweep.main(vars(args), config)
     except ConfigError as exc:
         print(f"inferwatch: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

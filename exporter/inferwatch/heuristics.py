@@ -398,6 +398,322 @@ def recording_rules(spec: Spec) -> list[Record]:
 
 
 # ---------------------------------------------------------------------------------------
+# Signals: the quantities the alerts compare with thresholds
+#
+# Each has a PromQL form (over the recording rules, for the rules and `diagnose
+# --prometheus`) and a local recipe (for `diagnose --exporter`, which computes it from two
+# scrapes of one exporter). Levels say which labels a signal's series carry:
+#   INSTANCE  target labels + backend + model      MODEL  the fleet labels
+#   NODE      target labels (+ gpu labels)         (joined to others on instance, job)
+
+NODE = "node"
+
+
+@dataclass(frozen=True)
+class Quantile:
+    histogram: str
+    q: float
+
+
+@dataclass(frozen=True)
+class Mean:
+    histogram: str
+
+
+@dataclass(frozen=True)
+class Rate:
+    counter: str
+    where: Mapping[str, str] = field(default_factory=dict)  # label -> regex
+
+
+@dataclass(frozen=True)
+class Gauge:
+    metric: str
+    where: Mapping[str, str] = field(default_factory=dict)
+    how: str = "max"  # across engines/GPUs: max, sum, mean
+
+
+@dataclass(frozen=True)
+class Ratio:
+    numerator: Recipe
+    denominator: Recipe
+
+
+Recipe = Quantile | Mean | Rate | Gauge | Ratio
+
+
+@dataclass(frozen=True)
+class Signal:
+    name: str
+    label: str  # how diagnose names it: "TTFT p95"
+    unit: str  # seconds, ratio, per_second, tokens, cores, factor, count
+    level: str
+    promql: str  # %-template (see Alert)
+    local: Recipe | None  # None: not computable from two scrapes of one exporter
+
+
+def _q95(level: str, hist: str, q: str = "0.95") -> str:
+    return f'max without (quantile) ({level}:inferwatch_{hist}:quantile_%(w)s{{quantile="{q}"}})'
+
+
+_TTFT = "time_to_first_token_seconds"
+_ITL = "inter_token_latency_seconds"
+_QUEUE = "request_queue_time_seconds"
+_BASELINE95 = '{percentile="95"}'  # the baseline's gauges carry a percentile label
+_ERRORS = {"reason": "error|abort"}
+
+SIGNALS: dict[str, Signal] = {
+    s.name: s
+    for s in (
+        # Latency by phase
+        Signal(
+            "ttft_p95",
+            "TTFT p95",
+            "seconds",
+            INSTANCE,
+            _q95("instance", _TTFT),
+            Quantile(_TTFT, 0.95),
+        ),
+        Signal(
+            "itl_p95", "ITL p95", "seconds", INSTANCE, _q95("instance", _ITL), Quantile(_ITL, 0.95)
+        ),
+        Signal(
+            "itl_p99",
+            "ITL p99",
+            "seconds",
+            INSTANCE,
+            _q95("instance", _ITL, "0.99"),
+            Quantile(_ITL, 0.99),
+        ),
+        Signal(
+            "itl_tail_ratio",
+            "ITL p99 / p50",
+            "factor",
+            INSTANCE,
+            f"{_q95('instance', _ITL, '0.99')}\n  / {_q95('instance', _ITL, '0.5')}",
+            Ratio(Quantile(_ITL, 0.99), Quantile(_ITL, 0.5)),
+        ),
+        Signal(
+            "queue_share",
+            "queue share of TTFT",
+            "ratio",
+            INSTANCE,
+            f"instance:inferwatch_{_QUEUE}:mean_%(w)s / instance:inferwatch_{_TTFT}:mean_%(w)s",
+            Ratio(Mean(_QUEUE), Mean(_TTFT)),
+        ),
+        Signal(
+            "itl_over_floor",
+            "mean ITL / decode floor",
+            "factor",
+            INSTANCE,
+            f"instance:inferwatch_{_ITL}:mean_per_decode_floor_%(w)s",
+            Ratio(Mean(_ITL), Gauge("inferwatch_decode_floor_seconds")),
+        ),
+        Signal(
+            "ttft_over_baseline",
+            "TTFT p95 / baseline",
+            "factor",
+            INSTANCE,
+            f"{_q95('instance', _TTFT)}\n  / on (instance, job, backend, model) "
+            f"inferwatch_baseline_{_TTFT}{_BASELINE95}",
+            Ratio(
+                Quantile(_TTFT, 0.95),
+                Gauge(f"inferwatch_baseline_{_TTFT}", {"percentile": "95"}),
+            ),
+        ),
+        Signal(
+            "itl_over_baseline",
+            "ITL p95 / baseline",
+            "factor",
+            INSTANCE,
+            f"{_q95('instance', _ITL)}\n  / on (instance, job, backend, model) "
+            f"inferwatch_baseline_{_ITL}{_BASELINE95}",
+            Ratio(Quantile(_ITL, 0.95), Gauge(f"inferwatch_baseline_{_ITL}", {"percentile": "95"})),
+        ),
+        # Traffic
+        Signal(
+            "request_rate",
+            "finished requests/s",
+            "per_second",
+            INSTANCE,
+            "instance:inferwatch_requests_finished:%(w)s",
+            Rate("inferwatch_requests_finished_total"),
+        ),
+        Signal(
+            "generation_rate",
+            "generated tokens/s",
+            "per_second",
+            INSTANCE,
+            "instance:inferwatch_generation_tokens:%(w)s",
+            Rate("inferwatch_generation_tokens_total"),
+        ),
+        Signal(
+            "prompt_rate",
+            "prompt tokens/s",
+            "per_second",
+            INSTANCE,
+            "instance:inferwatch_prompt_tokens:%(w)s",
+            Rate("inferwatch_prompt_tokens_total"),
+        ),
+        # Scheduler and memory
+        Signal(
+            "queued_while_idle_ratio",
+            "queued-while-idle share",
+            "ratio",
+            INSTANCE,
+            "instance:inferwatch_queued_while_idle_seconds:%(w)s",
+            Rate("inferwatch_queued_while_idle_seconds_total"),
+        ),
+        Signal(
+            "kv_usage",
+            "KV-cache use",
+            "ratio",
+            INSTANCE,
+            "max without (engine) (avg_over_time(inferwatch_kv_cache_usage_ratio[%(window)s]))",
+            Gauge("inferwatch_kv_cache_usage_ratio"),
+        ),
+        Signal(
+            "preemption_rate",
+            "preemptions/s",
+            "per_second",
+            INSTANCE,
+            "instance:inferwatch_preemptions:%(w)s",
+            Rate("inferwatch_preemptions_total"),
+        ),
+        Signal(
+            "running",
+            "running requests",
+            "count",
+            INSTANCE,
+            "sum without (engine) (avg_over_time(inferwatch_requests_running[%(window)s]))",
+            Gauge("inferwatch_requests_running", how="sum"),
+        ),
+        # System
+        Signal(
+            "frontend_cpu",
+            "frontend CPU",
+            "cores",
+            INSTANCE,
+            "instance:inferwatch_frontend_cpu_seconds:%(w)s",
+            Rate("inferwatch_frontend_cpu_seconds_total"),
+        ),
+        Signal(
+            "gpu_busy",
+            "GPU busy",
+            "ratio",
+            NODE,
+            "instance:inferwatch_gpu_busy_seconds:avg_%(w)s",
+            Rate("inferwatch_gpu_busy_seconds_total"),
+        ),
+        Signal(
+            "gpu_throttled",
+            "GPU clocks throttled",
+            "ratio",
+            NODE,
+            f'avg_over_time(inferwatch_gpu_clock_throttled{{reason=~"{THROTTLE_REASONS}"}}[%(window)s])',
+            Gauge("inferwatch_gpu_clock_throttled", {"reason": THROTTLE_REASONS}),
+        ),
+        # Availability
+        Signal(
+            "backend_up",
+            "backend up",
+            "count",
+            NODE,
+            "inferwatch_backend_up",
+            Gauge("inferwatch_backend_up"),
+        ),
+        Signal("exporter_up", "exporter up", "count", NODE, "up{%(exporter_selector)s}", None),
+        Signal(
+            "gpu_collection",
+            "GPU collection ok",
+            "count",
+            NODE,
+            'inferwatch_collector_success{collector="gpu"}',
+            Gauge("inferwatch_collector_success", {"collector": "gpu"}),
+        ),
+        Signal(
+            "gpu_collection_recent",
+            "GPU collection ok lately",
+            "count",
+            NODE,
+            'max_over_time(inferwatch_collector_success{collector="gpu"}[%(lookback)s])',
+            None,
+        ),
+        # Across replicas
+        Signal(
+            "model_ttft_p95",
+            "TTFT p95 (fleet)",
+            "seconds",
+            MODEL,
+            _q95("model", _TTFT),
+            Quantile(_TTFT, 0.95),
+        ),
+        Signal(
+            "model_queue_share",
+            "queue share of TTFT (fleet)",
+            "ratio",
+            MODEL,
+            f"model:inferwatch_{_QUEUE}:mean_%(w)s / model:inferwatch_{_TTFT}:mean_%(w)s",
+            Ratio(Mean(_QUEUE), Mean(_TTFT)),
+        ),
+        Signal(
+            "model_error_ratio",
+            "error/abort share (fleet)",
+            "ratio",
+            MODEL,
+            "model:inferwatch_requests_finished:error_ratio_%(w)s",
+            Ratio(
+                Rate("inferwatch_requests_finished_total", _ERRORS),
+                Rate("inferwatch_requests_finished_total"),
+            ),
+        ),
+        Signal(
+            "model_request_rate",
+            "finished requests/s (fleet)",
+            "per_second",
+            MODEL,
+            "model:inferwatch_requests_finished:%(w)s",
+            Rate("inferwatch_requests_finished_total"),
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Cond:
+    """``signal op threshold``; the threshold is a name in THRESHOLDS or a number."""
+
+    signal: str
+    op: str
+    threshold: str | float
+
+    def promql(self, values: Mapping[str, str]) -> str:
+        signal = SIGNALS[self.signal].promql % values
+        bound = (
+            values[f"t.{self.threshold}"]
+            if isinstance(self.threshold, str)
+            else f"{self.threshold:g}"
+        )
+        # Comparisons bind tighter than and/or/unless, looser than arithmetic.
+        return f"{signal} {self.op} {bound}"
+
+    def holds(self, value: float, spec: Spec) -> bool:
+        bound = spec.t(self.threshold) if isinstance(self.threshold, str) else self.threshold
+        return {
+            ">": value > bound,
+            ">=": value >= bound,
+            "<": value < bound,
+            "<=": value <= bound,
+            "==": value == bound,
+        }[self.op]
+
+
+def _join(first: str, other: str) -> str:
+    """The matching clause between two signals' series."""
+    return "" if first == other else " on (instance, job)"
+
+
+# ---------------------------------------------------------------------------------------
 # Alerts
 
 
@@ -405,10 +721,12 @@ def recording_rules(spec: Spec) -> list[Record]:
 class Alert:
     """One alert of the contract: when it fires, what it says, where it points.
 
-    ``expr`` and the annotation templates hold ``%(name)s`` placeholders filled from the
+    It fires when every condition of ``when`` holds and none of ``unless`` does, or, with
+    ``any_of``, when any of those holds. The value of the first condition's signal is the
+    alert's ``$value``. Annotation templates hold ``%(name)s`` placeholders filled from the
     spec: ``%(t.ttft_p95_seconds)s`` (a threshold), ``%(pct.kv_usage_high)s`` (one as a
-    percentage), ``%(w)s`` (``rate5m``), ``%(window)s`` (``5m``), ``%(for)s``. PromQL braces
-    and Go-template ``{{ }}`` are written as they are.
+    percentage), ``%(w)s`` (``rate5m``), ``%(window)s`` (``5m``), ``%(for)s``; Go-template
+    ``{{ }}`` is written as it is.
     """
 
     name: str
@@ -417,9 +735,36 @@ class Alert:
     phase: str  # prefill, decode, any
     layer: str  # compute, memory, scheduling, system, availability, baseline
     for_default: str
-    expr: str
     summary: str
     description: str
+    when: tuple[Cond, ...] = ()
+    any_of: tuple[Cond, ...] = ()
+    unless: tuple[Cond, ...] = ()
+
+    def conditions(self) -> tuple[Cond, ...]:
+        return self.when + self.any_of + self.unless
+
+    def thresholds(self) -> list[str]:
+        """Names of the thresholds the alert compares with, in THRESHOLDS order."""
+        used = {c.threshold for c in self.conditions() if isinstance(c.threshold, str)}
+        return [name for name in THRESHOLDS if name in used]
+
+    def promql(self, values: Mapping[str, str]) -> str:
+        """The alert expression, built from its conditions."""
+        if self.any_of:
+            first = SIGNALS[self.any_of[0].signal].level
+            parts = [f"({self.any_of[0].promql(values)})"]
+            for cond in self.any_of[1:]:
+                join = _join(first, SIGNALS[cond.signal].level)
+                parts.append(f"or{join} ({cond.promql(values)})")
+            return "\n".join(parts)
+        first = SIGNALS[self.when[0].signal].level
+        parts = [self.when[0].promql(values)]
+        for keyword, conds in (("and", self.when[1:]), ("unless", self.unless)):
+            for cond in conds:
+                join = _join(first, SIGNALS[cond.signal].level)
+                parts.append(f"{keyword}{join} {cond.promql(values)}")
+        return "\n".join(parts)
 
 
 def _q(selector: str, level: str, fmt: str = "humanize", match_model: bool = True) -> str:
@@ -449,11 +794,8 @@ def _q(selector: str, level: str, fmt: str = "humanize", match_model: bool = Tru
     )
 
 
-_TTFT = "time_to_first_token_seconds"
-_ITL = "inter_token_latency_seconds"
-_QUEUE = "request_queue_time_seconds"
 NUM = 'printf "%%.3g"'  # plain numbers (rates, ratios): 0.1, not humanize's "100m"
-BASE95 = '{percentile="95"}'  # the baseline's gauges carry a percentile label
+BASE95 = _BASELINE95
 P95, P99, P50 = '{quantile="0.95"}', '{quantile="0.99"}', '{quantile="0.5"}'
 
 
@@ -469,7 +811,6 @@ def _alerts() -> list[Alert]:
             "any",
             "availability",
             "1m",
-            "inferwatch_backend_up == 0\nor on (instance, job) up{%(exporter_selector)s} == 0",
             "Inference backend on {{ $labels.instance }} cannot be scraped",
             "inferwatch on {{ $labels.instance }} has not been able to read the "
             '{{ or $labels.backend "inference" }} server\'s /metrics (or the sidecar itself '
@@ -482,6 +823,7 @@ def _alerts() -> list[Alert]:
             )
             + " (the sidecar's log names the cause). Latency alerts of this pod are inhibited "
             "meanwhile.",
+            any_of=(Cond("backend_up", "==", 0), Cond("exporter_up", "==", 0)),
         ),
         Alert(
             "InferenceQueuedWhileIdle",
@@ -490,13 +832,13 @@ def _alerts() -> list[Alert]:
             "any",
             "scheduling",
             "1m",
-            "instance:inferwatch_queued_while_idle_seconds:%(w)s > %(t.queued_while_idle_ratio)s",
             "Requests wait while the accelerator idles on {{ $labels.instance }}",
             "Requests for {{ $labels.model }} waited while the GPU (or, without NVML, the "
             "engine) sat idle {{ $value | humanizePercentage }} of the last %(window)s "
             "(threshold %(pct.queued_while_idle_ratio)s); queue depth now "
             + _q("inferwatch_requests_waiting", I, NUM)
             + ". The scheduler or the CPU is not feeding the accelerator.",
+            when=(Cond("queued_while_idle_ratio", ">", "queued_while_idle_ratio"),),
         ),
         Alert(
             "InferenceQueueingDelay",
@@ -505,8 +847,6 @@ def _alerts() -> list[Alert]:
             "prefill",
             "scheduling",
             "5m",
-            f"max without (quantile) ({mttft}:quantile_%(w)s{P95}) > %(t.ttft_p95_seconds)s\n"
-            f"and {mqueue}:mean_%(w)s / {mttft}:mean_%(w)s > %(t.queue_share_high)s",
             "{{ $labels.model }}: time to first token is dominated by queueing",
             "TTFT p95 of {{ $labels.model }} across replicas is {{ $value | humanizeDuration }} "
             "(threshold %(t.ttft_p95_seconds)ss) and requests wait "
@@ -514,6 +854,10 @@ def _alerts() -> list[Alert]:
             + " of a mean TTFT of "
             + _q(f"{mttft}:mean_%(w)s", M, "humanizeDuration")
             + " to be scheduled: the fleet lacks capacity.",
+            when=(
+                Cond("model_ttft_p95", ">", "ttft_p95_seconds"),
+                Cond("model_queue_share", ">", "queue_share_high"),
+            ),
         ),
         Alert(
             "InferencePrefillBottleneck",
@@ -522,10 +866,6 @@ def _alerts() -> list[Alert]:
             "prefill",
             "compute",
             "5m",
-            f"max without (quantile) ({ittft}:quantile_%(w)s{P95}) > %(t.ttft_p95_seconds)s\n"
-            f"and {iqueue}:mean_%(w)s / {ittft}:mean_%(w)s < %(t.queue_share_low)s\n"
-            f"and ignoring (quantile) {iitl}:quantile_%(w)s{P95} <= %(t.itl_p95_seconds)s\n"
-            "and instance:inferwatch_requests_finished:%(w)s > %(t.min_request_rate)s",
             "Prefill is the bottleneck on {{ $labels.instance }} ({{ $labels.model }})",
             "TTFT p95 is {{ $value | humanizeDuration }} (threshold %(t.ttft_p95_seconds)ss) "
             "while queueing takes only "
@@ -537,6 +877,12 @@ def _alerts() -> list[Alert]:
             + " tokens, prefix-cache hit ratio "
             + _q("instance:inferwatch_prefix_cache_hits:ratio_%(w)s", I, "humanizePercentage")
             + ".",
+            when=(
+                Cond("ttft_p95", ">", "ttft_p95_seconds"),
+                Cond("queue_share", "<", "queue_share_low"),
+                Cond("itl_p95", "<=", "itl_p95_seconds"),
+                Cond("request_rate", ">", "min_request_rate"),
+            ),
         ),
         Alert(
             "InferenceDecodeBottleneck",
@@ -545,10 +891,6 @@ def _alerts() -> list[Alert]:
             "decode",
             "memory",
             "5m",
-            f"max without (quantile) ({iitl}:quantile_%(w)s{P95}) > %(t.itl_p95_seconds)s\n"
-            f"and ignoring (quantile) {ittft}:quantile_%(w)s{P95} <= %(t.ttft_p95_seconds)s\n"
-            "and instance:inferwatch_generation_tokens:%(w)s > %(t.min_token_rate)s\n"
-            f"unless {iitl}:mean_per_decode_floor_%(w)s < %(t.floor_factor_far)s",
             "Decode is the bottleneck on {{ $labels.instance }} ({{ $labels.model }})",
             "Inter-token latency p95 is {{ $value | humanizeDuration }} (threshold "
             "%(t.itl_p95_seconds)ss) while TTFT p95 is a normal "
@@ -558,6 +900,12 @@ def _alerts() -> list[Alert]:
             + "x (n/a: floor unknown), with "
             + _q("instance:inferwatch_engine_step_tokens:mean_%(w)s", I)
             + " tokens per engine step. Decode is slower than the memory bandwidth allows.",
+            when=(
+                Cond("itl_p95", ">", "itl_p95_seconds"),
+                Cond("ttft_p95", "<=", "ttft_p95_seconds"),
+                Cond("generation_rate", ">", "min_token_rate"),
+            ),
+            unless=(Cond("itl_over_floor", "<", "floor_factor_far"),),
         ),
         Alert(
             "InferenceDecodeAtHardwareFloor",
@@ -566,14 +914,16 @@ def _alerts() -> list[Alert]:
             "decode",
             "memory",
             "10m",
-            f"{iitl}:mean_per_decode_floor_%(w)s < %(t.floor_factor_near)s\n"
-            "and instance:inferwatch_generation_tokens:%(w)s > %(t.min_token_rate)s",
             "Decode on {{ $labels.instance }} runs at the memory-bandwidth floor",
             'Mean inter-token latency of {{ $labels.model }} is {{ $value | printf "%%.3g" }}x '
             "the floor of "
             + _q("inferwatch_decode_floor_seconds", I, "humanizeDuration")
             + " (weight bytes / peak memory bandwidth). Decode is hardware-bound: only a "
             "smaller or quantized model, or more GPUs, make it faster.",
+            when=(
+                Cond("itl_over_floor", "<", "floor_factor_near"),
+                Cond("generation_rate", ">", "min_token_rate"),
+            ),
         ),
         Alert(
             "InferenceKVCachePressure",
@@ -582,9 +932,6 @@ def _alerts() -> list[Alert]:
             "decode",
             "memory",
             "5m",
-            "max without (engine) (avg_over_time(inferwatch_kv_cache_usage_ratio[%(window)s]))"
-            " > %(t.kv_usage_high)s\n"
-            "or instance:inferwatch_preemptions:%(w)s > %(t.preemptions_per_second)s",
             "KV cache under pressure on {{ $labels.instance }} ({{ $labels.model }})",
             "KV-cache use now "
             + _q("inferwatch_kv_cache_usage_ratio", I, "humanizePercentage")
@@ -593,6 +940,10 @@ def _alerts() -> list[Alert]:
             + _q("instance:inferwatch_preemptions:%(w)s", I, NUM)
             + " requests/s (threshold %(t.preemptions_per_second)s/s). Preempted requests lose "
             "their KV cache and are recomputed later.",
+            any_of=(
+                Cond("kv_usage", ">", "kv_usage_high"),
+                Cond("preemption_rate", ">", "preemptions_per_second"),
+            ),
         ),
         Alert(
             "InferencePrefillStallsDecode",
@@ -601,12 +952,6 @@ def _alerts() -> list[Alert]:
             "decode",
             "scheduling",
             "5m",
-            f"{iitl}:quantile_%(w)s{P99}\n"
-            f"  / ignoring (quantile) {iitl}:quantile_%(w)s{P50}\n"
-            "  > %(t.itl_tail_ratio)s\n"
-            f"and ignoring (quantile) {iitl}:quantile_%(w)s{P99} > %(t.itl_p99_seconds)s\n"
-            "and ignoring (quantile) instance:inferwatch_prompt_tokens:%(w)s"
-            " > %(t.min_token_rate)s",
             "Prefill stalls decode on {{ $labels.instance }} ({{ $labels.model }})",
             'Inter-token latency p99 is {{ $value | printf "%%.3g" }}x its median ('
             + _q(f"{iitl}:quantile_%(w)s{P99}", I, "humanizeDuration")
@@ -617,6 +962,11 @@ def _alerts() -> list[Alert]:
             + " tokens/s with "
             + _q("instance:inferwatch_engine_step_tokens:mean_%(w)s", I)
             + " tokens per engine step: decode steps wait behind prefill chunks.",
+            when=(
+                Cond("itl_tail_ratio", ">", "itl_tail_ratio"),
+                Cond("itl_p99", ">", "itl_p99_seconds"),
+                Cond("prompt_rate", ">", "min_token_rate"),
+            ),
         ),
         Alert(
             "InferenceGPUUnderutilized",
@@ -625,14 +975,12 @@ def _alerts() -> list[Alert]:
             "any",
             "compute",
             "10m",
-            "instance:inferwatch_gpu_busy_seconds:avg_%(w)s < %(t.gpu_busy_low)s\n"
-            "and on (instance, job)\n"
-            "  sum by (instance, job) (avg_over_time(inferwatch_requests_running[%(window)s])) >= 1",
             "GPUs on {{ $labels.instance }} mostly idle while requests run",
             "The GPUs were busy {{ $value | humanizePercentage }} of the time over %(window)s "
             "(threshold %(pct.gpu_busy_low)s) while requests were running: batches are too "
             "small or the CPU side (tokenization, scheduling, output processing) cannot keep "
             "the GPU fed.",
+            when=(Cond("gpu_busy", "<", "gpu_busy_low"), Cond("running", ">=", 1)),
         ),
         Alert(
             "InferenceFrontendCPUSaturated",
@@ -641,14 +989,13 @@ def _alerts() -> list[Alert]:
             "any",
             "system",
             "5m",
-            "instance:inferwatch_frontend_cpu_seconds:%(w)s > %(t.frontend_cpu_cores)s\n"
-            "unless on (instance, job)\n"
-            "  instance:inferwatch_gpu_busy_seconds:avg_%(w)s > %(t.gpu_busy_high)s",
             "API server / tokenizer CPU saturated on {{ $labels.instance }}",
             'The server\'s frontend process used {{ $value | printf "%%.2f" }} CPU cores over '
             "%(window)s (threshold %(t.frontend_cpu_cores)s) while the GPU was not busy: "
             "tokenization, detokenization and HTTP handling in one Python process are the "
             "bottleneck.",
+            when=(Cond("frontend_cpu", ">", "frontend_cpu_cores"),),
+            unless=(Cond("gpu_busy", ">", "gpu_busy_high"),),
         ),
         Alert(
             "InferenceRequestErrors",
@@ -657,13 +1004,15 @@ def _alerts() -> list[Alert]:
             "any",
             "availability",
             "5m",
-            "model:inferwatch_requests_finished:error_ratio_%(w)s > %(t.error_ratio)s\n"
-            "and model:inferwatch_requests_finished:%(w)s > %(t.min_request_rate)s",
             "{{ $labels.model }}: {{ $value | humanizePercentage }} of requests fail",
             "{{ $value | humanizePercentage }} of the requests of {{ $labels.model }} finished "
             "with an error or abort over %(window)s (threshold %(pct.error_ratio)s), out of "
             + _q("model:inferwatch_requests_finished:%(w)s", M, NUM)
             + " requests/s.",
+            when=(
+                Cond("model_error_ratio", ">", "error_ratio"),
+                Cond("model_request_rate", ">", "min_request_rate"),
+            ),
         ),
         Alert(
             "InferenceLatencyRegression",
@@ -672,17 +1021,11 @@ def _alerts() -> list[Alert]:
             "any",
             "baseline",
             "15m",
-            f"max without (quantile) ({ittft}:quantile_%(w)s{P95})\n"
-            f"  > on (instance, job, backend, model) inferwatch_baseline_{_TTFT}{BASE95}"
-            " * %(t.regression_factor)s\n"
-            f"or max without (quantile) ({iitl}:quantile_%(w)s{P95})\n"
-            f"  > on (instance, job, backend, model) inferwatch_baseline_{_ITL}{BASE95}"
-            " * %(t.regression_factor)s",
             "Latency on {{ $labels.instance }} regressed against the baseline",
-            "Live p95 latency of {{ $labels.model }} is {{ $value | humanizeDuration }}, over "
-            "%(t.regression_factor)sx the baseline at comparable load (concurrency "
+            'Live p95 latency of {{ $labels.model }} is {{ $value | printf "%%.3g" }}x the '
+            "baseline at comparable load (concurrency "
             + _q(f"inferwatch_baseline_{_TTFT}{BASE95}", I, 'label "concurrency"')
-            + "): TTFT p95 "
+            + "; threshold %(t.regression_factor)sx): TTFT p95 "
             + _q(f"{ittft}:quantile_%(w)s{P95}", I, "humanizeDuration")
             + " vs "
             + _q(f"inferwatch_baseline_{_TTFT}{BASE95}", I, "humanizeDuration")
@@ -691,6 +1034,10 @@ def _alerts() -> list[Alert]:
             + " vs "
             + _q(f"inferwatch_baseline_{_ITL}{BASE95}", I, "humanizeDuration")
             + ".",
+            any_of=(
+                Cond("ttft_over_baseline", ">", "regression_factor"),
+                Cond("itl_over_baseline", ">", "regression_factor"),
+            ),
         ),
         Alert(
             "InferenceGPUThrottling",
@@ -699,12 +1046,11 @@ def _alerts() -> list[Alert]:
             "any",
             "compute",
             "5m",
-            f'avg_over_time(inferwatch_gpu_clock_throttled{{reason=~"{THROTTLE_REASONS}"}}[%(window)s])\n'
-            "  > %(t.throttled_share)s",
             "GPU {{ $labels.gpu }} on {{ $labels.instance }} is throttled ({{ $labels.reason }})",
             "GPU {{ $labels.gpu }} ({{ $labels.name }}) had its clocks held down for "
             "{{ $labels.reason }} {{ $value | humanizePercentage }} of the last %(window)s: "
             "every kernel runs slower until cooling or power delivery is fixed.",
+            when=(Cond("gpu_throttled", ">", "throttled_share"),),
         ),
         Alert(
             "InferenceExporterGPUMissing",
@@ -713,8 +1059,6 @@ def _alerts() -> list[Alert]:
             "any",
             "availability",
             "5m",
-            'inferwatch_collector_success{collector="gpu"} == 0\n'
-            'and max_over_time(inferwatch_collector_success{collector="gpu"}[%(lookback)s]) == 1',
             "inferwatch on {{ $labels.instance }} lost its GPUs",
             "NVML collection on {{ $labels.instance }} worked within the last %(lookback)s "
             "(GPUs seen: "
@@ -727,6 +1071,7 @@ def _alerts() -> list[Alert]:
             + ") and now fails: a GPU vanished (fell off the bus, Xid error) or the "
             "driver/NVML became unavailable. GPU series and the GPU-based idle signal are "
             "missing meanwhile.",
+            when=(Cond("gpu_collection", "==", 0), Cond("gpu_collection_recent", "==", 1)),
         ),
     ]
 
@@ -748,7 +1093,7 @@ INHIBITIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 
 
-def _placeholders(spec: Spec, alert: Alert | None = None) -> dict[str, str]:
+def placeholders(spec: Spec, alert: Alert | None = None) -> dict[str, str]:
     values = {
         "w": spec.w,
         "window": spec.timing.window,
@@ -765,10 +1110,10 @@ def _placeholders(spec: Spec, alert: Alert | None = None) -> dict[str, str]:
 
 def render_alert(spec: Spec, alert: Alert) -> dict[str, Any]:
     """The alert as a Prometheus rule mapping."""
-    values = _placeholders(spec, alert)
+    values = placeholders(spec, alert)
     return {
         "alert": alert.name,
-        "expr": alert.expr % values,
+        "expr": alert.promql(values),
         "for": spec.timing.for_alert(alert),
         "labels": {"severity": alert.severity, "phase": alert.phase, "layer": alert.layer},
         "annotations": {

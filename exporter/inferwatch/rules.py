@@ -109,9 +109,7 @@ def runbook_markdown(spec: Spec, alert: Alert) -> str:
     """``alerts/runbooks/<Alert>.md``: the method's reading, then how to act."""
     book = RUNBOOKS[alert.name]
     rule = render_alert(spec, alert)
-    used = sorted(
-        name for name in THRESHOLDS if f"t.{name}" in alert.expr or f"pct.{name}" in alert.expr
-    )
+    used = alert.thresholds()
     lines = [
         f"# {alert.name}",
         "",

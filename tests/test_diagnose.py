@@ -1,0 +1,134 @@
+"""diagnose: the spec's conditions over two scrapes of an exporter, and its CLI.
+
+The two pages are inferwatch's rendering of two real captures of one vLLM server, taken
+during a burst that overflowed its KV cache and after it. Between them (taken as 10 s):
+33 preemptions (3.3/s), 8 TTFT observations, 4 in (0.5, 0.75] s and 4 in (1, 2.5] s (p95
+= 1 + 1.5 x (7.6 - 4) / 4 = 2.35 s), 24 queue-time observations with a mean of 0.2744 s
+against a mean TTFT of 0.8575 s (a 32 % queue share), and an ITL p95 inside its first
+bucket (under 10 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+from aiohttp import web
+
+from inferwatch.backends import VLLM
+from inferwatch.diagnose import EXIT_UNREADABLE, Report, Window, evaluate, parse_page, render
+from inferwatch.exposition import render as render_page
+from inferwatch.heuristics import SIGNALS, spec_from_config
+from inferwatch.model import CollectorStatus, Snapshot
+
+from conftest import fixture_text
+
+LABELS = {"backend": "vllm", "model": "tiny"}
+
+
+def page(fixture: str) -> str:
+    snap = Snapshot(
+        backend_kind="vllm",
+        backend_up=True,
+        backend_scrape_seconds=0.003,
+        backend=VLLM.normalize(fixture_text(fixture)),
+        collectors={"backend": CollectorStatus(True, 0.003)},
+    )
+    return render_page(snap).decode()
+
+
+DURING = page("vllm-0.32.0-cpu-loaded-kv-full.prom")
+AFTER = page("vllm-0.32.0-cpu-after-preemptions.prom")
+WINDOW = Window(parse_page(DURING), parse_page(AFTER), seconds=10.0)
+
+
+def value(signal: str) -> float | None:
+    return WINDOW.value(SIGNALS[signal].local)
+
+
+def test_signals_over_the_window() -> None:
+    assert value("preemption_rate") == pytest.approx(3.3)
+    assert value("request_rate") == pytest.approx(2.4)  # 24 finished, reason "length"
+    assert value("ttft_p95") == pytest.approx(2.35)
+    assert value("queue_share") == pytest.approx(0.32, abs=0.001)
+    assert value("itl_p95") < 0.01
+    assert value("kv_usage") == 0.0  # the gauge after the burst
+    assert value("gpu_busy") is None  # no NVML on these pages
+    assert value("ttft_over_baseline") is None  # no baseline
+
+
+def test_burst_reads_as_kv_pressure_with_a_slow_first_token() -> None:
+    spec = spec_from_config({})
+    findings = evaluate(WINDOW, spec, LABELS)
+    assert [f.alert.name for f in findings] == ["InferenceKVCachePressure"]
+    report = Report(
+        "http://exporter:9477", "10.0s", spec, {"ttft_p95": 2.35, "itl_p95": 0.0096}, findings
+    )
+    text = render(report)
+    assert "phase: prefill  (TTFT p95 2.35 s > 2 s; ITL p95 9.6 ms <= 100 ms)" in text
+    assert "layer: memory" in text
+    assert "WARNING  InferenceKVCachePressure  decode / memory  backend=vllm model=tiny" in text
+    assert "KV-cache use 0 % > 90 %; or preemptions/s 3.3 > 0.02" in text
+    assert "runbook: alerts/runbooks/InferenceKVCachePressure.md" in text
+    assert report.exit_code() == 3
+
+
+def test_same_conditions_as_the_rules_with_config_thresholds() -> None:
+    # A 32 % queue share over a 2.35 s TTFT p95 is queueing once the threshold is 30 %.
+    spec = spec_from_config({"thresholds": {"queue_share_high": 0.3}})
+    names = {f.alert.name for f in evaluate(WINDOW, spec, LABELS)}
+    assert names == {"InferenceKVCachePressure", "InferenceQueueingDelay"}
+
+
+def test_a_quiet_window_is_healthy() -> None:
+    quiet = Window(parse_page(AFTER), parse_page(AFTER), seconds=10.0)
+    spec = spec_from_config({})
+    report = Report(
+        "x", "10.0s", spec, {"ttft_p95": None, "itl_p95": None}, evaluate(quiet, spec, LABELS)
+    )
+    assert report.findings == []
+    assert report.exit_code() == 0
+    assert "healthy: no alert condition of the heuristics spec holds" in render(report)
+
+
+def diagnose(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "inferwatch", "diagnose", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_cli_against_a_live_exporter_page(aiohttp_server) -> None:
+    pages = iter([DURING, AFTER])
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=next(pages, AFTER), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    server = await aiohttp_server(app)
+    url = str(server.make_url("")).rstrip("/")
+    out = await asyncio.to_thread(diagnose, "--exporter", url, "--interval", "1")
+    assert out.returncode == 3, out.stderr
+    assert "WARNING  InferenceKVCachePressure" in out.stdout
+    assert "phase: prefill" in out.stdout  # TTFT p95 2.35 s
+
+
+def test_cli_unreachable_source_is_one_line_and_exit_5() -> None:
+    out = diagnose("--exporter", "http://127.0.0.1:9", "--interval", "1")
+    assert out.returncode == EXIT_UNREADABLE
+    assert out.stderr.count("\n") == 1 and "cannot connect" in out.stderr
+
+
+def test_cli_needs_exactly_one_source() -> None:
+    out = diagnose()
+    assert (
+        out.returncode == 2
+        and "one of the arguments --prometheus --exporter is required" in out.stderr
+    )
+    out = diagnose("--prometheus", "localhost:9090")
+    assert out.returncode == 2 and "is not an http:// or https:// URL" in out.stderr
