@@ -1,0 +1,31 @@
+// Validates Prometheus Operator objects against the CRD schemas bundled in
+// @kubernetes-models/prometheus-operator. Input: a JSON array of objects on stdin (the
+// rendered kustomization, from tests/test_deploy.py). Output: one line per object,
+// "ok KIND/NAME" or "FAIL KIND/NAME: reason"; exit status 1 if any failed.
+import { readFileSync } from "node:fs";
+import {
+  PodMonitor,
+  PrometheusRule,
+  ServiceMonitor,
+} from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1";
+
+const MODELS = { PodMonitor, PrometheusRule, ServiceMonitor };
+
+let failed = false;
+for (const doc of JSON.parse(readFileSync(0, "utf8"))) {
+  const where = `${doc.kind}/${doc.metadata?.name}`;
+  const Model = MODELS[doc.kind];
+  if (doc.apiVersion !== "monitoring.coreos.com/v1" || !Model) {
+    console.log(`FAIL ${where}: not a monitoring.coreos.com/v1 kind this script knows`);
+    failed = true;
+    continue;
+  }
+  try {
+    new Model(doc).validate();
+    console.log(`ok ${where}`);
+  } catch (err) {
+    console.log(`FAIL ${where}: ${String(err.message ?? err).replaceAll("\n", " ")}`);
+    failed = true;
+  }
+}
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,281 @@
+"""The deployment files, validated offline: docker-compose.yml against the compose-spec
+schema and against itself (mounts, profiles, the sidecar's shared network namespace), the
+kustomizations rendered by kustomize (``kubectl kustomize``), core objects against the
+Kubernetes schemas (kubernetes-validate, strict), Prometheus Operator objects against their
+CRD schemas (npm @kubernetes-models/prometheus-operator), and the generated PrometheusRule
+and dashboard ConfigMaps equal to alerts/ and dashboards/."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from inferwatch import __version__
+from inferwatch.serve import DEFAULT_PORT
+
+REPO = Path(__file__).resolve().parents[1]
+COMPOSE = REPO / "docker-compose.yml"
+KUBE = REPO / "deploy" / "kubernetes"
+RENDERINGS = ("base", "overlays/tgi", "overlays/fleet")
+# The oldest Kubernetes still commonly run, and the newest kubernetes-validate knows.
+K8S_VERSIONS = ("1.30.0", kubernetes_validate.latest_version() + ".0")
+CRD_GROUP = "monitoring.coreos.com/"
+NODE_VALIDATOR = REPO / "tests" / "k8s" / "validate.mjs"
+PROFILES = {"vllm": ("vllm", "vllm"), "tgi": ("tgi", "tgi"), "cpu": ("vllm-cpu", "vllm")}
+
+
+def run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def image_tag(image: str) -> str:
+    """The tag of ``registry/name:tag`` ('' when unpinned)."""
+    name = image.rsplit("/", 1)[-1]
+    return name.split(":", 1)[1] if ":" in name else ""
+
+
+# -- docker-compose ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())  # PyYAML resolves the `<<` merge keys
+
+
+def check_jsonschema(path: Path) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec"]
+    return run([*argv, str(path)])
+
+
+def test_compose_file_matches_the_compose_spec(tmp_path: Path) -> None:
+    proc = check_jsonschema(COMPOSE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    broken = tmp_path / "docker-compose.yml"  # the validator does reject a bad file
+    broken.write_text(COMPOSE.read_text().replace("  grafana:\n", "  grafana:\n    bogus: 1\n"))
+    proc = check_jsonschema(broken)
+    assert proc.returncode == 1 and "'bogus' was unexpected" in proc.stdout
+
+
+def test_compose_images_are_pinned_and_services_have_health_checks(compose) -> None:
+    for name, service in compose["services"].items():
+        tag = image_tag(service["image"])
+        assert tag and tag != "latest" and re.search(r"\d+\.\d+", tag), (name, service["image"])
+        assert service["healthcheck"]["test"][0] == "CMD", name
+    inferwatch_images = {
+        s["image"] for n, s in compose["services"].items() if n.startswith("inferwatch")
+    }
+    assert inferwatch_images == {f"inferwatch:{__version__}"}
+
+
+def test_each_profile_is_one_server_with_its_sidecar_in_its_network_namespace(compose) -> None:
+    services = compose["services"]
+    assert {p for s in services.values() for p in s.get("profiles", [])} == set(PROFILES)
+    for profile, (server_name, backend) in PROFILES.items():
+        members = {n: s for n, s in services.items() if profile in s.get("profiles", [])}
+        sidecar_name = f"inferwatch-{profile}"
+        assert set(members) == {server_name, sidecar_name}, profile
+        server, sidecar = members[server_name], members[sidecar_name]
+        assert sidecar["network_mode"] == f"service:{server_name}"
+        assert sidecar["depends_on"] == [server_name]
+        port = server["command"][server["command"].index("--port") + 1]
+        assert sidecar["command"][:4] == [
+            "--backend", backend, "--backend-url", f"http://127.0.0.1:{port}"
+        ]  # fmt: skip
+        assert "inference" in server["networks"]["default"]["aliases"]  # Prometheus' target
+        assert f"127.0.0.1:{DEFAULT_PORT}:{DEFAULT_PORT}" in server["ports"]
+        has_gpu = "deploy" in server
+        assert ("deploy" in sidecar) == has_gpu, profile  # NVML sees the server's GPUs
+        assert has_gpu or "--gpu" in sidecar["command"]
+        assert sidecar["read_only"] is True and sidecar["cap_drop"] == ["ALL"]
+    for service in services.values():
+        if "profiles" not in service:
+            assert not set(service.get("depends_on", {})) & {s for s, _ in PROFILES.values()}
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """Container path -> repository path of the service's bind mounts."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("./"):
+            mounts[target] = REPO / source
+    return mounts
+
+
+def test_compose_mounts_and_prometheus_config_agree(compose, tmp_path: Path) -> None:
+    services = compose["services"]
+    for service in services.values():
+        for path in bind_mounts(service).values():
+            assert path.exists(), path
+    prometheus = bind_mounts(services["prometheus"])
+    config = yaml.safe_load(prometheus["/etc/prometheus/prometheus.yml"].read_text())
+    # promtool checks the config with each rule file where the container would see it.
+    config["rule_files"] = [str(prometheus[path]) for path in config["rule_files"]]
+    assert config["rule_files"] == [str(REPO / "alerts" / "inferwatch-rules.yaml")]
+    local = tmp_path / "prometheus.yml"
+    local.write_text(yaml.safe_dump(config))
+    proc = run(["promtool", "check", "config", str(local)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    targets = {
+        job["job_name"]: job["static_configs"][0]["targets"] for job in config["scrape_configs"]
+    }
+    assert targets["inferwatch"] == [f"inference:{DEFAULT_PORT}"]
+    am_target = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"][0]
+    assert am_target.split(":")[0] in services
+    alertmanager = bind_mounts(services["alertmanager"])
+    assert alertmanager["/etc/alertmanager/alertmanager.yml"].name == "alertmanager.example.yml"
+    # Grafana: the provisioned dashboard folder is where dashboards/ is mounted, and the
+    # datasource is the compose Prometheus.
+    grafana = bind_mounts(services["grafana"])
+    provisioning = grafana["/etc/grafana/provisioning"]
+    provider = yaml.safe_load((provisioning / "dashboards" / "inferwatch.yml").read_text())
+    assert grafana[provider["providers"][0]["options"]["path"]] == REPO / "dashboards"
+    datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+def test_dockerfile_pins_its_base_and_runs_unprivileged() -> None:
+    lines = [
+        line.strip()
+        for line in (REPO / "Dockerfile").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    base = next(line for line in lines if line.startswith("FROM ")).split()[1]
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", base), base
+    user = next(line for line in lines if line.startswith("USER ")).split()[1]
+    assert user.split(":")[0].isdigit() and user.split(":")[0] != "0"  # runAsNonRoot-verifiable
+    assert 'ENTRYPOINT ["inferwatch", "serve"]' in lines
+    assert f"EXPOSE {DEFAULT_PORT}" in lines
+
+
+# -- Kubernetes --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    """Each kustomization as ``kubectl kustomize`` (kustomize v5, built in) renders it."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl (with its built-in kustomize) is needed to render deploy/kubernetes"
+    out = {}
+    for name in RENDERINGS:
+        proc = run([kubectl, "kustomize", str(KUBE / name)])
+        assert proc.returncode == 0, proc.stderr
+        out[name] = [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+    return out
+
+
+def objects(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in docs if doc["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = objects(docs, kind)
+    return found
+
+
+def containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    return {c["name"]: c for c in pod["containers"]}
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_core_objects_pass_kubernetes_validate_strict(rendered, version: str) -> None:
+    kinds = set()
+    for docs in rendered.values():
+        for doc in docs:
+            if not doc["apiVersion"].startswith(CRD_GROUP):
+                kubernetes_validate.validate(doc, version, strict=True)
+                kinds.add(doc["kind"])
+    assert kinds == {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget"}
+    bogus = copy.deepcopy(one(rendered["base"], "Deployment"))
+    bogus["spec"]["template"]["spec"]["containers"][1]["readinesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError, match="readinesProbe"):
+        kubernetes_validate.validate(bogus, version, strict=True)
+
+
+def node_validate(docs: list[dict[str, Any]]) -> subprocess.CompletedProcess:
+    modules = NODE_VALIDATOR.parent / "node_modules"
+    assert modules.is_dir(), f"run `npm ci --prefix {NODE_VALIDATOR.parent}` first"
+    return run(["node", str(NODE_VALIDATOR)], stdin=json.dumps(docs))
+
+
+def test_prometheus_operator_objects_pass_their_crd_schemas(rendered) -> None:
+    crds = [doc for docs in rendered.values() for doc in docs if doc["apiVersion"].startswith(CRD_GROUP)]  # fmt: skip
+    assert {doc["kind"] for doc in crds} == {"PodMonitor", "PrometheusRule"}
+    proc = node_validate(crds)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("ok ") == len(crds)
+    broken = copy.deepcopy(one(rendered["base"], "PodMonitor"))
+    broken["spec"]["podMetricsEndpoints"][0]["port"] = DEFAULT_PORT  # must name the port
+    proc = node_validate([broken])
+    assert proc.returncode == 1 and "port must be string" in proc.stdout
+
+
+@pytest.mark.parametrize("name", RENDERINGS)
+def test_rules_and_dashboards_equal_the_generated_files(rendered, name: str) -> None:
+    docs = rendered[name]
+    rules = yaml.safe_load((REPO / "alerts" / "inferwatch-rules.yaml").read_text())
+    assert one(docs, "PrometheusRule")["spec"] == rules
+    data = {}
+    for config_map in objects(docs, "ConfigMap"):
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        data.update(config_map["data"])
+    boards = {p.name: p.read_text() for p in (REPO / "dashboards").glob("*.json")}
+    assert data == boards
+
+
+@pytest.mark.parametrize("name", RENDERINGS)
+def test_the_sidecar_is_small_unprivileged_and_probed_on_healthz(rendered, name: str) -> None:
+    docs = rendered[name]
+    pod = one(docs, "Deployment")["spec"]["template"]
+    sidecar = containers(docs)["inferwatch"]
+    assert sidecar["image"] == f"inferwatch:{__version__}"
+    ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+    assert ports == {"metrics": DEFAULT_PORT}
+    probe = sidecar["readinessProbe"]["httpGet"]
+    assert probe == {"path": "/healthz", "port": "metrics"}
+    security = sidecar["securityContext"]
+    assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"]
+    assert not security["allowPrivilegeEscalation"] and security["capabilities"]["drop"] == ["ALL"]
+    limits = sidecar["resources"]["limits"]
+    assert "nvidia.com/gpu" not in limits  # it would get a GPU of its own, not the server's
+    assert limits["memory"].endswith("Mi") and int(limits["memory"][:-2]) <= 256
+    server = containers(docs)["server"]
+    assert server["resources"]["limits"]["nvidia.com/gpu"] >= 1
+    url = next(a for a in sidecar["args"] if a.startswith("--backend-url="))
+    server_port = server["args"][server["args"].index("--port") + 1]
+    assert url == f"--backend-url=http://127.0.0.1:{server_port}"
+    assert {p["containerPort"] for p in server["ports"]} == {int(server_port)}
+    monitor = one(docs, "PodMonitor")["spec"]
+    assert monitor["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert [e["port"] for e in monitor["podMetricsEndpoints"]] == ["metrics"]
+
+
+def test_overlays_change_what_they_say(rendered) -> None:
+    base, tgi, fleet = (rendered[name] for name in RENDERINGS)
+    assert containers(base)["server"]["image"].startswith("vllm/vllm-openai:")
+    assert containers(tgi)["server"]["image"].startswith(
+        "ghcr.io/huggingface/text-generation-inference:"
+    )
+    assert "--backend=tgi" in containers(tgi)["inferwatch"]["args"]
+    assert "--backend=vllm" in containers(base)["inferwatch"]["args"]
+    deployment = one(fleet, "Deployment")
+    assert deployment["spec"]["replicas"] > 1
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    budget = one(fleet, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"]
+    assert budget.items() <= labels.items()
+    for constraint in deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]:
+        assert constraint["labelSelector"]["matchLabels"].items() <= labels.items()
+    for docs in rendered.values():
+        for container in containers(docs).values():
+            assert image_tag(container["image"]) not in ("", "latest"), container["image"]
