@@ -71,13 +71,13 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[str | float, float]]) -
     return start + (end - start) * (rank / count)
 
 
-def increase(before: Histogram | None, after: Histogram) -> Histogram:
+def increase(before: Histogram, after: Histogram) -> Histogram:
     """The observations made between two scrapes of one histogram.
 
     A histogram that went backwards or changed its bounds (the server restarted) counts from
     zero, as Prometheus' ``increase()`` treats a counter reset: the window is ``after``.
     """
-    if before is None or [le for le, _ in before.buckets] != [le for le, _ in after.buckets]:
+    if [le for le, _ in before.buckets] != [le for le, _ in after.buckets]:
         return after
     deltas = [(le, b - a) for (le, a), (_, b) in zip(before.buckets, after.buckets, strict=True)]
     if any(delta < 0 for _, delta in deltas) or after.count < before.count:

@@ -1,0 +1,650 @@
+"""The load sweep against a fake OpenAI server on loopback that streams SSE with set delays.
+
+The fake counts prompt tokens as ``FIXED_TOKENS + TOKENS_PER_WORD x words`` and observes its
+own TTFT into a vLLM-style histogram on /metrics, so measurement, prompt-length control,
+the server-side window, errors and the CLI are checked against known values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from inferwatch import sweep
+from inferwatch.baseline import Baseline, Cell, Quantiles, load, to_yaml
+from inferwatch.cli import main
+from inferwatch.settings import ConfigError, resolve
+
+MODEL = "m"
+FIXED_TOKENS = 3
+TOKENS_PER_WORD = 2
+BOUNDS = ("0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "+Inf")
+
+
+@dataclass
+class Behaviour:
+    ttft: float = 0.01
+    itl: float = 0.002
+    fail_every: int = 0  # request i of a cell answers HTTP 500 when i % fail_every == 1
+    error_event_every: int = 0  # ... sends an error event after its first token
+    hang_every: int = 0  # ... sends nothing for 2 s
+    reject_exact_length: bool = False
+    usage: bool = True
+    role_chunk: bool = True  # chat: a role announcement right away, before any token
+    empty_tokens: bool = False  # every other token streams with empty text (partial UTF-8)
+    metrics: str = "vllm"  # "vllm", "inferwatch" (the sidecar's page) or "none"
+    metrics_lag: float = 0.0  # the page shows observations this much later
+
+
+@dataclass
+class Fake:
+    behaviour: Behaviour
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    observed: list[tuple[float, float]] = field(default_factory=list)  # (when, TTFT)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    url: str = ""
+
+    def page(self) -> str:
+        cutoff = time.monotonic() - self.behaviour.metrics_lag
+        seen = [ttft for when, ttft in self.observed if when <= cutoff]
+        if self.behaviour.metrics == "inferwatch":
+            name, labels = (
+                "inferwatch_time_to_first_token_seconds",
+                f'backend="vllm",model="{MODEL}",engine="0"',
+            )
+            lines = [
+                "# TYPE inferwatch_build_info gauge",
+                'inferwatch_build_info{version="0.1.0"} 1.0',
+                "# TYPE inferwatch_backend_info gauge",
+                f'inferwatch_backend_info{{backend="vllm",version="9.9.9",model="{MODEL}"}} 1.0',
+            ]
+        else:
+            name, labels = "vllm:time_to_first_token_seconds", f'engine="0",model_name="{MODEL}"'
+            lines = [f'vllm:num_requests_running{{engine="0",model_name="{MODEL}"}} 0.0']
+        lines.append(f"# TYPE {name} histogram")
+        for le in BOUNDS:
+            count = sum(1 for t in seen if t <= float(le))
+            lines.append(f'{name}_bucket{{{labels},le="{le}"}} {count}.0')
+        lines.append(f"{name}_count{{{labels}}} {len(seen)}.0")
+        lines.append(f"{name}_sum{{{labels}}} {sum(seen)}")
+        # Another model's series, to be left out.
+        other = labels.replace(f'"{MODEL}"', '"other"')
+        lines += [f'{name}_bucket{{{other},le="+Inf"}} 99.0', f"{name}_count{{{other}}} 99.0"]
+        return "\n".join(lines) + "\n"
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        if self.behaviour.metrics == "none":
+            return web.Response(status=404, text="not found")
+        return web.Response(text=self.page(), content_type="text/plain")
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "9.9.9"})
+
+    async def complete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        start = time.monotonic()
+        self.bodies.append(body)
+        b = self.behaviour
+        chat = request.path.endswith("/chat/completions")
+        text = body["messages"][0]["content"] if chat else body["prompt"]
+        if b.reject_exact_length and ("ignore_eos" in body or "min_tokens" in body):
+            return web.json_response(
+                {"object": "error", "message": "extra fields not permitted"}, status=400
+            )
+        # The sweep's probes (PROBE_OUTPUT_TOKENS long) are never failed on purpose.
+        probe = body["max_tokens"] == sweep.PROBE_OUTPUT_TOKENS
+        index = None if probe else request_index(text)
+
+        def every(n: int) -> bool:
+            return bool(n) and index is not None and index % n == 1
+
+        if every(b.fail_every):
+            return web.json_response({"error": {"message": "boom", "code": 500}}, status=500)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+        async def send(doc: Any) -> None:
+            data = doc if isinstance(doc, str) else json.dumps(doc)
+            await resp.write(f"data: {data}\n\n".encode())
+
+        try:
+            if every(b.hang_every):
+                await asyncio.sleep(2.0)
+            if chat and b.role_chunk:
+                await send(
+                    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+                )
+            await asyncio.sleep(b.ttft)
+            for k in range(body["max_tokens"]):
+                if k:
+                    await asyncio.sleep(b.itl)
+                else:
+                    self.observed.append((time.monotonic(), time.monotonic() - start))
+                token = "" if b.empty_tokens and k % 2 else "x"
+                choice = {"delta": {"content": token}} if chat else {"text": token}
+                await send({"choices": [{"index": 0, "finish_reason": None, **choice}]})
+                if k == 0 and every(b.error_event_every):
+                    await send({"error": {"message": "engine died"}})
+                    return resp
+            if chat:  # OpenAI closes a choice with an empty event
+                await send({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+            if b.usage:
+                words = len(text.split())
+                usage = {
+                    "prompt_tokens": FIXED_TOKENS + TOKENS_PER_WORD * words,
+                    "completion_tokens": body["max_tokens"],
+                }
+                await send({"choices": [], "usage": usage})
+            await send("[DONE]")
+        finally:
+            self.in_flight -= 1
+        return resp
+
+
+def request_index(text: str) -> int | None:
+    """The request index in a sweep's tag (``seed.cell.index``)."""
+    parts = text.split(" ", 1)[0].split(".")
+    return int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else None
+
+
+@pytest.fixture
+def fake() -> Iterator[Fake]:
+    """The fake server in a thread with its own loop (the sweep runs asyncio.run)."""
+    server = Fake(Behaviour())
+    app = web.Application()
+    app.router.add_post("/v1/completions", server.complete)
+    app.router.add_post("/v1/chat/completions", server.complete)
+    app.router.add_get("/metrics", server.metrics)
+    app.router.add_get("/version", server.version)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app, shutdown_timeout=0.5)
+    ready = threading.Event()
+
+    async def start() -> None:
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        server.url = f"http://127.0.0.1:{port}"
+        ready.set()
+
+    thread = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()))
+    thread.start()
+    assert ready.wait(10)
+    yield server
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.close()
+
+
+def plan(url: str, **flags: Any) -> sweep.Plan:
+    flags = {"url": url, "model": MODEL, "out": "/tmp/unused.yaml", **flags}
+    return sweep.Plan.from_values(resolve(sweep.OPTIONS, flags, {}, env={}))
+
+
+def run(plan: sweep.Plan) -> tuple[sweep.Sweep, str]:
+    stderr = io.StringIO()
+    result = asyncio.run(sweep.run(plan, sweep.Progress(stderr, plan)))
+    return result, stderr.getvalue()
+
+
+def test_ttft_itl_and_e2e_are_measured_from_the_stream(fake: Fake) -> None:
+    fake.behaviour = Behaviour(ttft=0.05, itl=0.02)
+    result, _ = run(
+        plan(
+            fake.url, concurrency=(1,), prompt_tokens=(40,), output_tokens=(5,), requests_per_cell=4
+        )
+    )
+    (cell,) = result.results
+    assert len(cell.ok) == 4 and not cell.errors
+    for s in cell.ok:
+        assert 0.05 <= s.ttft < 0.09
+        assert len(s.gaps) == 4
+        assert s.e2e >= s.ttft + 4 * 0.02
+    c = cell.cell()
+    assert 0.018 <= c.itl_seconds.p50 <= 0.035
+    assert c.output_tokens_per_second == pytest.approx(5 * c.requests_per_second, rel=1e-3)
+    # The fake observed every TTFT in (0.04, 0.06]: the window holds exactly the 4 requests.
+    assert cell.server_window.count == 4
+    assert 0.04 < c.server_ttft_seconds.p50 <= 0.06
+    assert c.ttft_seconds.p50 >= c.server_ttft_seconds.p50 - 0.02  # within one bucket
+
+
+def test_concurrency_is_held_constant_and_every_request_is_sent(fake: Fake) -> None:
+    result, _ = run(
+        plan(
+            fake.url, concurrency=(3,), prompt_tokens=(10,), output_tokens=(4,), requests_per_cell=9
+        )
+    )
+    assert fake.max_in_flight == 3
+    assert len(result.results[0].ok) == 9
+    default = plan(fake.url, concurrency=(1, 16))
+    assert [default.requests_in(c) for c in (1, 16)] == [8, 32]
+
+
+def test_prompt_lengths_are_calibrated_and_every_prompt_differs(fake: Fake) -> None:
+    result, _ = run(plan(fake.url, concurrency=(2,), prompt_tokens=(50, 300), output_tokens=(2,)))
+    calibration = result.metadata["prompt_calibration"]
+    assert calibration["tokens_per_word"] == TOKENS_PER_WORD
+    for cell in result.results:
+        assert abs(cell.mean_prompt_tokens() - cell.prompt_tokens) <= TOKENS_PER_WORD
+    prompts = [b["prompt"] for b in fake.bodies]
+    assert len(set(prompts)) == len(prompts)
+    # Not even their first words coincide: no two share a cached prefix block.
+    assert len({" ".join(p.split()[:4]) for p in prompts}) == len(prompts)
+    body = fake.bodies[-1]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["ignore_eos"] is True and body["min_tokens"] == body["max_tokens"] == 2
+
+
+def test_same_seed_same_prompts_fresh_seed_otherwise(fake: Fake) -> None:
+    flags = {
+        "concurrency": (1,),
+        "prompt_tokens": (20,),
+        "output_tokens": (2,),
+        "requests_per_cell": 2,
+    }
+    run(plan(fake.url, seed=7, **flags))
+    first = [b["prompt"] for b in fake.bodies]
+    fake.bodies.clear()
+    run(plan(fake.url, seed=7, **flags))
+    assert [b["prompt"] for b in fake.bodies] == first
+    assert len({plan(fake.url).seed for _ in range(5)}) > 1  # a fresh seed per run
+
+
+def test_failures_are_counted_and_never_stop_the_sweep(fake: Fake) -> None:
+    fake.behaviour = Behaviour(fail_every=8, error_event_every=5, hang_every=6)
+    result, stderr = run(
+        plan(
+            fake.url,
+            concurrency=(2,),
+            prompt_tokens=(10,),
+            output_tokens=(3,),
+            requests_per_cell=8,
+            request_timeout=0.5,
+        )
+    )
+    (cell,) = result.results
+    errors = sorted(s.error for s in cell.errors)
+    assert len(cell.samples) == 8 and len(errors) == 3, errors  # requests 1, 6 and 7
+    assert errors[0] == "HTTP 500: boom"
+    assert errors[1] == "error event: engine died"
+    assert errors[2] == "no complete answer within 0.5 s"
+    assert cell.cell().errors == 3 and cell.cell().requests == 8
+    assert "3 errors, the first:" in stderr
+
+
+def test_a_server_that_rejects_ignore_eos_is_asked_without(fake: Fake) -> None:
+    fake.behaviour = Behaviour(reject_exact_length=True)
+    result, stderr = run(
+        plan(
+            fake.url, concurrency=(1,), prompt_tokens=(10,), output_tokens=(2,), requests_per_cell=2
+        )
+    )
+    assert len(result.results[0].ok) == 2
+    assert "rejects ignore_eos/min_tokens" in stderr
+    assert "ignore_eos" not in fake.bodies[-1]
+
+
+def test_chat_counts_tokens_not_the_role_announcement_nor_the_closing_event(fake: Fake) -> None:
+    fake.behaviour = Behaviour(ttft=0.08, itl=0.01, empty_tokens=True)
+    result, _ = run(
+        plan(
+            fake.url,
+            api="chat",
+            concurrency=(1,),
+            prompt_tokens=(20,),
+            output_tokens=(4,),
+            requests_per_cell=2,
+        )
+    )
+    for s in result.results[0].ok:
+        assert s.ttft >= 0.08  # the role event came at once
+        assert len(s.gaps) == 3  # 4 tokens, two of them without text
+    assert fake.bodies[-1]["messages"][0]["role"] == "user"
+
+
+def test_without_usage_output_tokens_are_counted_from_events(fake: Fake) -> None:
+    fake.behaviour = Behaviour(usage=False)
+    result, stderr = run(
+        plan(
+            fake.url, concurrency=(1,), prompt_tokens=(13,), output_tokens=(3,), requests_per_cell=2
+        )
+    )
+    assert "no prompt token usage" in stderr
+    assert [s.output_tokens for s in result.results[0].ok] == [3, 3]
+    assert (
+        result.metadata["prompt_calibration"]["tokens_per_word"] == sweep.FALLBACK_TOKENS_PER_WORD
+    )
+
+
+def test_inferwatch_page_gives_the_server_ttft_and_lags_are_waited_for(fake: Fake) -> None:
+    fake.behaviour = Behaviour(ttft=0.03, metrics="inferwatch", metrics_lag=0.4)
+    result, _ = run(
+        plan(
+            fake.url,
+            concurrency=(2,),
+            prompt_tokens=(10, 20),
+            output_tokens=(2,),
+            requests_per_cell=4,
+        )
+    )
+    assert result.metadata["backend"] == "vllm" and result.metadata["version"] == "9.9.9"
+    for cell in result.results:
+        assert cell.server_window.count == 4  # the lag did not push a request into the next cell
+        assert 0.02 < cell.server_ttft().p50 <= 0.04
+
+
+def test_vllm_page_names_backend_and_version(fake: Fake) -> None:
+    result, _ = run(
+        plan(
+            fake.url, concurrency=(1,), prompt_tokens=(10,), output_tokens=(2,), requests_per_cell=2
+        )
+    )
+    assert (result.metadata["backend"], result.metadata["version"]) == ("vllm", "9.9.9")
+    assert result.metadata["metrics_url"] == fake.url + "/metrics"
+
+
+def test_without_a_metrics_page_the_sweep_runs_client_side_only(fake: Fake) -> None:
+    fake.behaviour = Behaviour(metrics="none")
+    result, stderr = run(
+        plan(
+            fake.url, concurrency=(1,), prompt_tokens=(10,), output_tokens=(2,), requests_per_cell=2
+        )
+    )
+    assert "no server-side TTFT" in stderr and "HTTP 404" in stderr
+    assert result.results[0].cell().server_ttft_seconds is None
+    assert result.metadata["backend"] == "unknown"
+
+
+def test_real_prompts_from_jsonl(fake: Fake, tmp_path: Path) -> None:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "one two three"}\n\n{"prompt": "four five"}\n')
+    result, _ = run(
+        plan(
+            fake.url,
+            prompts=prompts,
+            concurrency=(1,),
+            output_tokens=(2,),
+            requests_per_cell=3,
+        )
+    )
+    assert [r.key for r in result.results] == [(1, 0, 2)]
+    sent = [b["prompt"].split(" ", 1)[1] for b in fake.bodies]
+    assert sent[-3:] == ["one two three", "four five", "one two three"]
+    assert result.metadata["prompts"] == str(prompts)
+    assert "prompt_calibration" not in result.metadata
+
+
+@pytest.mark.parametrize(
+    ("content", "api", "message"),
+    [
+        ("not json\n", "completions", "line 1: not JSON"),
+        ('{"prompt": "a"}\n[1]\n', "completions", "line 2: expected a JSON object"),
+        ('{"text": "a"}\n', "completions", "needs exactly one of 'prompt' and 'messages'"),
+        ('{"prompt": ""}\n', "completions", "'prompt' must be a non-empty string"),
+        ('{"messages": [{"role": "user", "content": "a"}]}\n', "completions", "need --api chat"),
+        ('{"messages": []}\n', "chat", "'messages' must be a non-empty list"),
+        ('{"messages": [{"role": "user"}]}\n', "chat", "messages[0] must have string"),
+        ("\n\n", "completions", "no prompts"),
+    ],
+)
+def test_bad_jsonl_is_a_one_line_error(
+    tmp_path: Path, content: str, api: str, message: str
+) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text(content)
+    with pytest.raises(
+        ConfigError, match=rf"{path}.*{message}".replace("[", r"\[").replace("]", r"\]")
+    ):
+        sweep.load_prompts(path, api)
+
+
+def test_jsonl_prompt_becomes_a_user_message_for_chat(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "hi"}\n{"messages": [{"role": "system", "content": "s"}]}\n')
+    assert sweep.load_prompts(path, "chat") == (
+        {"messages": [{"role": "user", "content": "hi"}]},
+        {"messages": [{"role": "system", "content": "s"}]},
+    )
+
+
+async def test_sse_parsing_across_reads_and_its_bounds() -> None:
+    async def events(*chunks: bytes) -> list[str]:
+        protocol = mock.Mock(_reading_paused=False)
+        reader = aiohttp.StreamReader(protocol, 2**16, loop=asyncio.get_running_loop())
+        for chunk in chunks:
+            reader.feed_data(chunk)
+        reader.feed_eof()
+        return [data async for _, data in sweep.sse_data(reader)]
+
+    assert await events(
+        b'data: {"a"', b": 1}\r\n\r\n: comment\n\ndata: x\ndata: y\n\ndata:[DONE]"
+    ) == [
+        '{"a": 1}',
+        "x\ny",
+        "[DONE]",
+    ]
+    with pytest.raises(sweep.StreamError, match="SSE line exceeds"):
+        await events(b"data: " + b"x" * (sweep.MAX_LINE_BYTES + 1))
+
+
+# --- regressions, table, output ----------------------------------------------------------
+
+
+def q(p50: float, p95: float) -> Quantiles:
+    return Quantiles(p50, p95, p95)
+
+
+def baseline_cell(concurrency: int, ttft_p95: float, itl_p95: float, output: int = 2) -> Cell:
+    return Cell(
+        concurrency, 10, output, 8, 0, q(0.01, ttft_p95), q(0.001, itl_p95), q(0.1, 0.2), 5.0, 10.0
+    )
+
+
+def result(concurrency: int, ttft: float, itl: float, ok: bool = True) -> sweep.CellResult:
+    sample = sweep.Sample(ttft=ttft, gaps=(itl,), e2e=0.1, output_tokens=2)
+    failed = sweep.Sample(error="HTTP 500: boom")
+    return sweep.CellResult(concurrency, 10, 2, (sample if ok else failed,) * 4, 1.0)
+
+
+def test_regressions_are_marked_cell_by_cell() -> None:
+    previous = Baseline(
+        {},
+        (
+            baseline_cell(1, 0.02, 0.002),
+            baseline_cell(2, 0.02, 0.002),
+            baseline_cell(4, 0.02, 0.002),
+        ),
+    )
+    marks = sweep.regressions(
+        [
+            result(1, 0.025, 0.002),
+            result(2, 0.05, 0.004),
+            result(4, 0.01, 0.001, ok=False),
+            result(8, 1, 1),
+        ],
+        previous,
+        1.5,
+    )
+    assert marks == {
+        (1, 10, 2): "",
+        (2, 10, 2): "TTFT p95 x2.50, ITL p95 x2.00",
+        (4, 10, 2): "every request failed",
+    }
+    table = sweep.table([result(1, 0.025, 0.002), result(2, 0.05, 0.004), result(8, 1, 1)], marks)
+    lines = table.splitlines()
+    assert lines[0].split()[:4] == ["conc", "prompt", "output", "TTFT"]
+    assert lines[1].endswith("ok") and "REGRESSED TTFT p95 x2.50" in lines[2]
+    assert lines[3].endswith("new")
+
+
+def test_table_rows_and_units(fake: Fake) -> None:
+    fake.behaviour = Behaviour(ttft=0.05, itl=0.01)
+    result_, _ = run(
+        plan(
+            fake.url, concurrency=(1,), prompt_tokens=(10,), output_tokens=(3,), requests_per_cell=2
+        )
+    )
+    header, row = sweep.table(result_.results, None).splitlines()[:2]
+    values = dict(zip(re.sub(r" (p\d\d)", r"_\1", header).split(), row.split(), strict=True))
+    assert values["conc"] == "1" and values["prompt"] == "10" and values["errors"] == "0"
+    assert 50 <= float(values["TTFT_p50"]) < 80  # milliseconds
+    gap = float(values["TTFT_p50"]) - float(values["server_p50"])
+    assert float(values["gap"]) == pytest.approx(gap, abs=0.11)
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def subprocess_cli(*args: str) -> Outcome:
+    """The command as a user runs it (one test: imports, entry point, real stdio)."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("INFERWATCH_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "inferwatch", "baseline", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+    )
+    return Outcome(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
+    """``inferwatch baseline ARGS`` in this process, with only ``env`` of INFERWATCH_*."""
+
+    def run_cli(*args: str, env: dict[str, str] | None = None) -> Outcome:
+        for name in [n for n in os.environ if n.startswith("INFERWATCH_")]:
+            monkeypatch.delenv(name)
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        try:
+            status = main(["baseline", *args])
+        except SystemExit as exc:  # argparse's usage errors
+            status = exc.code
+        out = capsys.readouterr()
+        return Outcome(status, out.out, out.err)
+
+    return run_cli
+
+
+def test_command_writes_a_loadable_file_and_prints_the_table(fake: Fake, tmp_path: Path) -> None:
+    out = tmp_path / "b.yaml"
+    proc = subprocess_cli(
+        "--url", fake.url + "/v1", "--model", MODEL, "--out", str(out),
+        "--concurrency", "1,2", "--prompt-tokens", "10", "--output-tokens", "3",
+        "--gpu-name", "H100", "--seed", "42",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 3 + 1  # header, two cells, legend
+    baseline = load(out)
+    assert [c.key for c in baseline.cells] == [(1, 10, 3), (2, 10, 3)]
+    meta = baseline.metadata
+    assert meta["gpu"] == "H100" and meta["seed"] == 42 and meta["model"] == MODEL
+    assert meta["url"] == fake.url and meta["api"] == "completions"
+    assert meta["inferwatch"] and meta["date"].endswith("+00:00")
+    assert all(c.server_ttft_seconds is not None for c in baseline.cells)
+    assert f"wrote {out}" in proc.stderr
+
+
+def test_command_exits_3_on_a_regression_and_still_writes(fake: Fake, tmp_path: Path, cli) -> None:
+    previous = tmp_path / "old.yaml"
+    previous.write_text(to_yaml(Baseline({}, (baseline_cell(1, 0.0001, 1.0, output=3),))))
+    out = tmp_path / "new.yaml"
+    args = ["--url", fake.url, "--model", MODEL, "--out", str(out), "--concurrency", "1,2"]
+    args += ["--prompt-tokens", "10", "--output-tokens", "3", "--previous", str(previous)]
+    proc = cli(*args)
+    assert proc.returncode == 3, proc.stderr
+    assert "REGRESSED TTFT p95" in proc.stdout and "new" in proc.stdout
+    assert "1 of 2 cells regressed" in proc.stderr
+    assert out.exists()
+    proc = cli(*args, env={"INFERWATCH_REGRESSION_FACTOR": "1000"})
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_command_fails_in_one_line_when_the_server_is_unreachable(tmp_path: Path, cli) -> None:
+    proc = cli("--url", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path / "b.yaml"))
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "inferwatch: error: probe request to http://127.0.0.1:9/v1/completions failed: cannot connect"
+        )
+    )
+    assert not (tmp_path / "b.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "fragments"),
+    [
+        (["--concurrency", "1,x"], {}, ["--concurrency", "'1,x': 'x' is not a number"]),
+        (["--concurrency", "1,1"], {}, ["lists 1 twice"]),
+        (["--output-tokens", "1"], {}, ["below the minimum of 2"]),
+        (["--api", "embeddings"], {}, ["not one of completions, chat"]),
+        (["--regression-factor", "0.5"], {}, ["must be between 1 and 1000"]),
+        (["--url", "localhost:8000"], {}, ["not an http:// or https:// URL"]),
+        (["--out", "/nonexistent/b.yaml"], {}, ["directory /nonexistent does not exist"]),
+        (["--previous", "/nope.yaml"], {}, ["/nope.yaml: no such file"]),
+        ([], {"INFERWATCH_CONCURRENCY": "four"}, ["INFERWATCH_CONCURRENCY", "'four'"]),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, cli, args: list[str], env: dict[str, str], fragments: list[str]
+) -> None:
+    base = ["--url", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path / "b.yaml")]
+    proc = cli(*base, *args, env=env)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_required_flags_prompts_conflict_and_bad_files_exit_2(tmp_path: Path, cli) -> None:
+    proc = cli("--url", "http://127.0.0.1:9", "--out", str(tmp_path / "b.yaml"))
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "inferwatch: error: --model is required (or INFERWATCH_MODEL)"
+    )
+    proc = cli(env={"INFERWATCH_URL": "http://127.0.0.1:9", "INFERWATCH_MODEL": "m"})
+    assert proc.stderr.strip() == "inferwatch: error: --out is required (or INFERWATCH_OUT)"
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text('{"prompt": "a"}\n')
+    base = ["--url", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path / "b.yaml")]
+    proc = cli(*base, "--prompts", str(jsonl), "--prompt-tokens", "64")
+    assert proc.returncode == 2 and "--prompts replaces --prompt-tokens" in proc.stderr
+    jsonl.write_text("{oops\n")
+    proc = cli(*base, "--prompts", str(jsonl))
+    assert proc.returncode == 2 and f"{jsonl} line 1: not JSON" in proc.stderr
+    bad = tmp_path / "old.yaml"
+    bad.write_text("inferwatch_baseline: 2\n")
+    proc = cli(*base, "--previous", str(bad))
+    assert proc.returncode == 2 and f"baseline {bad}: not an inferwatch baseline" in proc.stderr
