@@ -43,7 +43,7 @@ class Behaviour:
     itl: float = 0.002
     fail_every: int = 0  # request i of a cell answers HTTP 500 when i % fail_every == 1
     error_event_every: int = 0  # ... sends an error event after its first token
-    hang_every: int = 0  # ... sends nothing for 2 s
+    hang_every: int = 0  # ... sends nothing for 3 s
     reject_exact_length: bool = False
     usage: bool = True
     role_chunk: bool = True  # chat: a role announcement right away, before any token
@@ -128,7 +128,7 @@ class Fake:
 
         try:
             if every(b.hang_every):
-                await asyncio.sleep(2.0)
+                await asyncio.sleep(3.0)
             if chat and b.role_chunk:
                 await send(
                     {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
@@ -209,25 +209,31 @@ def run(plan: sweep.Plan) -> tuple[sweep.Sweep, str]:
 
 
 def test_ttft_itl_and_e2e_are_measured_from_the_stream(fake: Fake) -> None:
-    fake.behaviour = Behaviour(ttft=0.05, itl=0.02)
+    """First token after 0.05 s, then one every 0.1 s: the delays are lower bounds (sleeps);
+    the upper bounds leave room for a loaded machine yet tell the first token from the last."""
+    fake.behaviour = Behaviour(ttft=0.05, itl=0.1)
     result, _ = run(
         plan(
-            fake.url, concurrency=(1,), prompt_tokens=(40,), output_tokens=(5,), requests_per_cell=4
+            fake.url, concurrency=(2,), prompt_tokens=(40,), output_tokens=(5,), requests_per_cell=4
         )
     )
     (cell,) = result.results
     assert len(cell.ok) == 4 and not cell.errors
     for s in cell.ok:
-        assert 0.05 <= s.ttft < 0.09
+        assert 0.05 <= s.ttft < 0.25
         assert len(s.gaps) == 4
-        assert s.e2e >= s.ttft + 4 * 0.02
+        assert s.e2e >= 0.05 + 4 * 0.1
     c = cell.cell()
-    assert 0.018 <= c.itl_seconds.p50 <= 0.035
+    assert 0.07 <= c.itl_seconds.p50 <= 0.2
     assert c.output_tokens_per_second == pytest.approx(5 * c.requests_per_second, rel=1e-3)
-    # The fake observed every TTFT in (0.04, 0.06]: the window holds exactly the 4 requests.
+    # The window holds exactly the 4 requests; the server's TTFT is at least the delay, and
+    # the client's p50 trails it but for the width of the bucket it is interpolated in.
     assert cell.server_window.count == 4
-    assert 0.04 < c.server_ttft_seconds.p50 <= 0.06
-    assert c.ttft_seconds.p50 >= c.server_ttft_seconds.p50 - 0.02  # within one bucket
+    server_p50 = c.server_ttft_seconds.p50
+    assert 0.04 < server_p50 < 0.25
+    upper = min(float(le) for le in BOUNDS if float(le) >= server_p50)
+    lower = max(float(le) for le in BOUNDS if float(le) < upper)
+    assert c.ttft_seconds.p50 >= server_p50 - (upper - lower)
 
 
 def test_concurrency_is_held_constant_and_every_request_is_sent(fake: Fake) -> None:
@@ -281,7 +287,7 @@ def test_failures_are_counted_and_never_stop_the_sweep(fake: Fake) -> None:
             prompt_tokens=(10,),
             output_tokens=(3,),
             requests_per_cell=8,
-            request_timeout=0.5,
+            request_timeout=1.5,
         )
     )
     (cell,) = result.results
@@ -289,7 +295,7 @@ def test_failures_are_counted_and_never_stop_the_sweep(fake: Fake) -> None:
     assert len(cell.samples) == 8 and len(errors) == 3, errors  # requests 1, 6 and 7
     assert errors[0] == "HTTP 500: boom"
     assert errors[1] == "error event: engine died"
-    assert errors[2] == "no complete answer within 0.5 s"
+    assert errors[2] == "no complete answer within 1.5 s"
     assert cell.cell().errors == 3 and cell.cell().requests == 8
     assert "3 errors, the first:" in stderr
 
@@ -331,7 +337,7 @@ def test_without_usage_output_tokens_are_counted_from_events(fake: Fake) -> None
             fake.url, concurrency=(1,), prompt_tokens=(13,), output_tokens=(3,), requests_per_cell=2
         )
     )
-    assert "no prompt token usage" in stderr
+    assert "no usable prompt token usage" in stderr
     assert [s.output_tokens for s in result.results[0].ok] == [3, 3]
     assert (
         result.metadata["prompt_calibration"]["tokens_per_word"] == sweep.FALLBACK_TOKENS_PER_WORD
@@ -352,7 +358,7 @@ def test_inferwatch_page_gives_the_server_ttft_and_lags_are_waited_for(fake: Fak
     assert result.metadata["backend"] == "vllm" and result.metadata["version"] == "9.9.9"
     for cell in result.results:
         assert cell.server_window.count == 4  # the lag did not push a request into the next cell
-        assert 0.02 < cell.server_ttft().p50 <= 0.04
+        assert 0.02 < cell.server_ttft().p50 < 0.25
 
 
 def test_vllm_page_names_backend_and_version(fake: Fake) -> None:
@@ -509,7 +515,7 @@ def test_table_rows_and_units(fake: Fake) -> None:
     header, row = sweep.table(result_.results, None).splitlines()[:2]
     values = dict(zip(re.sub(r" (p\d\d)", r"_\1", header).split(), row.split(), strict=True))
     assert values["conc"] == "1" and values["prompt"] == "10" and values["errors"] == "0"
-    assert 50 <= float(values["TTFT_p50"]) < 80  # milliseconds
+    assert 50 <= float(values["TTFT_p50"]) < 300  # milliseconds
     gap = float(values["TTFT_p50"]) - float(values["server_p50"])
     assert float(values["gap"]) == pytest.approx(gap, abs=0.11)
 

@@ -9,18 +9,21 @@ constant. Per request, on the client (``time.perf_counter``):
   token (completions ``text``, chat ``delta.content`` or reasoning text, possibly empty: a
   token that ends inside a multi-byte character streams as ""; a chat stream's role
   announcement and a bare ``finish_reason`` event do not count);
-- **ITL**: the gaps between successive token events (events that arrive in one network
-  read share a timestamp; their gap is 0, as the client saw it);
+- **ITL**: the gaps between successive token events, pooled over the cell's requests
+  (events that arrive in one network read share a timestamp; their gap is 0, as the client
+  saw it: a server that streams faster than its API process or the client keeps up with,
+  such as a tiny model on a busy CPU, delivers bursts, and ITL p50 reads 0);
 - **e2e**: from sending to the end of the stream (``[DONE]``).
 
-A request that fails (HTTP status, connection, timeout, an error event, a stream without
-text) counts as an error of its cell and never stops the sweep.
+A request that fails (HTTP status, connection, timeout, an error event, a stream without a
+token) counts as an error of its cell and never stops the sweep.
 
 **Prompt length.** Prompts are built locally from a word list, each a different shuffle of
 it repeated, behind a tag unique to the run, cell and request (``{seed}.{cell}.{request}``):
-two requests never share a first token, so the server's prefix cache cannot serve one
-prompt from another's blocks, and the default seed is fresh each run so a rerun does not
-hit the cache the last one left. A word-level tokenizer never merges across words, so a
+any two prompts part within their first few tokens, inside the first KV-cache block, so
+the server's prefix cache cannot serve one prompt from another's blocks; the default seed
+is fresh each run, so a rerun does not hit the cache the last one left. A word-level
+tokenizer never merges across words, so a
 full pass of the word list costs a fixed number of tokens: two probe requests of one and
 two passes, read from the server's ``usage.prompt_tokens``, give the tokens per pass and
 the fixed tokens the API adds (BOS, chat template), and every prompt gets the word count
@@ -36,11 +39,17 @@ PromQL's ``histogram_quantile``; ``gap`` = client TTFT p50 - server TTFT p50 is 
 server's histogram does not see: network, HTTP, tokenization, detokenization, SSE. Other
 traffic to the server during the sweep lands in the windows too.
 
-Sample of the table it prints (latencies in ms)::
+Sample of the table it prints (vLLM 0.32, the tiny test model on 2 busy CPU cores)::
 
-    conc  prompt  output  TTFT p50  TTFT p95  server p50  gap  ITL p50  ITL p95  e2e p95  req/s  tok/s  errors
-       1      64      32      11.8      14.2        9.6  2.2      3.1      4.0    110.3    9.1  291.2       0
-       4     256      32      48.3      71.0       41.2  7.1      6.2      9.8    297.5   12.9  412.8       0
+    conc  prompt  output  TTFT p50  TTFT p95  server p50   gap  ITL p50  ITL p95  e2e p95  req/s  tok/s  errors
+       1      64      32      53.2     265.5        31.4  21.8      4.0     25.2    526.1    3.0   97.5       0
+       1     256      32      65.9      69.3        66.7  -0.8      7.5     20.8    305.8    3.5  110.7       0
+       4      64      32     110.9     150.3        86.7  24.2      9.7     27.2    435.5   10.1  324.4       0
+       4     256      32     155.5     404.3       100.0  55.5      0.0     53.6    710.3    7.3  234.4       0
+    (latencies in ms; server p50: the server's TTFT histogram over the cell's window; gap = TTFT p50 - server p50)
+
+A negative gap is the histogram's resolution: the server p50 is interpolated inside a
+bucket (vLLM's run 0.06-0.08-0.1-0.25 s), the client p50 is exact.
 
 Exit status: 0, or 3 when ``--previous`` is given and a cell regressed (TTFT p95 or ITL
 p95 above ``--regression-factor`` x the previous, or every request of a cell failed); the
@@ -808,14 +817,14 @@ async def _calibrate(
     client: Client, prompts: Prompts, probe_cell: int, note: Callable[[str], None]
 ) -> Prompts:
     """Prompts with the token calibration (see the module docstring). The probes are tagged
-    like the requests of one more cell, so their tags cost what the requests' tags do."""
+    like the requests of a cell, so their tags cost what the requests' tags do."""
     counts = []
     for passes in (1, 2):
         text = prompts.generated(prompts.tag(probe_cell, passes), passes * len(WORDS))
         counts.append((await client.probe(text)).prompt_tokens)
     if None in counts or counts[1] <= counts[0]:
         note(
-            "the server reports no prompt token usage: prompt lengths are estimated at "
+            "the server reports no usable prompt token usage: prompt lengths are estimated at "
             f"{FALLBACK_TOKENS_PER_WORD} tokens per word"
         )
         calibration = Calibration(fixed=0.0, per_word=FALLBACK_TOKENS_PER_WORD)
@@ -841,11 +850,12 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
     try:
         before = await server.start()
         prompts = Prompts(plan.api, plan.seed, file=plan.file_prompts)
+        probe_cell = len(plan.keys())  # tagged as one more cell: no prefix shared with a request
         if plan.file_prompts:
-            await client.probe(prompts.for_request(0, 0, 0))
+            await client.probe(prompts.for_request(probe_cell, 0, 0))
             probes = 1
         else:
-            prompts = await _calibrate(client, prompts, len(plan.keys()), progress.note)
+            prompts = await _calibrate(client, prompts, probe_cell, progress.note)
             probes = 2
         if not client.ask_exact_length:
             progress.note("the server rejects ignore_eos/min_tokens: outputs may end early")
