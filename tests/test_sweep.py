@@ -654,3 +654,28 @@ def test_required_flags_prompts_conflict_and_bad_files_exit_2(tmp_path: Path, cl
     bad.write_text("inferwatch_baseline: 2\n")
     proc = cli(*base, "--previous", str(bad))
     assert proc.returncode == 2 and f"baseline {bad}: not an inferwatch baseline" in proc.stderr
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_redraws_one_line_on_a_terminal_and_prints_lines_otherwise(fake: Fake) -> None:
+    p = plan(fake.url, concurrency=(1, 2), prompt_tokens=(10,), output_tokens=(2,))
+    terminal, log = _Terminal(), io.StringIO()
+    for stream in (terminal, log):
+        progress = sweep.Progress(stream, p)
+        progress.start_cell(0, (1, 10, 2), 8)
+        for _ in range(8):
+            progress.request_done()
+        progress.note("something to know")
+        progress.end_cell(result(1, 0.05, 0.01))
+        progress.close()
+    shown = terminal.getvalue()
+    assert "\n" not in shown.split("something to know\n")[1].rstrip("\n")  # redrawn in place
+    assert "\r\x1b[K[############............] 8/16 requests  cell 1/2: concurrency 1" in shown
+    assert log.getvalue().splitlines() == [
+        "inferwatch: something to know",
+        "cell 1/2: concurrency 1, prompt 10, output 2: 4/4 ok, TTFT p50 50.0 ms, 1.0 s",
+    ]
