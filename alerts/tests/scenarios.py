@@ -629,6 +629,38 @@ SCHEDULING = [
 
 MEMORY = [
     Scenario(
+        # TTFT looks prefill-bound (p95 4.875 s, 0.1 s queued) but the scheduler preempts 0.1
+        # requests/s: the first tokens are late because evicted requests wait again for KV
+        # space, which the queue time does not count. Memory, not prefill compute.
+        "KV pressure masquerading as slow prefill",
+        (
+            healthy(
+                A,
+                ttft=Dist({5.0: 1.0}, 3.5),
+                queue=Dist({0.3: 1.0}, 0.1),
+                preemptions_per_s=0.1,
+                kv_usage=(0.93, 0.95, 0.96),
+            ),
+        ),
+        fires={
+            "InferenceKVCachePressure": [
+                instance_alert(
+                    "InferenceKVCachePressure",
+                    A,
+                    "warning",
+                    "decode",
+                    "memory",
+                    # At 15m (sample 30) the wave of 3 shows index 0: 0.93.
+                    "KV-cache use now 93% (threshold 90 % averaged over 5m) and the scheduler "
+                    "preempted 0.1 requests/s (threshold 0.02/s). Preempted requests lose their "
+                    "KV cache and are recomputed later.",
+                    f"KV cache under pressure on {A} ({MODEL})",
+                )
+            ]
+        },
+        silent=("InferencePrefillBottleneck",),
+    ),
+    Scenario(
         # KV use ~97 % for the whole window and 0.1 preemptions/s on A; B at 85 % without
         # preemptions (near miss).
         "KV-cache pressure",

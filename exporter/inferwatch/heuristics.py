@@ -883,6 +883,9 @@ def _alerts() -> list[Alert]:
                 Cond("itl_p95", "<=", "itl_p95_seconds"),
                 Cond("request_rate", ">", "min_request_rate"),
             ),
+            # Preempted requests wait for KV space again after being scheduled, which the
+            # queue time does not count: a slow first token is then the memory layer's.
+            unless=(Cond("preemption_rate", ">", "preemptions_per_second"),),
         ),
         Alert(
             "InferenceDecodeBottleneck",
