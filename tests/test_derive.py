@@ -41,11 +41,20 @@ def run(qwi: QueuedWhileIdle, polls: list) -> list[float]:
 
 
 def test_engine_stall_with_queue_is_counted_within_one_poll() -> None:
-    # Polls every 0.5 s; the engine stops stepping after t=1.0 and resumes at t=3.0.
-    steps = [10, 20, 30, 30, 30, 30, 40]
+    # Polls every 0.5 s; the engine stops stepping after t=1.0 and resumes before t=3.5.
+    # Judged from engine progress, the stall counts once it has lasted over 1 s (at t=2.5),
+    # from its start; then by each poll.
+    steps = [10, 20, 30, 30, 30, 30, 30, 40]
     polls = [(i * 0.5, page(waiting=5, steps=s), None) for i, s in enumerate(steps)]
     totals = run(QueuedWhileIdle(), polls)
-    assert totals == [0.0, 0.0, 0.0, 0.5, 1.0, 1.5, 1.5]
+    assert totals == [0.0, 0.0, 0.0, 0.0, 0.0, 1.5, 2.0, 2.0]
+
+
+def test_one_long_engine_step_is_not_a_stall() -> None:
+    # No step between two polls 0.5 s apart, then progress: a step longer than a poll.
+    steps = [10, 20, 20, 30, 40]
+    polls = [(i * 0.5, page(waiting=5, steps=s), None) for i, s in enumerate(steps)]
+    assert run(QueuedWhileIdle(), polls)[-1] == 0.0
 
 
 def test_busy_engine_with_queue_is_not_counted() -> None:
@@ -63,9 +72,12 @@ def test_idle_engine_without_queue_is_not_counted() -> None:
 def test_state_flag_follows_the_stall() -> None:
     qwi = QueuedWhileIdle()
     qwi.update(0.0, page(3, 5), None)
-    state, _ = qwi.update(0.5, page(3, 5), None)
+    for t in (0.5, 1.0):
+        state, _ = qwi.update(t, page(3, 5), None)
+        assert state == {KEY: False}  # not yet over a second without a step
+    state, _ = qwi.update(1.5, page(3, 5), None)
     assert state == {KEY: True}
-    state, _ = qwi.update(1.0, page(3, 9), None)
+    state, _ = qwi.update(2.0, page(3, 9), None)
     assert state == {KEY: False}
 
 
@@ -78,8 +90,8 @@ def test_one_stalled_engine_of_two_counts() -> None:
             f'vllm:iteration_tokens_total_count{{engine="1",model_name="m"}} {s1}\n'
         )
 
-    polls = [(0.0, two(0, 10, 4, 10), None), (0.5, two(0, 20, 4, 10), None)]
-    assert run(QueuedWhileIdle(), polls) == [0.0, 0.5]
+    polls = [(t, two(0, 10 + 20 * t, 4, 10), None) for t in (0.0, 0.5, 1.0, 1.5)]
+    assert run(QueuedWhileIdle(), polls) == [0.0, 0.0, 0.0, 1.5]
 
 
 def test_with_nvml_an_idle_gpu_decides_not_engine_progress() -> None:
@@ -99,12 +111,16 @@ def test_backend_gap_is_not_counted_and_totals_survive_it() -> None:
     qwi = QueuedWhileIdle()
     polls = [
         (0.0, page(5, 1), None),
-        (0.5, page(5, 1), None),  # +0.5
-        (1.0, None, None),  # backend down: unknown, nothing counted
+        (0.5, page(5, 1), None),
+        (1.0, page(5, 1), None),
+        (1.5, page(5, 1), None),  # over a second without a step: +1.5
+        (2.0, None, None),  # backend down: unknown, nothing counted
         (5.0, page(5, 1), None),  # first poll after the gap only re-primes
-        (5.5, page(5, 1), None),  # +0.5
+        (5.5, page(5, 1), None),
+        (6.0, page(5, 1), None),
+        (6.5, page(5, 1), None),  # over a second again: +1.5
     ]
-    assert run(qwi, polls) == [0.0, 0.5, 0.5, 0.5, 1.0]
+    assert run(qwi, polls) == [0.0, 0.0, 0.0, 1.5, 1.5, 1.5, 1.5, 1.5, 3.0]
 
 
 def test_decode_floor_is_weights_over_aggregate_bandwidth() -> None:
@@ -183,5 +199,6 @@ def test_sglang_busy_engine_with_a_queue_is_not_counted() -> None:
 
 
 def test_sglang_build_without_the_idle_counter_uses_engine_progress_alone() -> None:
-    polls = [(i * 0.5, sglang_page(3, 500, None)) for i in range(3)]
-    assert run_sglang(polls) == [0.0, 0.5, 1.0]
+    # Like any engine-progress verdict: counted once over a second, from the stall's start.
+    polls = [(i * 0.5, sglang_page(3, 500, None)) for i in range(5)]
+    assert run_sglang(polls) == [0.0, 0.0, 0.0, 1.5, 2.0]

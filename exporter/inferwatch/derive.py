@@ -9,8 +9,10 @@ while the accelerator sits idle. At each poll, for each model:
   that has requests waiting).
 
 When both hold, the interval since the previous poll is added to
-``inferwatch_queued_while_idle_seconds_total``; a stall is therefore counted by the next
-poll. Busy time (the queue draining while the GPU works) is never counted.
+``inferwatch_queued_while_idle_seconds_total``; with NVML a stall is therefore counted by the
+next poll. Judged from engine progress, a stall counts once it has lasted longer than
+:data:`ENGINE_STALL_MIN` (one long scheduler step is not a stall), and then from its start.
+Busy time (the queue draining while the GPU works) is never counted.
 
 A queue gauge can be stale: SGLang refreshes its gauges only every few dozen engine steps
 (and, once idle, every 30 s), so after a burst it may show waiting requests for half a
@@ -41,6 +43,11 @@ from inferwatch.model import BackendSample, Derived, GpuSample, Labels
 # nothing to do reports the idle time since its last report); two seconds cover one report
 # however the polls fall.
 IDLE_REPORT_WINDOW = 2.0
+
+# Judged from engine progress alone, a stall must last longer than this before it counts
+# (from its start): one scheduler step of a large model over a big prefill chunk can outlast
+# a poll.
+ENGINE_STALL_MIN = 1.0
 
 
 def _model_labels(sample: BackendSample) -> Labels:
@@ -87,16 +94,20 @@ class QueuedWhileIdle:
         ]
         stalled = active = False
         if queued and previous is not None and previous_at is not None:
-            idle = self._gpus_idle(gpus) if gpus else None
+            gpu_idle = self._gpus_idle(gpus) if gpus else None
+            idle = gpu_idle
             if idle is None:
                 idle = self._engine_stalled(sample, previous, queued)
             stalled = bool(idle)
             if stalled:
                 since = self._stall_since.setdefault(key, previous_at)
-                # A backend that reports its idle time gets the time to report it before a
-                # stall counts (then from its start): a report in the meantime proves the
-                # queue gauge stale and ends the stall uncounted.
-                wait = IDLE_REPORT_WINDOW if sample.signals.get("scheduler_idle_seconds") else 0
+                # Without a GPU verdict, no step between two polls may be one long step (a big
+                # prefill chunk): it counts once it has lasted ENGINE_STALL_MIN, from its start.
+                # A backend that reports its idle time gets the time to report it: a report in
+                # the meantime proves the queue gauge stale and ends the stall uncounted.
+                wait = ENGINE_STALL_MIN if gpu_idle is None else 0.0
+                if sample.signals.get("scheduler_idle_seconds"):
+                    wait = max(wait, IDLE_REPORT_WINDOW)
                 active = now - since > wait
                 if active:
                     self._seconds[key] += now - (previous_at if self._state.get(key) else since)

@@ -63,7 +63,7 @@ RUNBOOKS: dict[str, Runbook] = {
             "a **scheduling or system** problem, not a capacity one: adding replicas will not "
             "help, the work already here is not reaching the GPU. With NVML, idle means every "
             "GPU was busy less than `--idle-threshold` of the poll interval; without it, the "
-            "engine made no scheduler step."
+            "engine made no scheduler step for over a second."
         ),
         confirm=(
             (Panel.QUEUED_WHILE_IDLE, "non-zero seconds in the selected range"),
