@@ -587,6 +587,37 @@ SCHEDULING = [
         silent=("InferenceGPUUnderutilized", "InferencePrefillBottleneck"),
     ),
     Scenario(
+        # A stalled engine core does not take requests in, so vLLM's queue timer has not
+        # started: after the stall TTFT is high (p95 4.875 s) with only 0.1 s queued, which
+        # looks prefill-bound. Requests waited while the engine idled 30 % of the window:
+        # the stall, not prefill compute.
+        "stall hidden from the queue timer",
+        (
+            healthy(
+                A,
+                queued_while_idle_share=0.3,
+                ttft=Dist({5.0: 1.0}, 3.5),
+                queue=Dist({0.3: 1.0}, 0.1),
+            ),
+        ),
+        fires={
+            "InferenceQueuedWhileIdle": [
+                instance_alert(
+                    "InferenceQueuedWhileIdle",
+                    A,
+                    "warning",
+                    "any",
+                    "scheduling",
+                    f"Requests for {MODEL} waited while the GPU (or, without NVML, the engine) sat "
+                    "idle 30% of the last 5m (threshold 10 %); queue depth now 0. The scheduler "
+                    "or the CPU is not feeding the accelerator.",
+                    f"Requests wait while the accelerator idles on {A}",
+                )
+            ]
+        },
+        silent=("InferencePrefillBottleneck",),
+    ),
+    Scenario(
         # Near miss: 3 s of stalls every minute is 5 %: a hiccup, under the 10 % threshold.
         "stall near miss: brief hiccups",
         (healthy(A, queued_while_idle_share=0.05),),

@@ -885,7 +885,12 @@ def _alerts() -> list[Alert]:
             ),
             # Preempted requests wait for KV space again after being scheduled, which the
             # queue time does not count: a slow first token is then the memory layer's.
-            unless=(Cond("preemption_rate", ">", "preemptions_per_second"),),
+            # Requests that reach a stalled engine are not queued yet either (vLLM starts
+            # the queue timer when the engine core takes them in): their TTFT is the stall's.
+            unless=(
+                Cond("preemption_rate", ">", "preemptions_per_second"),
+                Cond("queued_while_idle_ratio", ">", "queued_while_idle_ratio"),
+            ),
         ),
         Alert(
             "InferenceDecodeBottleneck",
