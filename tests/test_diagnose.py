@@ -18,9 +18,18 @@ import pytest
 from aiohttp import web
 
 from inferwatch.backends import VLLM
-from inferwatch.diagnose import EXIT_UNREADABLE, Report, Window, evaluate, parse_page, render
+from inferwatch.diagnose import (
+    EXIT_UNREADABLE,
+    Finding,
+    Report,
+    Window,
+    evaluate,
+    parse_page,
+    render,
+    report_json,
+)
 from inferwatch.exposition import render as render_page
-from inferwatch.heuristics import SIGNALS, spec_from_config
+from inferwatch.heuristics import ALERTS, SIGNALS, spec_from_config
 from inferwatch.model import CollectorStatus, Snapshot
 
 from conftest import fixture_text
@@ -80,6 +89,27 @@ def test_same_conditions_as_the_rules_with_config_thresholds() -> None:
     spec = spec_from_config({"thresholds": {"queue_share_high": 0.3}})
     names = {f.alert.name for f in evaluate(WINDOW, spec, LABELS)}
     assert names == {"InferenceKVCachePressure", "InferenceQueueingDelay"}
+
+
+def test_findings_alertmanager_inhibits_are_ranked_after_their_cause() -> None:
+    spec = spec_from_config({})
+    queueing = [
+        Finding(ALERTS["InferenceQueueingDelay"], {"backend": "vllm", "model": m})
+        for m in ("tiny", "other")
+    ]
+    stall = Finding(ALERTS["InferenceQueuedWhileIdle"], {"instance": "a:9477", "model": "tiny"})
+    report = Report("x", "5m", spec, {"ttft_p95": None, "itl_p95": None}, [*queueing, stall])
+    assert [(f.alert.name, f.labels["model"], f.explained_by) for f in report.findings] == [
+        ("InferenceQueuedWhileIdle", "tiny", None),
+        ("InferenceQueueingDelay", "other", None),  # another model: not the stall's doing
+        ("InferenceQueueingDelay", "tiny", "InferenceQueuedWhileIdle"),  # listed first, ranked last
+    ]
+    assert "explained by InferenceQueuedWhileIdle (inhibited in Alertmanager)" in render(report)
+    assert [f["explained_by"] for f in report_json(report)["findings"]] == [
+        None,
+        None,
+        "InferenceQueuedWhileIdle",
+    ]
 
 
 def test_a_quiet_window_is_healthy() -> None:

@@ -2,7 +2,10 @@
 
 Phase first (is TTFT or per-token latency the one that is high?), then layer (which alert
 conditions hold: scheduling, compute, memory, system...), then the evidence (each condition's
-measured value against its threshold), ranked by severity, with the runbook to open.
+measured value against its threshold), ranked by severity, with the runbook to open. A
+finding that Alertmanager would inhibit (the example config's inhibitions: a stall explains
+the queueing it causes, a dead backend its pod's latency) is ranked after the finding that
+explains it and says so.
 
 Two sources:
 
@@ -45,6 +48,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferwatch.heuristics import (
     ALERTS,
+    INHIBITIONS,
     SIGNALS,
     Alert,
     Cond,
@@ -77,10 +81,11 @@ class Finding:
     alert: Alert
     labels: Mapping[str, str]
     evidence: list[tuple[Cond, float | None]] = field(default_factory=list)
+    explained_by: str | None = None  # the finding that inhibits it in Alertmanager
 
     @property
-    def rank(self) -> int:
-        return SEVERITY_ORDER.index(self.alert.severity)
+    def rank(self) -> tuple[int, bool, str]:
+        return SEVERITY_ORDER.index(self.alert.severity), bool(self.explained_by), self.alert.name
 
 
 @dataclass
@@ -90,6 +95,16 @@ class Report:
     spec: Spec
     phase_signals: dict[str, float | None]
     findings: list[Finding]
+
+    def __post_init__(self) -> None:
+        for source, targets, equal in INHIBITIONS:
+            for cause in (f for f in self.findings if f.alert.name == source):
+                for finding in self.findings:
+                    if finding.alert.name in targets and all(
+                        finding.labels.get(k) == cause.labels.get(k) for k in equal
+                    ):
+                        finding.explained_by = source
+        self.findings.sort(key=lambda f: f.rank)
 
     def worst(self) -> str:
         return min(
@@ -149,12 +164,12 @@ def render(report: Report) -> str:
     lines = [f"inferwatch diagnose: {report.source} (window {report.window})", ""]
     lines.append(phase_verdict(report))
     layers = []
-    for finding in sorted(report.findings, key=lambda f: f.rank):
-        if finding.alert.layer not in layers:
+    for finding in report.findings:
+        if finding.explained_by is None and finding.alert.layer not in layers:
             layers.append(finding.alert.layer)
     lines.append("layer: " + (", ".join(layers) if layers else "no alert condition holds"))
     lines.append("")
-    for finding in sorted(report.findings, key=lambda f: (f.rank, f.alert.name)):
+    for finding in report.findings:
         alert = finding.alert
         where = " ".join(f"{k}={v}" for k, v in sorted(finding.labels.items()))
         lines.append(
@@ -162,6 +177,10 @@ def render(report: Report) -> str:
         )
         evidence = "; ".join(_evidence_text(alert, c, v, report.spec) for c, v in finding.evidence)
         lines.append(f"         {evidence}")
+        if finding.explained_by:
+            lines.append(
+                f"         explained by {finding.explained_by} (inhibited in Alertmanager)"
+            )
         lines.append(f"         runbook: {RUNBOOKS}{alert.name}.md")
     if not report.findings:
         lines.append("healthy: no alert condition of the heuristics spec holds")
@@ -392,7 +411,8 @@ def report_json(report: Report) -> dict[str, Any]:
                 "labels": dict(f.labels),
                 "evidence": {c.signal: v for c, v in f.evidence},
                 "runbook": f"{RUNBOOKS}{f.alert.name}.md",
+                "explained_by": f.explained_by,
             }
-            for f in sorted(report.findings, key=lambda f: (f.rank, f.alert.name))
+            for f in report.findings
         ],
     }
