@@ -26,7 +26,7 @@ TRITON_PACKAGES := nvidia-pytriton==0.7.0
 K8S_VALIDATOR := tests/k8s/node_modules/.package-lock.json
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: test lint check-generated generate demo bench debs clean
+.PHONY: test lint generate demo bench debs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,9 @@ test: $(VENV)/.installed $(VLLM_VENV)/.installed $(TRITON_VENV)/.installed $(LLA
 generate: $(VENV)/.installed
 	$(VENV)/bin/inferwatch generate --out . >/dev/null
 	$(PY) alerts/tests/scenarios.py
+
+demo: $(VENV)/.installed $(VLLM_VENV)/.installed debs
+	$(PY) demo/run.py
 
 bench: $(VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) bench/exporter.py --vllm

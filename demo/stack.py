@@ -310,12 +310,13 @@ class WebhookReceiver:
         self.server.shutdown()
         self.server.server_close()
 
-    def firing(self) -> list[tuple[float, dict]]:
-        """(arrival time, alert) for every firing alert received so far."""
+    def firing(self, since: int = 0) -> list[tuple[float, dict]]:
+        """(arrival time, alert) for every firing alert received (from notification
+        number ``since`` on)."""
         with self._lock:
             return [
                 (t, alert)
-                for t, body in self.notifications
+                for t, body in self.notifications[since:]
                 for alert in body.get("alerts", [])
                 if alert.get("status") == "firing"
             ]

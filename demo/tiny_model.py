@@ -12,8 +12,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# Shapes the CPU attention kernel accepts: head_dim 64 (16 is rejected).
-HIDDEN, HEADS, LAYERS, VOCAB = 128, 2, 2, 512
+# Shapes the CPU attention kernel accepts: head_dim 64 (16 is rejected). Big enough (~3 M
+# parameters) that a 450-token prefill takes visibly longer than a short one on a CPU, small
+# enough that a decode step of a full batch stays far shorter than a poll.
+HIDDEN, HEADS, LAYERS, VOCAB = 256, 4, 4, 512
 
 WORDS = [
     "the",

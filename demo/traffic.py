@@ -53,3 +53,39 @@ async def burst(base_url: str, spec: Burst, salt: int = 0) -> list[int]:
                 for i in range(spec.requests)
             )
         )
+
+
+async def complete_many(
+    base_url: str,
+    stop: asyncio.Event,
+    *,
+    clients: int,
+    prompt_words: int,
+    max_tokens: int,
+    pause: float = 0.0,
+) -> int:
+    """``clients`` concurrent clients sending completions back to back until ``stop``.
+
+    Every request has its own prompt (no prefix-cache hits); failed requests (a server
+    that died) are counted, not raised. Returns the number of requests sent.
+    """
+    sent = 0
+    timeout = aiohttp.ClientTimeout(total=120)
+    connector = aiohttp.TCPConnector(limit=clients)
+
+    async def client(session: aiohttp.ClientSession, n: int) -> None:
+        nonlocal sent
+        while not stop.is_set():
+            sent += 1
+            try:
+                await complete(
+                    session, base_url, prompt(prompt_words, n * 1_000_000 + sent), max_tokens
+                )
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                await asyncio.sleep(0.5)  # the server is down: do not spin
+            if pause:
+                await asyncio.sleep(pause)
+
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        await asyncio.gather(*(client(session, n) for n in range(clients)))
+    return sent

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,16 @@ from inferwatch.backends.base import LABEL_ORDER
 from inferwatch.metrics import Kind
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A SIGTERM (a CI timeout, `kill`) tears the fixtures down like Ctrl-C, so the servers
+    # they started (vLLM, Prometheus, Alertmanager...) are stopped, not orphaned.
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 # No real TGI /metrics capture is public (every sample found was a hand-written mock with

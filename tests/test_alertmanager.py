@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from demo.scenarios import alertmanager_config
 from demo.stack import Alertmanager, WebhookReceiver
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "alerts" / "alertmanager.example.yml"
@@ -25,16 +26,8 @@ def test_amtool_accepts_the_example() -> None:
 def alertmanager(tmp_path: Path):
     """The example config with its webhooks pointed at a local receiver and 1 s waits."""
     receiver = WebhookReceiver().start()
-    config = yaml.safe_load(EXAMPLE.read_text())
-    for r in config["receivers"]:
-        for hook in r["webhook_configs"]:
-            hook["url"] = receiver.url + "/" + r["name"]
-    for route in [config["route"], *config["route"]["routes"]]:
-        for key in ("group_wait", "group_interval"):
-            if key in route:
-                route[key] = "1s"
     path = tmp_path / "alertmanager.yml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump(alertmanager_config(EXAMPLE, receiver.url)))
     am = Alertmanager(tmp_path, path).start()
     yield am, receiver
     am.stop()

@@ -1,0 +1,185 @@
+"""``make demo``: a real vLLM on CPU watched by inferwatch, Prometheus and Alertmanager,
+driven through faults while the terminal shows what inferwatch sees.
+
+Phases: normal -> overload -> long prompts -> KV-cache pressure -> engine stall -> backend
+crash -> recovery. For each, the live view shows the phase verdict (which phase and layer
+the firing alerts name), the key series, and the alerts Alertmanager holds with their
+runbooks; at the end, a table of the time from each fault to its alert. Ctrl-C stops every
+process the demo started.
+
+    .venv/bin/python demo/run.py [--workdir DIR] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from demo.scenarios import SCENARIOS, LocalStack, normal_traffic, run_scenario, settle
+from demo.stack import REPO, StackError, metric_value
+
+RESET = "\x1b[H\x1b[2J"
+
+
+def _value(page: str, name: str) -> str:
+    try:
+        return f"{metric_value(page, name):g}"
+    except KeyError:
+        return "-"
+
+
+def _latency(stack: LocalStack, expr: str) -> str:
+    assert stack.prometheus is not None
+    try:
+        result = stack.prometheus.query(expr)
+    except StackError:
+        return "-"
+    if not result:
+        return "-"
+    return f"{float(result[0]['value'][1]) * 1000:.1f} ms"
+
+
+def render(stack: LocalStack, phase: str, story: str, started: float) -> str:
+    """The live view: one screen of what inferwatch, Prometheus and Alertmanager see."""
+    assert stack.inferwatch is not None
+    try:
+        page = stack.inferwatch.page()
+    except (OSError, StackError):
+        page = ""
+    w = stack.spec.w
+    p95 = '{quantile="0.95"}'
+    ttft = f"max(model:inferwatch_time_to_first_token_seconds:quantile_{w}{p95})"
+    itl = f"max(model:inferwatch_inter_token_latency_seconds:quantile_{w}{p95})"
+    queue = f"max(model:inferwatch_request_queue_time_seconds:mean_{w})"
+    lines = [
+        f"inferwatch demo  |  phase: {phase}  ({time.monotonic() - started:4.0f} s)",
+        f"  {story}",
+        "",
+        f"  backend up {_value(page, 'inferwatch_backend_up')}   running "
+        f"{_value(page, 'inferwatch_requests_running')}   waiting "
+        f"{_value(page, 'inferwatch_requests_waiting')}   KV cache "
+        f"{_value(page, 'inferwatch_kv_cache_usage_ratio')}   queued-while-idle "
+        f"{_value(page, 'inferwatch_queued_while_idle_seconds_total')} s   preemptions "
+        f"{_value(page, 'inferwatch_preemptions_total')}",
+        f"  TTFT p95 {_latency(stack, ttft)}   queue mean {_latency(stack, queue)}"
+        f"   ITL p95 {_latency(stack, itl)}",
+        "",
+        "  verdict: " + verdict(stack),
+        "",
+        "  alerts at Alertmanager:",
+    ]
+    firing = stack.firing_at_alertmanager()
+    for alert in sorted(firing, key=lambda a: a["labels"]["alertname"]):
+        labels, notes = alert["labels"], alert["annotations"]
+        lines.append(
+            f"    [{labels.get('severity', '?')}] {labels['alertname']} "
+            f"({labels.get('phase', '?')} / {labels.get('layer', '?')}): {notes.get('summary', '')}"
+        )
+        runbook = REPO / "alerts" / "runbooks" / f"{labels['alertname']}.md"
+        lines.append(f"        runbook: {runbook}")
+    if not firing:
+        lines.append("    (none)")
+    return "\n".join(lines)
+
+
+def verdict(stack: LocalStack) -> str:
+    """Phase and layer named by the alerts Prometheus evaluates (pending ones too)."""
+    order = {"critical": 0, "warning": 1, "info": 2}
+    alerts = sorted(
+        stack.prometheus_alerts(), key=lambda a: order.get(a["labels"].get("severity", ""), 3)
+    )
+    if not alerts:
+        return "healthy: no inferwatch alert pending or firing"
+    top = alerts[0]["labels"]
+    state = alerts[0]["state"]
+    return f"{top['alertname']} ({state}): phase {top.get('phase')}, layer {top.get('layer')}" + (
+        f" (+{len(alerts) - 1} more)" if len(alerts) > 1 else ""
+    )
+
+
+async def show(stack: LocalStack, state: dict, stop: asyncio.Event) -> None:
+    tty = sys.stdout.isatty()
+    while not stop.is_set():
+        screen = await asyncio.to_thread(
+            render, stack, state["phase"], state["story"], state["since"]
+        )
+        print((RESET if tty else "\n") + screen, flush=True)
+        await asyncio.sleep(1 if tty else 5)
+
+
+async def demo(stack: LocalStack, quick: bool) -> list:
+    state = {
+        "phase": "normal",
+        "story": "Light traffic: everything healthy.",
+        "since": time.monotonic(),
+    }
+    stop_view = asyncio.Event()
+    view = asyncio.create_task(show(stack, state, stop_view))
+    outcomes = []
+    try:
+        stop = asyncio.Event()
+        traffic = asyncio.create_task(normal_traffic(stack, stop))
+        await asyncio.sleep(10 if quick else 30)
+        stop.set()
+        await traffic
+        for scenario in SCENARIOS:
+            state.update(phase=scenario.name, story=scenario.story, since=time.monotonic())
+            outcomes.append(await run_scenario(stack, scenario, hold=10, timeout=180))
+            state.update(
+                phase=f"recovery after {scenario.name}",
+                story="Normal traffic until every alert has cleared.",
+                since=time.monotonic(),
+            )
+            await settle(stack, timeout=240)
+    finally:
+        stop_view.set()
+        await view
+    return outcomes
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, help="where logs and data go (default: a temp dir)")
+    parser.add_argument("--quick", action="store_true", help="shorter normal phase")
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="inferwatch-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    stack = LocalStack(workdir)
+    print(f"starting vLLM (CPU), inferwatch, Prometheus, Alertmanager; logs in {workdir} ...")
+    try:
+        stack.start()
+        assert stack.inferwatch and stack.prometheus and stack.alertmanager
+        print(f"  inferwatch   {stack.inferwatch.url}/metrics")
+        print(f"  Prometheus   {stack.prometheus.url}/alerts")
+        print(f"  Alertmanager {stack.alertmanager.url}")
+        outcomes = asyncio.run(demo(stack, args.quick))
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping everything the demo started")
+        return 130
+    except StackError as exc:
+        print(f"demo failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stack.stop()
+    print("\nfault -> alert received at Alertmanager's webhook:")
+    for outcome in outcomes:
+        latency = outcome.latency
+        took = f"{latency:5.1f} s" if latency is not None else "  not received"
+        print(f"  {outcome.scenario.name:20} {outcome.scenario.expect:32} {took}")
+    return 0 if all(o.latency is not None for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,307 @@
+"""The fault scenarios of ``make demo`` and of the e2e tests, on the real local stack.
+
+A :class:`LocalStack` runs vLLM (CPU, the tiny model), inferwatch, Prometheus with the
+generated rules and Alertmanager with the generated example config, its webhooks pointed
+at a local receiver. The rules are the shipped ones, generated with ``demo/inferwatch.yaml``:
+the same expressions, with windows, ``for`` durations and latency thresholds scaled to a
+tiny model on two CPU cores and a 1 s scrape/evaluation interval.
+
+Each :class:`Scenario` starts a fault (and the traffic that shows it), names the alert it
+must raise and the alerts allowed to fire alongside, and undoes the fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from demo.stack import (
+    REPO,
+    Alertmanager,
+    Inferwatch,
+    Prometheus,
+    VllmServer,
+    WebhookReceiver,
+    http_json,
+    tiny_model,
+)
+from demo.traffic import Burst, burst, complete_many
+from inferwatch.generate import write
+from inferwatch.heuristics import ALERTS, seconds, spec_from_config
+from inferwatch.settings import load_config_file
+
+CONFIG = REPO / "demo" / "inferwatch.yaml"
+INTERVAL = "1s"  # scrape and rule evaluation
+
+
+def alertmanager_config(example: Path, webhook: str, wait: str = "1s") -> dict:
+    """The generated Alertmanager example with its receivers at ``webhook/<name>`` and
+    short group waits (the routing and inhibitions are kept as they are)."""
+    config = yaml.safe_load(example.read_text())
+    for receiver in config["receivers"]:
+        for hook in receiver["webhook_configs"]:
+            hook["url"] = f"{webhook}/{receiver['name']}"
+    for route in [config["route"], *config["route"]["routes"]]:
+        for key in ("group_wait", "group_interval"):
+            if key in route:
+                route[key] = wait
+    return config
+
+
+class LocalStack:
+    """vLLM + inferwatch + Prometheus + Alertmanager + a webhook receiver, on loopback."""
+
+    def __init__(self, workdir: Path, vllm: VllmServer | None = None) -> None:
+        self.workdir = workdir
+        self.spec = spec_from_config(load_config_file(CONFIG))
+        self.vllm = vllm or VllmServer(workdir)
+        self.receiver = WebhookReceiver()
+        self.inferwatch: Inferwatch | None = None
+        self.prometheus: Prometheus | None = None
+        self.alertmanager: Alertmanager | None = None
+
+    def start(self) -> LocalStack:
+        write(self.workdir, self.spec)
+        self.receiver.start()
+        am_config = self.workdir / "alertmanager.yml"
+        am_config.write_text(
+            yaml.safe_dump(
+                alertmanager_config(
+                    self.workdir / "alerts" / "alertmanager.example.yml", self.receiver.url
+                )
+            )
+        )
+        self.alertmanager = Alertmanager(self.workdir, am_config).start()
+        if not self.vllm.alive():
+            self.vllm.start()
+        self.inferwatch = Inferwatch(
+            self.workdir,
+            self.vllm.url,
+            [
+                "--backend", "vllm",
+                "--model-path", str(tiny_model()),
+                "--peak-memory-bandwidth", "2e10",  # ~DDR4 dual channel: a decode floor on CPU
+                "--config", str(CONFIG),
+            ],
+        ).start()  # fmt: skip
+        self.prometheus = Prometheus(
+            self.workdir,
+            [f"127.0.0.1:{self.inferwatch.port}"],
+            rule_files=[self.workdir / "alerts" / "inferwatch-rules.yaml"],
+            alertmanager=f"127.0.0.1:{self.alertmanager.port}",
+            interval=INTERVAL,
+        ).start()
+        return self
+
+    def stop(self) -> None:
+        """Stop everything this stack started, by pid, whatever state it is in."""
+        for component in (self.prometheus, self.inferwatch, self.alertmanager, self.vllm):
+            if component is not None:
+                with contextlib.suppress(Exception):
+                    component.stop()
+        self.receiver.stop()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def firing_at_alertmanager(self) -> list[dict]:
+        assert self.alertmanager is not None
+        return [a for a in self.alertmanager.alerts() if a["status"]["state"] == "active"]
+
+    def for_seconds(self, alert: str) -> float:
+        return seconds(self.spec.timing.for_alert(ALERTS[alert]))
+
+    def evaluation_seconds(self) -> float:
+        return seconds(self.spec.timing.evaluation_interval)
+
+    def prometheus_alerts(self) -> list[dict]:
+        assert self.prometheus is not None
+        return http_json(f"{self.prometheus.url}/api/v1/alerts")["data"]["alerts"]
+
+
+Fault = Callable[[LocalStack, asyncio.Event], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A fault, the alert it must raise, and the alerts that may fire with it."""
+
+    name: str
+    expect: str
+    fault: Fault
+    also_allowed: frozenset[str] = field(default_factory=frozenset)
+    story: str = ""
+
+
+# --- background traffic ------------------------------------------------------------------
+
+
+async def normal_traffic(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Two clients, short prompts, short answers: a healthy, lightly loaded server."""
+    await complete_many(stack.vllm.url, stop, clients=2, prompt_words=6, max_tokens=16, pause=0.2)
+
+
+# --- faults ------------------------------------------------------------------------------
+
+
+async def overload(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Far more concurrent clients than the batch (--max-num-seqs 16) admits."""
+    await complete_many(stack.vllm.url, stop, clients=64, prompt_words=2, max_tokens=12)
+
+
+async def long_prompts(stack: LocalStack, stop: asyncio.Event) -> None:
+    """A few clients with prompts near the 512-token context: prefill dominates TTFT."""
+    await complete_many(stack.vllm.url, stop, clients=2, prompt_words=70, max_tokens=8)
+
+
+async def kv_pressure(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Bursts of long generations that overflow the 32-block KV cache: preemptions."""
+    salt = 0
+    while not stop.is_set():
+        salt += 1
+        await burst(stack.vllm.url, Burst(requests=24, prompt_words=40, max_tokens=300), salt=salt)
+
+
+async def engine_stall(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Pause the engine process (SIGSTOP) the moment requests wait: queued while idle.
+
+    Twice the batch in short requests (one KV block each): requests queue, and the backlog
+    released when the engine resumes fits in the KV cache.
+    """
+    engine = stack.vllm.engine_core_pid()
+    load = asyncio.create_task(
+        complete_many(stack.vllm.url, stop, clients=32, prompt_words=2, max_tokens=12)
+    )
+    try:
+        while await asyncio.to_thread(stack.vllm.metric, "vllm:num_requests_waiting") <= 0:
+            await asyncio.sleep(0.005)
+        os.kill(engine, signal.SIGSTOP)
+        await stop.wait()
+    finally:
+        os.kill(engine, signal.SIGCONT)
+        await load
+
+
+async def backend_crash(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Kill the server outright; it is started again when the scenario ends (recovery)."""
+    process = stack.vllm.process
+    assert process is not None and process.popen is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await asyncio.to_thread(process.popen.wait)  # reap it
+    await stop.wait()
+    await asyncio.to_thread(stack.vllm.start)
+
+
+SCENARIOS = (
+    Scenario(
+        "overload",
+        "InferenceQueueingDelay",
+        overload,
+        story="64 clients on a batch of 16: requests wait to be scheduled; TTFT is queue time.",
+    ),
+    Scenario(
+        "long prompts",
+        "InferencePrefillBottleneck",
+        long_prompts,
+        # A long prefill also delays the other client's decode steps.
+        also_allowed=frozenset({"InferencePrefillStallsDecode"}),
+        story="~430-token prompts, no queue: TTFT is prefill compute.",
+    ),
+    Scenario(
+        "KV-cache pressure",
+        "InferenceKVCachePressure",
+        kv_pressure,
+        # Bursts of 24 also queue beyond the batch of 16.
+        also_allowed=frozenset({"InferenceQueueingDelay"}),
+        story="24 long generations on 32 KV blocks: the scheduler preempts.",
+    ),
+    Scenario(
+        "engine stall",
+        "InferenceQueuedWhileIdle",
+        engine_stall,
+        # Queued requests finish late after the stall: their queueing is the stall's, and
+        # Alertmanager inhibits InferenceQueueingDelay while InferenceQueuedWhileIdle fires.
+        also_allowed=frozenset({"InferenceQueueingDelay"}),
+        story="The engine process is paused with requests waiting: queued while idle.",
+    ),
+    Scenario(
+        "backend crash",
+        "InferenceBackendDown",
+        backend_crash,
+        story="The server is killed; then started again (recovery, ~1-2 min).",
+    ),
+)
+
+
+@dataclass
+class Outcome:
+    scenario: Scenario
+    onset: float  # monotonic time the fault began
+    received: dict[str, float] = field(default_factory=dict)  # alert -> first arrival
+    on_alert: Any = None  # what ``on_alert`` returned while the fault was on
+
+    @property
+    def latency(self) -> float | None:
+        at = self.received.get(self.scenario.expect)
+        return None if at is None else at - self.onset
+
+
+async def run_scenario(
+    stack: LocalStack,
+    scenario: Scenario,
+    hold: float,
+    timeout: float,
+    on_alert: Callable[[], Awaitable[Any]] | None = None,
+) -> Outcome:
+    """Run the fault until its alert arrives at the webhook and ``hold`` seconds more (or
+    ``timeout``), then undo it. ``on_alert`` is awaited once when the alert arrives, with
+    the fault still on. Returns what arrived, when, and what ``on_alert`` returned."""
+    already = len(stack.receiver.notifications)
+    stop = asyncio.Event()
+    outcome = Outcome(scenario, time.monotonic())
+    task = asyncio.create_task(scenario.fault(stack, stop))
+    deadline = outcome.onset + timeout
+    try:
+        while time.monotonic() < deadline and not task.done():
+            for arrived, alert in stack.receiver.firing(since=already):
+                outcome.received.setdefault(alert["labels"]["alertname"], arrived)
+            if scenario.expect in outcome.received and on_alert is not None:
+                outcome.on_alert, on_alert = await on_alert(), None
+            if scenario.expect in outcome.received and time.monotonic() > (
+                outcome.received[scenario.expect] + hold
+            ):
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        stop.set()
+        await task
+    return outcome
+
+
+async def settle(stack: LocalStack, timeout: float) -> None:
+    """Normal traffic until no alert is pending or firing in Prometheus."""
+    stop = asyncio.Event()
+    traffic = asyncio.create_task(normal_traffic(stack, stop))
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not await asyncio.to_thread(stack.prometheus_alerts):
+                return
+            await asyncio.sleep(1)
+        raise TimeoutError(f"alerts did not clear within {timeout:g} s")
+    finally:
+        stop.set()
+        await traffic

@@ -1,0 +1,100 @@
+"""The demo's fault scenarios as tests, on the real local stack.
+
+vLLM (CPU) + inferwatch + Prometheus (the generated rules, demo/inferwatch.yaml timings) +
+Alertmanager (the generated example config) + a webhook receiver. For each fault, the
+intended alert must reach the receiver within its ``for`` plus two evaluation intervals of
+Prometheus first seeing the condition (pending), no alert outside the scenario's expected
+set may arrive, and everything clears before the next scenario. While the alert fires,
+``inferwatch diagnose --prometheus`` must name the same cause first. The measured times
+from fault onset are printed (the README's table comes from them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import pytest
+
+from demo.scenarios import CONFIG, SCENARIOS, LocalStack, Scenario, run_scenario, settle
+from demo.stack import VllmServer
+
+pytestmark = pytest.mark.e2e
+
+# Alertmanager's group_wait (1 s in the demo config) and the webhook's own delivery time.
+NOTIFY_SLACK = 2.0
+
+
+@pytest.fixture(scope="module")
+def stack(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory):
+    local = LocalStack(tmp_path_factory.mktemp("e2e"), vllm=vllm_server)
+    components = []
+    try:
+        local.start()
+        components = [local.prometheus, local.inferwatch, local.alertmanager]
+        yield local
+    finally:
+        for component in components:
+            component.stop()
+        local.receiver.stop()  # the session's vLLM stays for other tests
+    # Every process the stack started is gone (stopped by pid, SIGKILL after a grace period).
+    for component in components:
+        assert component.process.popen.poll() is not None, f"{component.process.name} survived"
+
+
+async def first_pending(stack: LocalStack, alert: str, stop: asyncio.Event) -> float | None:
+    """When Prometheus first evaluated the alert's condition as true (pending or firing)."""
+    while not stop.is_set():
+        names = {a["labels"]["alertname"] for a in await asyncio.to_thread(stack.prometheus_alerts)}
+        if alert in names:
+            return time.monotonic()
+        await asyncio.sleep(0.25)
+    return None
+
+
+async def diagnose(stack: LocalStack) -> tuple[int, dict]:
+    """``inferwatch diagnose --json`` against the stack's Prometheus, as a user runs it."""
+    assert stack.prometheus is not None
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "inferwatch", "diagnose", "--prometheus", stack.prometheus.url,
+        "--config", str(CONFIG), "--json",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(process.communicate(), timeout=60)
+    return process.returncode, json.loads(out)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Scenario) -> None:
+    async def run() -> tuple:
+        await settle(stack, timeout=240)
+        stop = asyncio.Event()
+        watch = asyncio.create_task(first_pending(stack, scenario.expect, stop))
+        outcome = await run_scenario(
+            stack, scenario, hold=5, timeout=240, on_alert=lambda: diagnose(stack)
+        )
+        stop.set()
+        return outcome, await watch
+
+    outcome, pending_at = asyncio.run(run())
+    received = outcome.received
+    assert scenario.expect in received, f"{scenario.expect} never reached Alertmanager: {received}"
+    unrelated = set(received) - {scenario.expect} - scenario.also_allowed
+    assert not unrelated, f"unrelated alerts fired: {unrelated}"
+    assert pending_at is not None
+    budget = stack.for_seconds(scenario.expect) + 2 * stack.evaluation_seconds() + NOTIFY_SLACK
+    took = received[scenario.expect] - pending_at
+    print(
+        f"\n{scenario.name}: {scenario.expect} received {outcome.latency:.1f} s after the fault "
+        f"began ({took:.1f} s after Prometheus first saw the condition; budget {budget:g} s)"
+    )
+    assert took <= budget
+
+    code, report = outcome.on_alert
+    named = [f["alert"] for f in report["findings"]]
+    print(f"diagnose (exit {code}): {', '.join(named)}")
+    assert named[0] == scenario.expect
+    assert not set(named) - {scenario.expect} - scenario.also_allowed
+    assert code == (4 if report["findings"][0]["severity"] == "critical" else 3)
