@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
 import tempfile
@@ -105,13 +106,25 @@ def verdict(stack: LocalStack) -> str:
 
 
 async def show(stack: LocalStack, state: dict, stop: asyncio.Event) -> None:
+    """Redraw the view every second on a terminal (every 5 s in a log), once more at the end."""
     tty = sys.stdout.isatty()
-    while not stop.is_set():
+    while True:
         screen = await asyncio.to_thread(
             render, stack, state["phase"], state["story"], state["since"]
         )
         print((RESET if tty else "\n") + screen, flush=True)
-        await asyncio.sleep(1 if tty else 5)
+        if stop.is_set():
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1 if tty else 5)
+
+
+async def normal_for(stack: LocalStack, seconds: float) -> None:
+    stop = asyncio.Event()
+    traffic = asyncio.create_task(normal_traffic(stack, stop))
+    await asyncio.sleep(seconds)
+    stop.set()
+    await traffic
 
 
 async def demo(stack: LocalStack, quick: bool) -> list:
@@ -124,11 +137,7 @@ async def demo(stack: LocalStack, quick: bool) -> list:
     view = asyncio.create_task(show(stack, state, stop_view))
     outcomes = []
     try:
-        stop = asyncio.Event()
-        traffic = asyncio.create_task(normal_traffic(stack, stop))
-        await asyncio.sleep(10 if quick else 30)
-        stop.set()
-        await traffic
+        await normal_for(stack, 10 if quick else 30)
         for scenario in SCENARIOS:
             state.update(phase=scenario.name, story=scenario.story, since=time.monotonic())
             outcomes.append(await run_scenario(stack, scenario, hold=10, timeout=180))
@@ -138,6 +147,12 @@ async def demo(stack: LocalStack, quick: bool) -> list:
                 since=time.monotonic(),
             )
             await settle(stack, timeout=240)
+        state.update(
+            phase="recovered",
+            story="Every fault undone: normal traffic, no alert pending or firing.",
+            since=time.monotonic(),
+        )
+        await normal_for(stack, 10)
     finally:
         stop_view.set()
         await view
