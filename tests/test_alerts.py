@@ -156,41 +156,32 @@ def test_bad_spec_config_names_the_problem(config: dict, message: str) -> None:
         spec_from_config(config)
 
 
-def test_generate_cli(tmp_path: Path) -> None:
-    config = tmp_path / "c.yaml"
-    config.write_text("thresholds:\n  itl_p95_seconds: 0.05\n")
-    out = subprocess.run(
+def generate(out: Path, config: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [
             sys.executable,
             "-m",
             "inferwatch",
             "generate",
             "--out",
-            str(tmp_path),
+            str(out),
             "--config",
             str(config),
         ],
         capture_output=True,
         text=True,
     )
+
+
+def test_generate_cli(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("thresholds:\n  itl_p95_seconds: 0.05\n")
+    out = generate(tmp_path, config)
     assert out.returncode == 0, out.stderr
     rules = (tmp_path / "alerts" / "inferwatch-rules.yaml").read_text()
     assert "<= 0.05" in rules
     config.write_text("thresholds:\n  itl_p95_secs: 0.05\n")
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "inferwatch",
-            "generate",
-            "--out",
-            str(tmp_path),
-            "--config",
-            str(config),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    bad = generate(tmp_path, config)
     assert bad.returncode == 2 and "unknown key 'itl_p95_secs'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
 

@@ -300,6 +300,17 @@ def input_series(r: Replica) -> list[dict]:
     return out
 
 
+def _expected(alertname: str, labels: dict, description: str, summary: str) -> dict:
+    return {
+        "exp_labels": labels,
+        "exp_annotations": {
+            "summary": summary,
+            "description": description,
+            "runbook_url": f"{RUNBOOKS}{alertname}.md",
+        },
+    }
+
+
 def instance_alert(
     alertname: str,
     instance: str,
@@ -321,14 +332,28 @@ def instance_alert(
         labels |= {"backend": "vllm", "model": MODEL}
     extra.pop("no_model", None)
     labels |= extra
-    return {
-        "exp_labels": labels,
-        "exp_annotations": {
-            "summary": summary,
-            "description": description,
-            "runbook_url": f"{RUNBOOKS}{alertname}.md",
-        },
-    }
+    return _expected(alertname, labels, description, summary)
+
+
+def model_alert(
+    alertname: str, severity: str, phase: str, layer: str, description: str, summary: str
+) -> dict:
+    """An alert of the fleet rules: labelled by model, not by instance."""
+    labels = {"severity": severity, "phase": phase, "layer": layer}
+    return _expected(alertname, labels | {"backend": "vllm", "model": MODEL}, description, summary)
+
+
+# Fleet TTFT p95 7.375 s with 4.5 s of a 6 s mean queued (two overloaded replicas, or one
+# stalled one).
+FLEET_QUEUEING = model_alert(
+    "InferenceQueueingDelay",
+    "warning",
+    "prefill",
+    "scheduling",
+    f"TTFT p95 of {MODEL} across replicas is 7.375s (threshold 2s) and requests wait 4.5s of a "
+    "mean TTFT of 6s to be scheduled: the fleet lacks capacity.",
+    f"{MODEL}: time to first token is dominated by queueing",
+)
 
 
 @dataclass(frozen=True)
@@ -452,26 +477,7 @@ PHASE = [
             )
             for i in (A, B)
         ),
-        fires={
-            "InferenceQueueingDelay": [
-                {
-                    "exp_labels": {
-                        "severity": "warning",
-                        "phase": "prefill",
-                        "layer": "scheduling",
-                        "backend": "vllm",
-                        "model": MODEL,
-                    },
-                    "exp_annotations": {
-                        "summary": f"{MODEL}: time to first token is dominated by queueing",
-                        "description": f"TTFT p95 of {MODEL} across replicas is 7.375s (threshold 2s) "
-                        "and requests wait 4.5s of a mean TTFT of 6s to be scheduled: the fleet "
-                        "lacks capacity.",
-                        "runbook_url": RUNBOOKS + "InferenceQueueingDelay.md",
-                    },
-                }
-            ]
-        },
+        fires={"InferenceQueueingDelay": [FLEET_QUEUEING]},
         silent=(
             "InferencePrefillBottleneck",
             "InferenceDecodeBottleneck",
@@ -565,24 +571,7 @@ SCHEDULING = [
                     f"Requests wait while the accelerator idles on {A}",
                 )
             ],
-            "InferenceQueueingDelay": [
-                {
-                    "exp_labels": {
-                        "severity": "warning",
-                        "phase": "prefill",
-                        "layer": "scheduling",
-                        "backend": "vllm",
-                        "model": MODEL,
-                    },
-                    "exp_annotations": {
-                        "summary": f"{MODEL}: time to first token is dominated by queueing",
-                        "description": f"TTFT p95 of {MODEL} across replicas is 7.375s (threshold 2s) "
-                        "and requests wait 4.5s of a mean TTFT of 6s to be scheduled: the fleet "
-                        "lacks capacity.",
-                        "runbook_url": RUNBOOKS + "InferenceQueueingDelay.md",
-                    },
-                }
-            ],
+            "InferenceQueueingDelay": [FLEET_QUEUEING],
         },
         silent=("InferenceGPUUnderutilized", "InferencePrefillBottleneck"),
     ),
@@ -805,21 +794,15 @@ AVAILABILITY = [
         (healthy(A, error_share=0.1), healthy(B, error_share=0.1), healthy(C, error_share=0.02)),
         fires={
             "InferenceRequestErrors": [
-                {
-                    "exp_labels": {
-                        "severity": "critical",
-                        "phase": "any",
-                        "layer": "availability",
-                        "backend": "vllm",
-                        "model": MODEL,
-                    },
-                    "exp_annotations": {
-                        "summary": f"{MODEL}: 7.333% of requests fail",
-                        "description": f"7.333% of the requests of {MODEL} finished with an error or "
-                        "abort over 5m (threshold 5 %), out of 6 requests/s.",
-                        "runbook_url": RUNBOOKS + "InferenceRequestErrors.md",
-                    },
-                }
+                model_alert(
+                    "InferenceRequestErrors",
+                    "critical",
+                    "any",
+                    "availability",
+                    f"7.333% of the requests of {MODEL} finished with an error or abort over 5m "
+                    "(threshold 5 %), out of 6 requests/s.",
+                    f"{MODEL}: 7.333% of requests fail",
+                )
             ]
         },
     ),
