@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from demo.stack import Inferwatch, VllmServer, metric_value
+from demo.stack import Inferwatch, VllmServer, http_get, metric_value
 from demo.traffic import Burst, burst
+
+from conftest import page_value
 
 pytestmark = pytest.mark.vllm
 
@@ -38,10 +41,9 @@ def test_numbers_match_the_servers_own_page(vllm_server: VllmServer, sidecar: In
         ("inferwatch_time_to_first_token_seconds_count", "vllm:time_to_first_token_seconds_count"),
     ]:
         assert sidecar.metric(ours) == vllm_server.metric(theirs), ours
-    assert (
-        'inferwatch_backend_info{backend="vllm",model="tiny",version="0.32.0"} 1.0'
-        in sidecar.page()
-    )
+    version = json.loads(http_get(f"{vllm_server.url}/version")[1])["version"]
+    info = {"backend": "vllm", "model": "tiny", "version": version}
+    assert page_value(sidecar.page(), "inferwatch_backend_info", **info) == 1.0
 
 
 async def _watch_waiting(sidecar: Inferwatch, task: asyncio.Task) -> float:
