@@ -975,6 +975,9 @@ def _alerts() -> list[Alert]:
                 Cond("itl_p99", ">", "itl_p99_seconds"),
                 Cond("prompt_rate", ">", "min_token_rate"),
             ),
+            # A stalled engine cuts every stream for the stall's length and then prefills the
+            # backlog: a long tail that prefill did not cause.
+            unless=(Cond("queued_while_idle_ratio", ">", "queued_while_idle_ratio"),),
         ),
         Alert(
             "InferenceGPUUnderutilized",

@@ -257,7 +257,9 @@ RUNBOOKS: dict[str, Runbook] = {
             "The inter-token latency tail (p99) blows up relative to its median while prompt "
             "tokens are being prefilled: decode requests wait behind prefill work in the same "
             "scheduler steps. With chunked prefill, chunks that are too large make decode "
-            "steps carry a big prefill; without it, a whole long prompt runs in one step."
+            "steps carry a big prefill; without it, a whole long prompt runs in one step. It "
+            "stays silent while requests queue on an idle engine: a stall cuts every stream "
+            "and is followed by a burst of prefill, which is InferenceQueuedWhileIdle's case."
         ),
         confirm=(
             (Panel.ITL, "p99 far above p50 while p50 stays flat"),
