@@ -10,7 +10,10 @@
    an empty asyncio loop waking at 10 Hz (this machine's floor), measured in the same run:
    against the rotating captures (worst case) and, with ``--vllm``, against a real vLLM on
    CPU under a steady load of 8 concurrent requests.
-3. ``/metrics`` latency p50/p99 under 8 concurrent scrapers against that process.
+3. ``/metrics`` latency p50/p99 under 8 concurrent scrapers against that process: bursts of 8
+   every 100 ms (each burst meets a new poll, so it pays the page's render), and 8 back to
+   back (saturation: mostly queueing). The reference is ``/healthz`` (a tiny JSON answer)
+   scraped the same way in the same run: this machine's floor for one HTTP round trip.
 4. RSS of an in-process poller after 1,000 / 5,000 / 10,000 polls.
 
     .venv/bin/python bench/exporter.py [--seconds 20] [--vllm]
@@ -132,16 +135,23 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def scrape_latency(url: str, seconds: float, scrapers: int = 8) -> list[float]:
+async def scrape_latency(
+    url: str, seconds: float, scrapers: int = 8, period: float = 0.0
+) -> list[float]:
+    """Milliseconds per scrape of ``scrapers`` clients, each scraping every ``period`` seconds
+    (all at the same instant: a burst of concurrent requests), or back to back when 0."""
     latencies: list[float] = []
     deadline = time.monotonic() + seconds
 
     async def scraper(session: aiohttp.ClientSession) -> None:
+        next_at = time.monotonic()
         while time.monotonic() < deadline:
             started = time.perf_counter()
             async with session.get(url) as resp:
                 await resp.read()
             latencies.append((time.perf_counter() - started) * 1000)
+            next_at += period
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
     async with aiohttp.ClientSession() as session:
         await asyncio.gather(*(scraper(session) for _ in range(scrapers)))
@@ -262,11 +272,16 @@ def main() -> None:
             f"of one core (an empty asyncio loop waking at 10 Hz: {floor * 100:.2f} %)"
         )
         with exporter_polling(url, workdir) as (exporter, ex_port):
-            lat = asyncio.run(scrape_latency(f"http://127.0.0.1:{ex_port}/metrics", 10.0))
-            print(
-                f"/metrics latency, 8 concurrent scrapers: p50 {percentile(lat, 50):.2f} ms, "
-                f"p99 {percentile(lat, 99):.2f} ms ({len(lat)} scrapes in 10 s, polling at 10 Hz)"
-            )
+            base = f"http://127.0.0.1:{ex_port}"
+            for label, period in (("every 100 ms, together", 0.1), ("back to back", 0.0)):
+                lat = asyncio.run(scrape_latency(f"{base}/metrics", 10.0, period=period))
+                ref = asyncio.run(scrape_latency(f"{base}/healthz", 10.0, period=period))
+                print(
+                    f"/metrics latency, 8 scrapers {label}: p50 {percentile(lat, 50):.2f} ms, "
+                    f"p99 {percentile(lat, 99):.2f} ms ({len(lat)} scrapes in 10 s, "
+                    f"polling at 10 Hz; /healthz the same way: p50 {percentile(ref, 50):.2f} ms, "
+                    f"p99 {percentile(ref, 99):.2f} ms)"
+                )
             print(f"RSS of that process after the scrapes: {rss_mib(str(exporter.pid)):.1f} MiB")
         rss = asyncio.run(rss_after_polls(url))
         print("RSS of an in-process poller: " + ", ".join(f"{n} polls {m:.1f} MiB" for n, m in rss))
