@@ -356,6 +356,21 @@ FLEET_QUEUEING = model_alert(
 )
 
 
+def queued_while_idle_on_a(idle_percent: int, waiting: int) -> dict:
+    """InferenceQueuedWhileIdle on replica A, idle ``idle_percent`` % of the window."""
+    return instance_alert(
+        "InferenceQueuedWhileIdle",
+        A,
+        "warning",
+        "any",
+        "scheduling",
+        f"Requests for {MODEL} waited while the GPU (or, without NVML, the engine) sat idle "
+        f"{idle_percent}% of the last 5m (threshold 10 %); queue depth now {waiting}. The "
+        "scheduler or the CPU is not feeding the accelerator.",
+        f"Requests wait while the accelerator idles on {A}",
+    )
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -558,19 +573,7 @@ SCHEDULING = [
             ),
         ),
         fires={
-            "InferenceQueuedWhileIdle": [
-                instance_alert(
-                    "InferenceQueuedWhileIdle",
-                    A,
-                    "warning",
-                    "any",
-                    "scheduling",
-                    f"Requests for {MODEL} waited while the GPU (or, without NVML, the engine) sat "
-                    "idle 50% of the last 5m (threshold 10 %); queue depth now 12. The scheduler "
-                    "or the CPU is not feeding the accelerator.",
-                    f"Requests wait while the accelerator idles on {A}",
-                )
-            ],
+            "InferenceQueuedWhileIdle": [queued_while_idle_on_a(50, 12)],
             "InferenceQueueingDelay": [FLEET_QUEUEING],
         },
         silent=("InferenceGPUUnderutilized", "InferencePrefillBottleneck"),
@@ -593,21 +596,7 @@ SCHEDULING = [
                 prompt_tokens=Dist({5000: 1.0}, 1600),
             ),
         ),
-        fires={
-            "InferenceQueuedWhileIdle": [
-                instance_alert(
-                    "InferenceQueuedWhileIdle",
-                    A,
-                    "warning",
-                    "any",
-                    "scheduling",
-                    f"Requests for {MODEL} waited while the GPU (or, without NVML, the engine) sat "
-                    "idle 30% of the last 5m (threshold 10 %); queue depth now 0. The scheduler "
-                    "or the CPU is not feeding the accelerator.",
-                    f"Requests wait while the accelerator idles on {A}",
-                )
-            ]
-        },
+        fires={"InferenceQueuedWhileIdle": [queued_while_idle_on_a(30, 0)]},
         silent=("InferencePrefillBottleneck", "InferencePrefillStallsDecode"),
     ),
     Scenario(
