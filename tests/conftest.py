@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import math
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from demo.stack import VllmServer
 from inferwatch.backends import Backend
 from inferwatch.backends.base import LABEL_ORDER
 from inferwatch.metrics import Kind
+from inferwatch.poller import Poller, PollSettings
+from inferwatch.upstream import Upstream
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -105,6 +108,18 @@ def oracle_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 def _on_page(text: str, name: str) -> bool:
     return text.startswith(name) or f"\n{name}{{" in text or f"\n{name} " in text
+
+
+@asynccontextmanager
+async def auto_poller(url: str, interval: float) -> AsyncIterator[Poller]:
+    """A poller of a real server at ``url`` as ``--backend auto`` runs it; closed on exit."""
+    poller = Poller(
+        Upstream(url, timeout=5.0, max_bytes=1 << 20), None, None, PollSettings(interval=interval)
+    )
+    try:
+        yield poller
+    finally:
+        await poller.upstream.close()
 
 
 def page_value(page: str, metric: str, **labels: str) -> float:

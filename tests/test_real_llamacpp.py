@@ -22,10 +22,9 @@ import pytest
 
 from demo.stack import Process, free_port
 from inferwatch.backends import LLAMACPP
-from inferwatch.poller import Poller, PollSettings
-from inferwatch.upstream import Upstream
+from inferwatch.poller import Poller
 
-from conftest import page_value
+from conftest import auto_poller, page_value
 
 pytestmark = pytest.mark.llamacpp
 
@@ -148,10 +147,8 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
 
 @pytest.fixture
 async def poller(llama_server: LlamaServer) -> AsyncIterator[Poller]:
-    upstream = Upstream(llama_server.url, timeout=5.0, max_bytes=1 << 20)
-    made = Poller(upstream, None, None, PollSettings(interval=0.05))  # --backend auto
-    yield made
-    await made.upstream.close()
+    async with auto_poller(llama_server.url, 0.05) as made:
+        yield made
 
 
 async def raw_page(session: aiohttp.ClientSession, url: str) -> str:

@@ -21,10 +21,9 @@ import pytest
 
 from demo.stack import Process, free_port
 from inferwatch.backends import TRITON
-from inferwatch.poller import Poller, PollSettings
-from inferwatch.upstream import Upstream
+from inferwatch.poller import Poller
 
-from conftest import page_value
+from conftest import auto_poller, page_value
 
 pytestmark = pytest.mark.triton
 
@@ -76,10 +75,8 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSe
 
 @pytest.fixture
 async def poller(triton_server: TritonServer) -> AsyncIterator[Poller]:
-    upstream = Upstream(triton_server.metrics_url, timeout=5.0, max_bytes=1 << 20)
-    made = Poller(upstream, None, None, PollSettings(interval=0.25))  # --backend auto
-    yield made
-    await made.upstream.close()
+    async with auto_poller(triton_server.metrics_url, 0.25) as made:
+        yield made
 
 
 async def infer(session: aiohttp.ClientSession, server: TritonServer) -> int:
