@@ -119,8 +119,8 @@ def basic(user: str, password: str) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
-def bcrypt_hash(password: str) -> str:
-    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+def bcrypt_hash(password: str, cost: int = 4) -> str:
+    return bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=cost)).decode()
 
 
 def start_tls_exporter(
@@ -421,6 +421,29 @@ async def test_password_checks_are_cached(monkeypatch: pytest.MonkeyPatch) -> No
         assert not await users.check("mallory", PASSWORD)  # unknown user: bcrypt runs anyway
         assert not await users.check("ålice", "x" * 100)  # neither ASCII nor 72 bytes: no error
     assert len(calls) == 4
+
+
+async def test_unknown_users_are_checked_at_the_highest_configured_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wrong user name must cost as much bcrypt time as a wrong password of the slowest
+    # user, or timing tells which user names exist.
+    path = tmp_path / "web.yml"
+    hashes = {"alice": bcrypt_hash(PASSWORD, cost=4), "bob": bcrypt_hash(PASSWORD, cost=6)}
+    path.write_text(json.dumps({"basic_auth_users": hashes}))
+    users = webconfig.load(path).users
+    assert users is not None
+    checked: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def recording(password: bytes, hashed: bytes) -> bool:
+        checked.append(hashed)
+        return real(password, hashed)
+
+    monkeypatch.setattr(webconfig.bcrypt, "checkpw", recording)
+    assert not await users.check("mallory", PASSWORD)
+    assert not await users.check("bob", "wrong")
+    assert [h[:7] for h in checked] == [b"$2b$06$", hashes["bob"][:7].encode()]
 
 
 def run_serve(*args: str) -> tuple[int, str]:

@@ -35,6 +35,7 @@ import ssl
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +88,12 @@ _HEADERS: dict[str, tuple[str, ...] | None] = {
     "X-XSS-Protection": None,
     "Strict-Transport-Security": None,
 }
-_BCRYPT_HASH = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
-# Checked for unknown users (cost 10, like htpasswd's), so that a wrong user name takes as
-# long as a wrong password.
-_DUMMY_HASH = b"$2b$10$6uRXoeeaKZ9/NhuiVziOUun374G4ayO8ZiLQKeQDLsQ4pX/6N2vNi"
+_BCRYPT_HASH = re.compile(r"^\$2[aby]\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}$")
+# The costs (log2 of the key-expansion rounds) bcrypt accepts.
+_BCRYPT_COSTS = range(4, 32)
+# Salt and digest of the hash checked for unknown users; it gets the highest cost among the
+# configured users, so that a wrong user name takes as long as a wrong password.
+_DUMMY_SALT_AND_DIGEST = b"6uRXoeeaKZ9/NhuiVziOUun374G4ayO8ZiLQKeQDLsQ4pX/6N2vNi"
 _CACHE_SIZE = 100
 _BCRYPT_MAX_BYTES = 72
 
@@ -128,12 +131,26 @@ class TlsConfig:
         return ctx
 
 
+def bcrypt_cost(hashed: bytes) -> int:
+    """The cost of a hash that matched :data:`_BCRYPT_HASH`."""
+    return int(hashed[4:6])
+
+
 @dataclass
 class BasicAuthUsers:
-    """User -> bcrypt hash, with verification outcomes cached by digest."""
+    """User -> bcrypt hash, with verification outcomes cached by digest.
+
+    An unknown user is checked against :attr:`dummy_hash`, whose cost is the highest of the
+    configured hashes, so that it takes as long as a known user's wrong password.
+    """
 
     hashes: Mapping[str, bytes]
     _cache: OrderedDict[bytes, bool] = field(default_factory=OrderedDict, repr=False)
+
+    @cached_property
+    def dummy_hash(self) -> bytes:
+        cost = max(bcrypt_cost(h) for h in self.hashes.values())
+        return b"$2b$%02d$%s" % (cost, _DUMMY_SALT_AND_DIGEST)
 
     async def check(self, user: str, password: str) -> bool:
         login = user.encode()
@@ -148,7 +165,7 @@ class BasicAuthUsers:
             return self._cache[key]
         # bcrypt reads 72 bytes at most (and the bcrypt package refuses more): no match.
         candidate = secret if len(secret) <= _BCRYPT_MAX_BYTES else b""
-        ok = await asyncio.to_thread(bcrypt.checkpw, candidate, hashed or _DUMMY_HASH)
+        ok = await asyncio.to_thread(bcrypt.checkpw, candidate, hashed or self.dummy_hash)
         ok = ok and hashed is not None and candidate is secret
         self._cache[key] = ok
         if len(self._cache) > _CACHE_SIZE:
@@ -317,8 +334,24 @@ def _users(section: dict[str, Any], where: str) -> BasicAuthUsers | None:
                 f"{where}: basic_auth_users.{user}: not a bcrypt hash "
                 "(make one with `htpasswd -nBC 10 '' | tr -d ':\\n'`)"
             )
-        hashes[str(user)] = hashed.encode()
+        hashes[str(user)] = _usable_hash(hashed.encode(), f"{where}: basic_auth_users.{user}")
     return BasicAuthUsers(hashes) if hashes else None
+
+
+def _usable_hash(hashed: bytes, where: str) -> bytes:
+    """``hashed`` if bcrypt can check passwords against it, else ConfigError (no echo)."""
+    cost = bcrypt_cost(hashed)
+    if cost not in _BCRYPT_COSTS:
+        raise ConfigError(
+            f"{where}: bcrypt cost {cost} is outside {_BCRYPT_COSTS.start}-{_BCRYPT_COSTS.stop - 1}"
+        )
+    # bcrypt's own parser decides whether the salt is valid; at the lowest cost it takes ~1 ms.
+    cheapest = b"%s%02d%s" % (hashed[:4], _BCRYPT_COSTS.start, hashed[6:])
+    try:
+        bcrypt.checkpw(b"", cheapest)
+    except ValueError:
+        raise ConfigError(f"{where}: not a valid bcrypt hash (bad salt)") from None
+    return hashed
 
 
 def _headers(section: dict[str, Any], where: str) -> dict[str, str]:
