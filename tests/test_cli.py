@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from demo.stack import free_port
 from inferwatch.serve import OPTIONS
 from inferwatch.settings import ConfigError, resolve
 
@@ -87,7 +88,16 @@ def test_both_weight_sources_is_an_error(tmp_path: Path) -> None:
 
 
 def test_gpu_on_without_nvml_exits_with_the_reason() -> None:
-    proc = inferwatch("serve", "--gpu", "on", "--backend-url", "http://127.0.0.1:9")
+    listen = f"127.0.0.1:{free_port()}"  # the error must be NVML's, never a taken :9477
+    proc = inferwatch(
+        "serve",
+        "--gpu",
+        "on",
+        "--backend-url",
+        "http://127.0.0.1:9",
+        "--web.listen-address",
+        listen,
+    )
     one_line_error(proc, "--gpu on: NVML")
 
 

@@ -448,8 +448,10 @@ async def test_unknown_users_are_checked_at_the_highest_configured_cost(
 
 def run_serve(*args: str) -> tuple[int, str]:
     """``inferwatch serve`` that is expected to exit at once: (code, stderr)."""
+    backend = ("--backend-url", "http://127.0.0.1:9")
+    listen = ("--web.listen-address", f"127.0.0.1:{free_port()}")  # never a taken :9477
     proc = subprocess.run(
-        [sys.executable, "-m", "inferwatch", "serve", "--backend-url", "http://127.0.0.1:9", *args],
+        [sys.executable, "-m", "inferwatch", "serve", *backend, *listen, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -512,5 +514,30 @@ def test_two_ways_to_set_authorization_is_an_error(tmp_path: Path) -> None:
         "backend_header": ("authorization", "Basic x"),
         "backend_bearer_token_file": token_file,
     }
-    with pytest.raises(ConfigError, match="both set it"):
+    with pytest.raises(
+        ConfigError, match="set by --backend-bearer-token-file and --backend-header"
+    ):
         ServeConfig.from_values(resolve(OPTIONS, flags, {}, {}))
+
+
+@pytest.mark.parametrize(
+    ("flags", "conflict"),
+    [
+        ({"backend_header": ("Authorization", "Basic x")}, "--backend-header Authorization"),
+        ({"backend_header": ("X-Api-Key", API_KEY)}, None),
+        ({}, None),
+    ],
+)
+def test_credentials_in_the_url_and_another_authorization_is_an_error(
+    flags: dict, conflict: str | None
+) -> None:
+    values = resolve(
+        OPTIONS, {"backend_url": f"http://user:{TOKEN}@127.0.0.1:8000", **flags}, {}, {}
+    )
+    if conflict is None:
+        ServeConfig.from_values(values)
+        return
+    with pytest.raises(ConfigError) as err:
+        ServeConfig.from_values(values)
+    assert f"--backend-url user:password@ and {conflict}" in str(err.value)
+    assert TOKEN not in str(err.value)

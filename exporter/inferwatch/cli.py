@@ -181,6 +181,7 @@ def _config_from(args: argparse.Namespace) -> dict:
             raise ConfigError(f"INFERWATCH_CONFIG: {exc}") from None
     config = load_config_file(path)
     check_keys(config, _config_keys(), str(path))
+    spec_from_config(config)  # every subcommand refuses bad `thresholds:`/`alerting:` alike
     return config
 
 
@@ -212,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"inferwatch: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except OSError as exc:  # e.g. the listen address is taken
+    except OSError as exc:  # e.g. `generate` cannot write under --out
         print(f"inferwatch: error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -53,7 +55,7 @@ OPTIONS = (
     ),
     Option(
         "--backend-timeout",
-        positive_float,
+        bounded_float(0.01, 60),
         2.0,
         "seconds to wait for the backend's /metrics",
         metavar="S",
@@ -170,13 +172,22 @@ class ServeConfig:
         config = cls(**values)
         if config.model_weights_bytes and config.model_path:
             raise ConfigError("give --model-weights-bytes or --model-path, not both")
-        if (
-            config.backend_bearer_token_file
-            and config.backend_header
-            and config.backend_header[0].lower() == "authorization"
-        ):
+        authorization = [
+            name
+            for name, given in (
+                ("--backend-url user:password@", urlsplit(config.backend_url).username is not None),
+                ("--backend-bearer-token-file", config.backend_bearer_token_file is not None),
+                (
+                    "--backend-header Authorization",
+                    config.backend_header is not None
+                    and config.backend_header[0].lower() == "authorization",
+                ),
+            )
+            if given
+        ]
+        if len(authorization) > 1:
             raise ConfigError(
-                "--backend-header Authorization and --backend-bearer-token-file both set it"
+                f"the Authorization header is set by {' and '.join(authorization)}; give one"
             )
         return config
 
@@ -200,10 +211,13 @@ class ServeConfig:
 
 
 def build_poller(config: ServeConfig) -> Poller:
-    """Wire backend, GPU source and poller from the settings; ConfigError on bad input."""
+    """Wire backend, GPU source and poller from the settings; ConfigError on bad input.
+
+    Every check comes before the first log line, so bad input is one line on stderr.
+    """
     headers = config.backend_headers()
-    if headers:
-        log.info("sending header(s) %s to the backend", ", ".join(headers))
+    weight_bytes = config.weight_bytes()
+    baseline = load_baseline(config.baseline) if config.baseline is not None else None
     upstream = Upstream(
         config.backend_url,
         timeout=config.backend_timeout,
@@ -219,15 +233,45 @@ def build_poller(config: ServeConfig) -> Poller:
             if config.gpu == "on":
                 raise ConfigError(f"--gpu on: {exc}") from None
             log.info("no GPU metrics (%s); idle is judged from engine progress", exc)
+    if headers:
+        log.info("sending header(s) %s to the backend", ", ".join(headers))
     backend = None if config.backend == "auto" else BACKENDS[config.backend]
     settings = PollSettings(
         interval=config.poll_interval,
         idle_threshold=config.idle_threshold,
-        model_weights_bytes=config.weight_bytes(),
+        model_weights_bytes=weight_bytes,
         peak_memory_bandwidth=config.peak_memory_bandwidth,
-        baseline=load_baseline(config.baseline) if config.baseline is not None else None,
+        baseline=baseline,
     )
     return Poller(upstream, backend, gpu, settings)
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to ``host:port`` (every interface when ``host`` is empty), like aiohttp's.
+
+    Bound before anything starts, so that a taken or unknown address is a one-line start-up
+    error (ConfigError) instead of a failure after the poller has begun.
+    """
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        ):
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:
+                continue  # an address family this host lacks (e.g. IPv6 off), as asyncio does
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        reason = exc.strerror or str(exc)
+        raise ConfigError(f"--web.listen-address {host or '*'}:{port}: {reason}") from None
+    return sockets
 
 
 def run(config: ServeConfig) -> None:
@@ -237,6 +281,8 @@ def run(config: ServeConfig) -> None:
     ssl_context = web_config.ssl_context() if web_config is not None else None
     poller = build_poller(config)
     host, port = config.web_listen_address
+    sockets = listen(host, port)
+    poller = build_poller(config)
     log.info(
         "serving on %s:%d (%s), polling %s backend at %s every %g s",
         host or "*",
@@ -248,8 +294,7 @@ def run(config: ServeConfig) -> None:
     )
     web.run_app(
         make_app(poller, web_config=web_config),
-        host=host or None,
-        port=port,
+        sock=sockets,
         ssl_context=ssl_context,
         print=None,
         access_log=None,

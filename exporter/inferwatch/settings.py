@@ -10,14 +10,18 @@ falls back to a default.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
+
+from inferwatch.upstream import redact_url
 
 ENV_PREFIX = "INFERWATCH_"
 
@@ -86,11 +90,15 @@ def flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse_flag
 
 
-def _number(text: str, kind: type = float) -> Any:
+def _number(text: str) -> float:
+    """A finite number: ``inf``, ``nan`` and overflowing values such as ``1e400`` are refused."""
     try:
-        return kind(text)
+        value = float(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a finite number")
+    return value
 
 
 def positive_float(text: str) -> float:
@@ -128,8 +136,24 @@ def positive_int(text: str) -> int:
 
 
 def http_url(text: str) -> str:
-    if not text.startswith(("http://", "https://")) or len(text.split("://", 1)[1]) == 0:
-        raise ValueError(f"{text!r} is not an http:// or https:// URL")
+    """An ``http://`` or ``https://`` URL with a host, and a port from 1 to 65535 if it names one.
+
+    Errors quote the URL without its ``user:password@``.
+    """
+    shown = repr(redact_url(text))
+    if not text.startswith(("http://", "https://")):
+        raise ValueError(f"{shown} is not an http:// or https:// URL")
+    if not text.isprintable() or " " in text:
+        raise ValueError(f"{shown} holds a space or a control character")
+    try:
+        url = urlsplit(text)
+        port = url.port
+    except ValueError as exc:  # "Port out of range 0-65535", "Invalid IPv6 URL"
+        raise ValueError(f"{shown} is not a usable URL: {exc}") from None
+    if not url.hostname:
+        raise ValueError(f"{shown} names no host")
+    if port == 0:
+        raise ValueError(f"{shown}: port 0 cannot be connected to")
     return text
 
 
@@ -196,14 +220,17 @@ def load_config_file(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{path}:{where}: {problem}") from None
+        where = f" line {mark.line + 1}:" if mark is not None else ""
+        # A ReaderError (e.g. a NUL byte) has a reason instead of a problem.
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "invalid YAML"
+        raise ConfigError(f"{path}:{where} {problem}") from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):
