@@ -200,7 +200,7 @@ def test_auto_detection_recognises_every_vllm_capture() -> None:
         assert detect(fixture_text(name)) is VLLM, name
 
 
-def test_histogram_with_a_bad_bound_is_left_out_with_a_warning(caplog) -> None:
+def test_histogram_with_a_bad_bound_is_left_out_and_said_so() -> None:
     text = (
         'vllm:num_requests_waiting{engine="0",model_name="m"} 2\n'
         'vllm:e2e_request_latency_seconds_bucket{engine="0",le="soon",model_name="m"} 1\n'
@@ -209,4 +209,6 @@ def test_histogram_with_a_bad_bound_is_left_out_with_a_warning(caplog) -> None:
     sample = VLLM.normalize(text)
     assert sample.values["requests_waiting"] == {(("model", "m"), ("engine", "0")): 2.0}
     assert set(sample.histograms) == {"time_to_first_token_seconds"}
-    assert "le='soon' is not a number; histogram left out" in caplog.text
+    assert [d.detail for d in sample.dropped] == [
+        "bucket bound le='soon' is not a number; family left out"
+    ]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from inferwatch.textparse import ExpositionError, PageScanner, parse_labels, scan
+from inferwatch.textparse import ExpositionError, PageScanner, Scan, parse_labels, scan
 
 from conftest import FIXTURES, fixture_text, oracle_samples
 
 
 def test_escaped_label_values_and_braces_inside_quotes() -> None:
     text = 'm{a="x\\"y",b="line\\nbreak",c="back\\\\slash",d="{}"} 1\n'
-    ((raw, value),) = scan(text, {"m"})["m"]
+    ((raw, value),) = scan(text, {"m"}).samples["m"]
     assert value == 1.0
     assert parse_labels(raw) == (
         ("a", 'x"y'),
@@ -29,7 +29,7 @@ def test_special_values_timestamps_and_comments() -> None:
         'g{x="3"} -1.5e-3\n'
         "other 5\n"
     )
-    found = scan(text, {"g"})
+    found = scan(text, {"g"}).samples
     values = [v for _, v in found["g"]]
     assert values[0] != values[0]  # NaN
     assert values[1:] == [float("inf"), -0.0015]
@@ -41,9 +41,10 @@ def test_truncated_body_is_rejected() -> None:
         scan('g{x="1"} 1\ng{x="2"} 2', {"g"})
 
 
-def test_non_numeric_value_of_a_wanted_sample_is_rejected() -> None:
-    with pytest.raises(ExpositionError, match="not a number"):
-        scan("g abc\n", {"g"})
+def test_a_malformed_line_leaves_out_its_name_only() -> None:
+    found = scan('g abc\nh 1\ng{x="1"} 2\ni{a="1",b} 3\n', {"g", "h", "i"})
+    assert found.samples == {"h": [("", 1.0)], "i": [('a="1",b', 3.0)]}  # labels: parsed later
+    assert found.malformed == {"g": "g: value 'abc' is not a number"}
 
 
 def test_malformed_label_set_is_rejected() -> None:
@@ -52,14 +53,14 @@ def test_malformed_label_set_is_rejected() -> None:
 
 
 def test_html_yields_no_samples() -> None:
-    assert scan("<html><body>502 Bad Gateway</body></html>\n", {"g"}) == {}
+    assert scan("<html><body>502 Bad Gateway</body></html>\n", {"g"}).samples == {}
 
 
 @pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.prom")))
 def test_agrees_with_prometheus_client_on_every_capture(fixture: str) -> None:
     text = fixture_text(fixture)
     expected = oracle_samples(text)
-    got = scan(text, set(expected))
+    got = scan(text, set(expected)).samples
     assert got.keys() == expected.keys()
     for name, samples in expected.items():
         mine = [(dict(parse_labels(raw)), v) for raw, v in got[name]]
@@ -74,8 +75,8 @@ def test_page_scanner_finds_what_a_full_scan_finds(fixture: str) -> None:
     text = fixture_text(fixture)
     names = set(oracle_samples(text))
 
-    def comparable(found: dict) -> dict:  # NaN != NaN; compare its text instead
-        return {n: [(raw, repr(v)) for raw, v in s] for n, s in found.items()}
+    def comparable(found: Scan) -> dict:  # NaN != NaN; compare its text instead
+        return {n: [(raw, repr(v)) for raw, v in s] for n, s in found.samples.items()}
 
     assert comparable(PageScanner(names).scan(text)) == comparable(scan(text, names))
 
@@ -88,16 +89,16 @@ def test_page_scanner_reparses_only_changed_families() -> None:
         "# TYPE skipped counter\nskipped_total 9.0\n"
     )
     scanner = PageScanner({"a_seconds_bucket", "a_seconds_count", "b"})
-    first = scanner.scan(page)
+    first = scanner.scan(page).samples
     assert first["b"] == [("", 5.0)]
     assert "skipped_total" not in first
-    second = scanner.scan(page.replace("b 5.0", "b 6.0"))
+    second = scanner.scan(page.replace("b 5.0", "b 6.0")).samples
     assert second["b"] == [("", 6.0)]
     assert second["a_seconds_bucket"] is first["a_seconds_bucket"]  # unchanged: reused
 
 
 def test_page_scanner_falls_back_to_lines_on_untyped_pages() -> None:
-    assert PageScanner({"g"}).scan('g{x="1"} 3\n') == {"g": [('x="1"', 3.0)]}
+    assert PageScanner({"g"}).scan('g{x="1"} 3\n').samples == {"g": [('x="1"', 3.0)]}
 
 
 def test_page_scanner_rejects_truncated_pages() -> None:

@@ -9,9 +9,8 @@ a snapshot while the poller builds the next one.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from types import MappingProxyType
 
 # Label pairs in a fixed order, e.g. (("model", "llama"), ("engine", "0")).
@@ -64,39 +63,45 @@ HistogramValues = Mapping[Labels, Histogram]
 
 
 @dataclass(frozen=True)
+class Dropped:
+    """Part of a page left out of a sample, and why.
+
+    ``family`` is the server's family (or sample) name, ``kind`` the kind of defect
+    (``"malformed"``, ``"invalid value"``, ``"duplicate"``...; logs are rate limited per
+    family and kind) and ``detail`` a one-line cause.
+    """
+
+    family: str
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True)
 class BackendSample:
     """One successful scrape of a backend, mapped onto the metric contract.
 
     ``values`` maps a contract key (``"requests_waiting"``) to its series and
     ``histograms`` holds the histograms; a key is absent when the backend does not provide
-    that signal (absent, never zero). Both are mapped on first use, by ``build``: the poll
-    loop only needs ``signals`` (queue depth, engine progress), read eagerly, and the rest
-    of a page is mapped only when someone scrapes ``/metrics``.
+    that signal (absent, never zero). Every value is valid for its kind (counters finite
+    and >= 0, ratios in [0, 1]), and no series appears twice. ``dropped`` lists what of the
+    page was left out to make it so.
     """
 
     backend: str
     model: str
     version: str = ""
-    signals: Mapping[str, SeriesValues] = field(default_factory=lambda: EMPTY)
-    build: Callable[[], tuple[Mapping[str, SeriesValues], Mapping[str, HistogramValues]]] = field(
-        default=lambda: (EMPTY, EMPTY), repr=False, compare=False
-    )
-
-    @cached_property
-    def _mapped(self) -> tuple[Mapping[str, SeriesValues], Mapping[str, HistogramValues]]:
-        return self.build()
+    values: Mapping[str, SeriesValues] = field(default_factory=lambda: EMPTY)
+    histograms: Mapping[str, HistogramValues] = field(default_factory=lambda: EMPTY)
+    dropped: tuple[Dropped, ...] = ()
 
     @property
-    def values(self) -> Mapping[str, SeriesValues]:
-        return self._mapped[0]
-
-    @property
-    def histograms(self) -> Mapping[str, HistogramValues]:
-        return self._mapped[1]
+    def signals(self) -> Mapping[str, SeriesValues]:
+        """The series the poll loop derives its signals from (queue depth, progress)."""
+        return self.values
 
     def total(self, key: str) -> float | None:
         """Sum of a signal over all its series, or None when not provided."""
-        series = self.signals.get(key)
+        series = self.values.get(key)
         if not series:
             return None
         return math.fsum(series.values())

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from inferwatch.backends import Backend, UnknownBackend, detect
@@ -28,6 +29,13 @@ from inferwatch.upstream import Upstream, UpstreamError
 log = logging.getLogger("inferwatch.poller")
 
 
+# The most samples of mapped families a page may hold (--backend-max-series): the largest
+# real capture in tests/fixtures maps 244 (SGLang, 2026), a vLLM 0.32 engine ~200, so this
+# is room for ~40x the largest page seen, e.g. a vLLM server with 32 data-parallel engines.
+# A bigger page marks the backend down before anything of it is parsed further.
+DEFAULT_MAX_SERIES = 10_000
+
+
 @dataclass(frozen=True)
 class PollSettings:
     interval: float = 0.5
@@ -35,35 +43,68 @@ class PollSettings:
     model_weights_bytes: float | None = None
     peak_memory_bandwidth: float | None = None
     baseline: Baseline | None = None
+    max_series: int = DEFAULT_MAX_SERIES
+
+
+class LogLimiter:
+    """Lets one log line of each kind through every ``repeat`` seconds and counts the rest."""
+
+    def __init__(self, repeat: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        self._repeat = repeat
+        self._clock = clock
+        self._logged_at: dict[Hashable, float] = {}
+        self._held: dict[Hashable, int] = {}
+
+    def allow(self, kind: Hashable) -> int | None:
+        """None when a line of this kind is held back, else how many were held back since
+        the last one of its kind went through."""
+        now = self._clock()
+        if now - self._logged_at.get(kind, -math.inf) < self._repeat:
+            self._held[kind] = self._held.get(kind, 0) + 1
+            return None
+        self._logged_at[kind] = now
+        return self._held.pop(kind, 0)
+
+    def reset(self) -> None:
+        self._logged_at.clear()
+        self._held.clear()
 
 
 class CauseLog:
-    """Logs a failure cause once, again when it changes, and at most every ``repeat`` s."""
+    """Logs a failure once per cause kind (a 500 and a 503 are one kind: ``exc.kind``), then
+    at most every ``repeat`` s per kind, saying how many lines it held back meanwhile."""
 
     def __init__(
         self, what: str, repeat: float = 60.0, clock: Callable[[], float] = time.monotonic
     ):
         self._what = what
-        self._repeat = repeat
-        self._clock = clock
-        self._cause = ""
-        self._logged_at = 0.0
+        self._limiter = LogLimiter(repeat, clock)
+        self._kinds: set[str] = set()
         self.failures = 0
 
-    def failed(self, cause: str) -> None:
-        now = self._clock()
+    def failed(self, kind: str, cause: str) -> None:
         self.failures += 1
-        if cause != self._cause or now - self._logged_at >= self._repeat:
-            if cause == self._cause:
-                log.warning("%s still failing (%d polls): %s", self._what, self.failures, cause)
-            else:
-                log.warning("%s failing: %s", self._what, cause)
-            self._cause, self._logged_at = cause, now
+        held = self._limiter.allow(kind)
+        if held is None:
+            return
+        if kind in self._kinds:
+            log.warning(
+                "%s still failing (%d polls, %d lines like this held back): %s",
+                self._what,
+                self.failures,
+                held,
+                cause,
+            )
+        else:
+            log.warning("%s failing: %s", self._what, cause)
+            self._kinds.add(kind)
 
     def ok(self) -> None:
-        if self._cause:
+        if self.failures:
             log.info("%s recovered after %d failed polls", self._what, self.failures)
-        self._cause, self.failures = "", 0
+        self._limiter.reset()
+        self._kinds.clear()
+        self.failures = 0
 
 
 class Poller:
@@ -89,6 +130,8 @@ class Poller:
         self._bandwidth: float | None = None
         self._backend_log = CauseLog("backend scrape")
         self._gpu_log = CauseLog("GPU collection")
+        self._dropped_log = LogLimiter()
+        self._bug_log = LogLimiter()
         self.last_poll_at: float | None = None
         self.snapshot = Snapshot(
             backend_kind=backend.name if backend else "unknown",
@@ -148,7 +191,8 @@ class Poller:
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug must not stop the exporter; log it with its traceback
-                log.exception("poll failed")
+                if self._bug_log.allow("poll") is not None:
+                    log.exception("poll failed")
             next_at += interval
             now = self._clock()
             if next_at < now:
@@ -158,24 +202,36 @@ class Poller:
     async def _scrape_backend(self) -> tuple[BackendSample | None, CollectorStatus]:
         started = time.perf_counter()
         try:
-            backend = self.backend
             text = await self.upstream.get_exposition(
-                backend.metrics_path if backend else "/metrics"
+                self.backend.metrics_path if self.backend else "/metrics"
             )
-            if backend is None:
-                backend = self.backend = detect(text)
-                log.info("backend recognised as %s", backend.name)
-            if not self._info_known:
-                backend.normalize(text)  # a page that is not this server's asks nothing more
-                await self._fetch_info(backend)
-            sample = backend.normalize(text, self._model_hint)
+            # Mapping a big page takes a while: off the event loop, /metrics and /healthz
+            # keep answering meanwhile.
+            sample = await asyncio.to_thread(self._normalize, text)
+            if not self._info_known:  # a page that is not this server's asks nothing more
+                assert self.backend is not None
+                await self._fetch_info(self.backend)
+                if self.backend.model_path:  # read again, with the model the server names
+                    sample = await asyncio.to_thread(self._normalize, text)
             sample = dataclasses.replace(sample, version=self._version)
         except (UpstreamError, ExpositionError, UnknownBackend) as exc:
-            self._backend_log.failed(str(exc))
+            self._backend_log.failed(exc.kind, str(exc))
             self._info_known = False  # the server may come back as another release or model
             return None, CollectorStatus(False, time.perf_counter() - started, str(exc))
         self._backend_log.ok()
+        for dropped in sample.dropped:
+            held = self._dropped_log.allow((dropped.family, dropped.kind))
+            if held is not None:
+                more = f" ({held} more like this in the last minute)" if held else ""
+                log.warning("%s page: %s%s", sample.backend, dropped.detail, more)
         return sample, CollectorStatus(True, time.perf_counter() - started)
+
+    def _normalize(self, text: str) -> BackendSample:
+        """Recognise the server (``--backend auto``) and map its page onto the contract."""
+        if self.backend is None:
+            self.backend = detect(text)
+            log.info("backend recognised as %s", self.backend.name)
+        return self.backend.normalize(text, self._model_hint, self.settings.max_series)
 
     async def _fetch_info(self, backend: Backend) -> None:
         """Version and (for servers without model labels) model, once per connection."""
@@ -196,5 +252,5 @@ class Poller:
         if status.success:
             self._gpu_log.ok()
         elif self.gpu.started_once:  # NVML never worked here: no GPU, nothing to warn about
-            self._gpu_log.failed(status.error)
+            self._gpu_log.failed("nvml", status.error)
         return gpus, status

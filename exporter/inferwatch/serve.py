@@ -15,7 +15,7 @@ from inferwatch.backends import BACKENDS
 from inferwatch.baseline import load as load_baseline
 from inferwatch.derive import weights_bytes_in
 from inferwatch.gpu import GpuSource, GpuUnavailable
-from inferwatch.poller import Poller, PollSettings
+from inferwatch.poller import DEFAULT_MAX_SERIES, Poller, PollSettings
 from inferwatch.settings import (
     ConfigError,
     Option,
@@ -79,6 +79,13 @@ OPTIONS = (
         positive_int,
         16 * 1024 * 1024,
         "largest /metrics body accepted",
+        metavar="N",
+    ),
+    Option(
+        "--backend-max-series",
+        positive_int,
+        DEFAULT_MAX_SERIES,
+        "most samples of mapped families a page may hold; a bigger page marks the backend down",
         metavar="N",
     ),
     Option(
@@ -156,6 +163,7 @@ class ServeConfig:
     backend_bearer_token_file: Path | None
     backend_header: tuple[str, str] | None = field(repr=False)  # may hold a secret
     backend_max_bytes: int
+    backend_max_series: int
     web_listen_address: tuple[str, int]
     web_config_file: Path | None
     poll_interval: float
@@ -242,6 +250,7 @@ def build_poller(config: ServeConfig) -> Poller:
         model_weights_bytes=weight_bytes,
         peak_memory_bandwidth=config.peak_memory_bandwidth,
         baseline=baseline,
+        max_series=config.backend_max_series,
     )
     return Poller(upstream, backend, gpu, settings)
 

@@ -9,7 +9,15 @@ finishes). ``bench/exporter.py`` measures it against prometheus_client in the sa
 
 It follows the text format: ``name{label="value",...} value [timestamp]``, label values with
 ``\\\\``, ``\\"`` and ``\\n`` escapes, ``NaN``/``+Inf``/``-Inf`` values (and the
-``-nan(ind)`` some C++ servers print), comments ignored.
+``-nan(ind)`` some C++ servers print), comments ignored. OpenMetrics pages (what
+prometheus_client servers may negotiate) read the same: ``# EOF`` and ``# UNIT`` are
+comments, ``_created`` samples are names nobody maps, and an exemplar after the value
+(``foo_total 5 # {trace_id="abc"} 1.0``) is skipped.
+
+A malformed line of a wanted name does not stop the scan: the name is reported in
+:attr:`Scan.malformed` and its samples are left out, so one broken family does not cost the
+rest of the page. A page cut short, or one with more samples of the wanted names than the
+caller's budget, raises :class:`ExpositionError`.
 """
 
 from __future__ import annotations
@@ -17,19 +25,45 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection
+from dataclasses import dataclass, field
 
 from inferwatch.model import Labels
 
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = re.compile(r"\\(.)")
 _ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
+# A sample name runs to the first brace or blank.
+_NAME = re.compile(r"([^{\s]+)[ \t]*")
 
 # Suffixes a sample name adds to its family name (counters, histograms, _created gauges).
 _SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 
+Samples = dict[str, list[tuple[str, float]]]
+
 
 class ExpositionError(ValueError):
-    """The body is not Prometheus text exposition (or is cut short)."""
+    """The body is not usable Prometheus text exposition; ``str()`` is a one-line cause.
+
+    ``kind`` names the cause without its details (``"truncated"``, ``"malformed"``...), so
+    that logs can be rate limited by kind whatever the text.
+    """
+
+    def __init__(self, cause: str, kind: str = "malformed") -> None:
+        super().__init__(cause)
+        self.kind = kind
+
+
+@dataclass
+class Scan:
+    """What a scan found: samples of the wanted names in page order, as ``(label text,
+    value)``, and the wanted names with a malformed line (name -> cause), left out of
+    ``samples``."""
+
+    samples: Samples = field(default_factory=dict)
+    malformed: dict[str, str] = field(default_factory=dict)
+
+    def count(self) -> int:
+        return sum(len(s) for s in self.samples.values())
 
 
 def parse_labels(text: str) -> Labels:
@@ -50,55 +84,90 @@ def parse_labels(text: str) -> Labels:
     return tuple(pairs)
 
 
-def scan(text: str, wanted: Collection[str]) -> dict[str, list[tuple[str, float]]]:
-    """Samples of the wanted sample names (``foo_bucket``, ``foo_total``...), in page order,
-    as ``(label text, value)``; the label text (``'engine="0",le="0.1"'``) is left for
-    :func:`parse_labels` so that callers can cache per text.
+def scan(text: str, wanted: Collection[str], limit: float = math.inf) -> Scan:
+    """Samples of the wanted sample names (``foo_bucket``, ``foo_total``...); the label text
+    (``'engine="0",le="0.1"'``) is left for :func:`parse_labels` so that callers can cache
+    per text.
 
     Raises :class:`ExpositionError` when the body is cut short (the format requires every
-    line, the last included, to end with a newline) or a wanted sample is malformed.
+    line, the last included, to end with a newline) or holds more than ``limit`` samples of
+    the wanted names (checked before any of them is parsed further).
     """
     if text and not text.endswith("\n"):
-        raise ExpositionError("exposition truncated (last line has no newline)")
-    found: dict[str, list[tuple[str, float]]] = {}
+        raise _truncated()
+    found = Scan()
+    samples = found.samples
+    count = 0
     for line in text.split("\n"):
         if not line or line[0] == "#":
             continue
-        brace = line.find("{")  # an unlabelled sample line holds no brace at all
-        if brace > 0:
-            name = line[:brace]
-            if name not in wanted:
-                continue
-            close = line.rfind("}")  # values and timestamps never hold a brace
-            if close < brace:
-                raise ExpositionError(f"{name}: unterminated label set")
-            labels = line[brace + 1 : close]
-            rest = line[close + 1 :]
-        else:
-            name, _, rest = line.partition(" ")
-            if "\t" in name:
-                name, _, rest = line.partition("\t")
-            if name not in wanted:
-                continue
-            labels = ""
+        match = _NAME.match(line)
+        if match is None:  # a line starting with a blank or a brace: nobody's sample
+            continue
+        name = match.group(1)
+        if name not in wanted:
+            continue
+        count += 1
+        if count > limit:
+            raise _too_many(limit)
         try:
-            value = float(rest)  # float() ignores surrounding whitespace
-        except ValueError:
-            value = _value(name, rest)
-        found.setdefault(name, []).append((labels, value))
+            labels, value = _sample(line, match.end())
+        except ExpositionError as exc:
+            found.malformed.setdefault(name, f"{name}: {exc}")
+            continue
+        samples.setdefault(name, []).append((labels, value))
+    for name in found.malformed:
+        samples.pop(name, None)
     return found
 
 
-def _value(name: str, rest: str) -> float:
-    """The value when more than a plain number follows the labels (a timestamp, ignored)."""
+def _truncated() -> ExpositionError:
+    return ExpositionError("exposition truncated (last line has no newline)", "truncated")
+
+
+def _too_many(limit: float) -> ExpositionError:
+    return ExpositionError(
+        f"more than {limit:.0f} samples of mapped families (--backend-max-series)",
+        "too many series",
+    )
+
+
+def _sample(line: str, pos: int) -> tuple[str, float]:
+    """(label text, value) of a sample line whose name ends at ``pos``."""
+    labels = ""
+    if line.startswith("{", pos):
+        # Values and timestamps never hold a brace, so the last one closes the label set,
+        # unless an exemplar follows the value; then the label pairs are walked.
+        close = _labels_end(line, pos) if " # " in line else line.rfind("}")
+        if close < pos:
+            raise ExpositionError("unterminated label set")
+        labels = line[pos + 1 : close]
+        pos = close + 1
+    rest = line[pos:]
+    try:
+        return labels, float(rest)  # float() ignores surrounding whitespace
+    except ValueError:
+        pass
+    # More than a plain number: a timestamp and/or an exemplar follows (both ignored).
     raw = rest.split(None, 1)[0] if rest.strip() else ""
     try:
-        return float(raw)
+        return labels, float(raw)
     except ValueError:
         # C++ stream output on Windows (llama.cpp) prints 0/0 as "-nan(ind)".
         if raw.lstrip("+-").lower().startswith("nan"):
-            return math.nan
-        raise ExpositionError(f"{name}: value {raw[:40]!r} is not a number") from None
+            return labels, math.nan
+        raise ExpositionError(f"value {raw[:40]!r} is not a number") from None
+
+
+def _labels_end(line: str, brace: int) -> int:
+    """Index of the brace closing the label set opened at ``brace``, or -1."""
+    pos = brace + 1
+    while True:
+        match = _LABEL.match(line, pos)
+        if match is None:
+            end = len(line) - len(line[pos:].lstrip())
+            return end if line.startswith("}", end) else -1
+        pos = match.end()
 
 
 class PageScanner:
@@ -114,40 +183,40 @@ class PageScanner:
 
     def __init__(self, wanted: Collection[str]) -> None:
         self.wanted = frozenset(wanted)
-        self._blocks: dict[str, tuple[str, dict[str, list[tuple[str, float]]]]] = {}
-        self._families_of: dict[frozenset[str], frozenset[str]] = {}
+        self._families = _families(self.wanted)
+        self._blocks: dict[str, tuple[str, Scan]] = {}
         self._last_text: str | None = None
         self._last_chunks: list[tuple[str, str]] = []
 
-    def scan(
-        self, text: str, names: frozenset[str] | None = None
-    ) -> dict[str, list[tuple[str, float]]]:
-        """Like :func:`scan`, for the wanted names (or the subset ``names`` of them).
-
-        Scanning the same page twice (first a subset, then all) cuts it only once.
-        """
+    def scan(self, text: str, limit: float = math.inf) -> Scan:
+        """Like :func:`scan` of the wanted names, over the whole page."""
         if text and not text.endswith("\n"):
-            raise ExpositionError("exposition truncated (last line has no newline)")
-        names = self.wanted if names is None else names
+            raise _truncated()
         if "# TYPE " not in text:
-            return scan(text, names)
-        families = self._families_of.get(names)
-        if families is None:
-            families = self._families_of[names] = _families(names)
-        found: dict[str, list[tuple[str, float]]] = {}
+            return scan(text, self.wanted, limit)
+        found = Scan()
+        count = 0
         for family, chunk in self._chunks(text):
-            if family and family not in families:
+            if family and family not in self._families:
                 continue
             key = family or "\n"  # the untyped prologue has no family name
             block = chunk[chunk.find("\n") + 1 :] if family else chunk
             cached = self._blocks.get(key)
             if cached is None or cached[0] != block:
                 whole = block if not block or block.endswith("\n") else block + "\n"
-                cached = (block, scan(whole, self.wanted))
+                cached = (block, scan(whole, self.wanted, limit - count))
                 self._blocks[key] = cached
-            for name, samples in cached[1].items():
-                if name in names:
-                    found[name] = found[name] + samples if name in found else samples
+            part = cached[1]
+            count += part.count()
+            if count > limit:
+                raise _too_many(limit)
+            for name, samples in part.samples.items():
+                found.samples[name] = (
+                    found.samples[name] + samples if name in found.samples else samples
+                )
+            found.malformed.update(part.malformed)
+        for name in found.malformed:
+            found.samples.pop(name, None)  # a family announced twice, malformed once
         return found
 
     def _chunks(self, text: str) -> list[tuple[str, str]]:

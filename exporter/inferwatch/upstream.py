@@ -15,7 +15,15 @@ _TEXT_TYPES = ("text/plain", "application/openmetrics-text", "")
 
 
 class UpstreamError(Exception):
-    """A failed read of the backend; ``str()`` is a one-line cause safe to log."""
+    """A failed read of the backend; ``str()`` is a one-line cause safe to log.
+
+    ``kind`` names the cause without its details (``"http status"``, ``"timeout"``...), so
+    that logs can be rate limited by kind whatever the text (a 500 and a 503 are one kind).
+    """
+
+    def __init__(self, cause: str, kind: str) -> None:
+        super().__init__(cause)
+        self.kind = kind
 
 
 class Upstream:
@@ -73,29 +81,34 @@ class Upstream:
         try:
             async with self._client().get(url, headers=self._headers) as resp:
                 if resp.status != 200:
-                    raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}")
+                    raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}", "http status")
                 ctype = resp.content_type if "Content-Type" in resp.headers else ""
                 if exposition and ctype not in _TEXT_TYPES:
                     raise UpstreamError(
                         f"{redact_url(url)} answered {ctype}, not Prometheus text "
-                        "(wrong --backend-url?)"
+                        "(wrong --backend-url?)",
+                        "content type",
                     )
                 length = resp.content_length
                 if length is not None and length > self.max_bytes:
-                    raise UpstreamError(_too_large(url, self.max_bytes))
+                    raise _too_large(url, self.max_bytes)
                 body = await _read_capped(resp, self.max_bytes, url)
         except UpstreamError:
             raise
         except asyncio.TimeoutError:
             raise UpstreamError(
-                f"no answer from {redact_url(url)} within {self.timeout:g} s"
+                f"no answer from {redact_url(url)} within {self.timeout:g} s", "timeout"
             ) from None
         except aiohttp.ClientConnectorError as exc:
-            raise UpstreamError(f"cannot connect to {redact_url(url)}: {exc.os_error}") from None
+            raise UpstreamError(
+                f"cannot connect to {redact_url(url)}: {exc.os_error}", "connect"
+            ) from None
         except aiohttp.ClientPayloadError:
-            raise UpstreamError(f"response from {redact_url(url)} cut short") from None
+            raise UpstreamError(f"response from {redact_url(url)} cut short", "cut short") from None
         except aiohttp.ClientError as exc:
-            raise UpstreamError(f"{type(exc).__name__} from {redact_url(url)}: {exc}") from None
+            raise UpstreamError(
+                f"{type(exc).__name__} from {redact_url(url)}: {exc}", "http client"
+            ) from None
         return body.decode("utf-8", errors="replace")
 
     async def get_body(self, path: str) -> str:
@@ -127,13 +140,16 @@ async def _read_capped(resp: aiohttp.ClientResponse, limit: int, url: str) -> by
     async for chunk in resp.content.iter_chunked(64 * 1024):
         size += len(chunk)
         if size > limit:
-            raise UpstreamError(_too_large(url, limit))
+            raise _too_large(url, limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def _too_large(url: str, limit: int) -> str:
-    return f"body from {redact_url(url)} exceeds {limit // (1024 * 1024)} MiB (--backend-max-bytes)"
+def _too_large(url: str, limit: int) -> UpstreamError:
+    return UpstreamError(
+        f"body from {redact_url(url)} exceeds {limit // (1024 * 1024)} MiB (--backend-max-bytes)",
+        "too large",
+    )
 
 
 def redact_url(url: str) -> str:

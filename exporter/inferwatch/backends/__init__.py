@@ -35,6 +35,8 @@ __all__ = [
 class UnknownBackend(ValueError):
     """``--backend auto`` cannot tell from the page which server it is."""
 
+    kind = "unknown backend"
+
 
 def detect(text: str) -> Backend:
     """The backend whose metric names appear on a page (for ``--backend auto``).

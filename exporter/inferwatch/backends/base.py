@@ -8,20 +8,25 @@ that exposes both a new and a deprecated name is never counted twice.
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from inferwatch.metrics import BACKEND, Kind
-from inferwatch.model import BackendSample, Histogram, HistogramValues, Labels, SeriesValues
-from inferwatch.textparse import ExpositionError, PageScanner, parse_labels
+from inferwatch.model import (
+    BackendSample,
+    Dropped,
+    Histogram,
+    HistogramValues,
+    Labels,
+    SeriesValues,
+)
+from inferwatch.textparse import ExpositionError, PageScanner, Samples, Scan, parse_labels
 
-log = logging.getLogger(__name__)
-
-# The contract keys the poll loop needs on every poll (queued-while-idle and the page's
-# model); everything else is mapped when a scrape asks for it.
+# The contract keys the poll loop derives its signals from (queued-while-idle) and reads the
+# page's model from: a page where one of these is malformed is rejected, not trimmed.
 SIGNAL_KEYS = frozenset(
     {"requests_waiting", "requests_running", "engine_steps", "scheduler_idle_seconds"}
 )
@@ -96,110 +101,97 @@ class Backend:
     wanted: frozenset[str] = field(init=False)
     _relabel: _Relabeler = field(init=False, repr=False, compare=False)
     _scanner: PageScanner = field(init=False, repr=False, compare=False)
-    _signal_names: frozenset[str] = field(init=False, repr=False, compare=False)
     _histogram_memo: dict = field(init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = {n for f in self.feeds for s in f.sources for n in s.sample_names(f.kind)}
-        signal_names = {
-            n
-            for f in self.feeds
-            if f.key in SIGNAL_KEYS
-            for s in f.sources
-            for n in s.sample_names(f.kind)
-        }
         object.__setattr__(self, "wanted", frozenset(names))
         object.__setattr__(self, "_relabel", _Relabeler(self.labels))
         object.__setattr__(self, "_scanner", PageScanner(names))
-        object.__setattr__(self, "_signal_names", frozenset(signal_names))
         object.__setattr__(self, "_histogram_memo", {})
+        object.__setattr__(self, "_lock", threading.Lock())
 
     def recognises(self, text: str) -> bool:
         """Whether the page holds this server's metric names."""
         return any(text.startswith(p) or f"\n{p}" in text for p in self.signature)
 
-    def normalize(self, text: str, model_hint: str = "") -> BackendSample:
+    def normalize(
+        self, text: str, model_hint: str = "", max_series: float = math.inf
+    ) -> BackendSample:
         """Map one page onto the contract; raises ExpositionError for a page to reject.
 
-        Only the signals the poll loop needs (:data:`SIGNAL_KEYS`) are read now; the rest
-        of the page is mapped when the sample's ``values`` or ``histograms`` are first used.
+        A page is rejected when it is cut short, is not this server's, holds more than
+        ``max_series`` samples of the families mapped here, or when a family the poll loop
+        needs (:data:`SIGNAL_KEYS`) is malformed. Any other malformed family is left out, and
+        so are series with a value their kind cannot take (a negative or NaN counter, a
+        ratio outside [0, 1]) and repeats of a series (the first is kept, as Prometheus
+        does); the sample's ``dropped`` says what and why. Safe to call from any thread.
         """
+        with self._lock:  # the caches below are shared by every caller of this backend
+            return self._normalize(text, model_hint, max_series)
+
+    def _normalize(self, text: str, model_hint: str, max_series: float) -> BackendSample:
         if self.preprocess is not None:
             text = self.preprocess(text)
         if not self.recognises(text):
-            raise ExpositionError(f"no {self.name} metrics on the page ({self.hint_no_metrics()})")
-        signal_samples = self._scanner.scan(text, self._signal_names)
-        signals = self._scalars_of(signal_samples, [f for f in self.feeds if f.key in SIGNAL_KEYS])
-        model = _first_model(signals) or model_hint
-        if not model:  # a page without the signals: the model must come from the rest
-            values, histograms = self._map(text, "")
-            model = _first_model(values) or _first_model(histograms) or "unknown"
+            raise ExpositionError(
+                f"no {self.name} metrics on the page ({self.hint_no_metrics()})", "not this server"
+            )
+        found = self._scanner.scan(text, max_series)
+        dropped: list[Dropped] = []
+        values: dict[str, SeriesValues] = {}
+        histograms: dict[str, HistogramValues] = {}
+        for f in self.feeds:
+            source = next((s for s in f.sources if _present(found, s, f.kind)), None)
+            if source is None:
+                continue
+            names = source.sample_names(f.kind)
+            malformed = [found.malformed[n] for n in names if n in found.malformed]
+            try:
+                if malformed:
+                    raise ExpositionError(malformed[0])
+                if f.kind is Kind.HISTOGRAM:
+                    hseries = self._histograms(found.samples, source, dropped)
+                    if hseries:
+                        histograms[f.key] = hseries
+                    continue
+                series = _scalars(found.samples[source.name], source, f, self._relabel, dropped)
+            except ExpositionError as exc:
+                if f.key in SIGNAL_KEYS:
+                    raise ExpositionError(f"{source.name}: {exc}") from None
+                dropped.append(Dropped(source.name, exc.kind, f"{exc}; family left out"))
+                continue
+            if series:  # a family whose `where` keeps nothing leaves the key absent
+                values[f.key] = series
+        signals = {k: v for k, v in values.items() if k in SIGNAL_KEYS}
+        model = (
+            _first_model(signals)
+            or model_hint
+            or _first_model(values)
+            or _first_model(histograms)
+            or "unknown"
+        )
         return BackendSample(
             backend=self.name,
             model=model,
-            signals=MappingProxyType({k: _with_model(v, model) for k, v in signals.items()}),
-            build=lambda: self._map(text, model),
+            values=MappingProxyType({k: _with_model(v, model) for k, v in values.items()}),
+            histograms=MappingProxyType({k: _with_model(v, model) for k, v in histograms.items()}),
+            dropped=tuple(dropped),
         )
 
-    def _map(self, text: str, model: str) -> tuple[Mapping, Mapping]:
-        """(values, histograms) of the whole page; series lacking a model label get ``model``."""
-        try:
-            samples = self._scanner.scan(text)
-        except ExpositionError as exc:
-            log.warning(
-                "%s page has a malformed sample (%s); only its signals are kept", self.name, exc
-            )
-            samples = self._scanner.scan(text, self._signal_names)
-        values = self._scalars_of(samples, self.feeds)
-        histograms = {}
-        for f in self.feeds:
-            if f.kind is not Kind.HISTOGRAM:
-                continue
-            for source in f.sources:
-                if source.name + "_bucket" in samples:
-                    series = self._histograms(samples, source)
-                    if series:
-                        histograms[f.key] = series
-                    break
-        if model:
-            values = {k: _with_model(v, model) for k, v in values.items()}
-            histograms = {k: _with_model(v, model) for k, v in histograms.items()}
-        return MappingProxyType(values), MappingProxyType(histograms)
-
-    def _scalars_of(
-        self, samples: dict[str, list[tuple[str, float]]], feeds: Iterable[Feed]
-    ) -> dict[str, SeriesValues]:
-        values: dict[str, SeriesValues] = {}
-        for f in feeds:
-            if f.kind is Kind.HISTOGRAM:
-                continue
-            for source in f.sources:
-                if source.name in samples:
-                    series = _scalars(samples[source.name], source, self._relabel, f.kind)
-                    if series:  # a family whose `where` keeps nothing leaves the key absent
-                        values[f.key] = series
-                    break
-        return values
-
     def _histograms(
-        self, samples: dict[str, list[tuple[str, float]]], source: Source
+        self, samples: Samples, source: Source, dropped: list[Dropped]
     ) -> HistogramValues:
-        """Histograms of one source; reused as is while its lines are unchanged.
-
-        A family that cannot be assembled (a bucket bound that is not a number) is left out
-        with a warning; the rest of the page is kept.
-        """
+        """Histograms of one source; reused as is while its lines are unchanged."""
         lines = tuple(samples.get(source.name + s) for s in ("_bucket", "_sum", "_count"))
         memo = self._histogram_memo.get(source.name)
-        if memo is not None and all(a is b for a, b in zip(memo[0], lines, strict=True)):
-            return memo[1]
-        try:
-            series = _histograms(samples, source, self._relabel)
-        except ExpositionError as exc:
-            log.warning("%s: %s; histogram left out", source.name, exc)
-            series = MappingProxyType({})
-        self._histogram_memo[source.name] = (lines, series)
-        return series
+        if memo is None or not all(a is b for a, b in zip(memo[0], lines, strict=True)):
+            left_out: list[Dropped] = []
+            memo = (lines, _histograms(samples, source, self._relabel, left_out), left_out)
+            self._histogram_memo[source.name] = memo
+        dropped.extend(memo[2])
+        return memo[1]
 
     def hint_no_metrics(self) -> str:
         return f"expected names starting with {' or '.join(self.signature)}"
@@ -240,7 +232,9 @@ class _Relabeler:
             try:
                 bound = float(le)
             except ValueError:
-                raise ExpositionError(f"bucket bound le={le[:20]!r} is not a number") from None
+                bound = math.nan
+            if math.isnan(bound):
+                raise ExpositionError(f"bucket bound le={le[:20]!r} is not a number")
             without_le = tuple((k, v) for k, v in own if k != "le")
             renamed = {self._mapping[k]: v for k, v in without_le if k in self._mapping}
             key = tuple((k, renamed[k]) for k in LABEL_ORDER if k in renamed)
@@ -260,67 +254,173 @@ def _first_model(values: Mapping[str, Mapping[Labels, object]]) -> str:
     return ""
 
 
+def _series(name: str, labels: str) -> str:
+    """A series as a log line names it, its label text cut short."""
+    return f"{name}{{{labels if len(labels) <= 120 else labels[:120] + '...'}}}"
+
+
+def _present(found: Scan, source: Source, kind: Kind) -> bool:
+    """Whether the page holds the source's family (read or malformed)."""
+    name = source.name + "_bucket" if kind is Kind.HISTOGRAM else source.name
+    return name in found.samples or name in found.malformed
+
+
 def _matches(labels: Labels, where: Mapping[str, str]) -> bool:
     present = dict(labels)
     return all(present.get(k) == v for k, v in where.items())
 
 
+def _invalid(feed: Feed, value: float) -> str:
+    """Why ``value`` cannot be a sample of the feed's contract series, or ''.
+
+    Every scalar of the contract is a count, a counter or a ratio: finite and >= 0, and a
+    ratio at most 1.
+    """
+    if feed.key.endswith("_ratio"):
+        return "" if 0.0 <= value <= 1.0 else f"value {value} is not a ratio in [0, 1]"
+    if math.isfinite(value) and value >= 0:
+        return ""
+    return f"value {value} is not a {feed.kind.value} value (finite, >= 0)"
+
+
 def _scalars(
-    samples: list[tuple[str, float]], source: Source, relabel: _Relabeler, kind: Kind
+    samples: list[tuple[str, float]],
+    source: Source,
+    feed: Feed,
+    relabel: _Relabeler,
+    dropped: list[Dropped],
 ) -> SeriesValues:
+    """The feed's series; processes that coincide after relabeling are merged (gauges: max,
+    counters: sum). A merged series with one invalid part is left out whole: summing the
+    valid parts alone would look like a counter reset."""
     out: dict[Labels, float] = {}
+    seen: set[Labels] = set()
+    bad: dict[Labels, str] = {}
     for text, value in samples:
         own, key = relabel.series(text)
         if source.where and not _matches(own, source.where):
             continue
+        if own in seen:
+            dropped.append(
+                Dropped(source.name, "duplicate", f"{_series(source.name, text)} repeated")
+            )
+            continue
+        seen.add(own)
         value *= source.scale
+        problem = _invalid(feed, value)
         if key in out:
-            value = max(out[key], value) if kind is Kind.GAUGE else out[key] + value
+            value = max(out[key], value) if feed.kind is Kind.GAUGE else out[key] + value
+            problem = problem or _invalid(feed, value)  # a sum can overflow
         out[key] = value
+        if problem and key not in bad:
+            bad[key] = f"{_series(source.name, text)}: {problem}"
+    for key, problem in bad.items():
+        del out[key]
+        dropped.append(Dropped(source.name, "invalid value", problem))
     return MappingProxyType(out)
 
 
 def _histograms(
-    samples: dict[str, list[tuple[str, float]]], source: Source, relabel: _Relabeler
+    samples: Samples, source: Source, relabel: _Relabeler, dropped: list[Dropped]
 ) -> HistogramValues:
+    """Histograms of one source. Raises ExpositionError when the family cannot be assembled
+    (a bound that is not a number; processes that disagree on the bounds)."""
     buckets = samples.get(source.name + "_bucket")
     if not buckets:
         return MappingProxyType({})
     # Group bucket lines by the series' labels without "le"; merge series that coincide
     # after relabeling (the same series from several processes).
-    per_series: dict[Labels, dict[Labels, list[tuple[float, str, float]]]] = {}
+    per_series: dict[Labels, dict[Labels, dict[str, tuple[float, float]]]] = {}
     for text, value in buckets:
         key, own, le, bound = relabel.bucket(text)
         if source.where and not _matches(own, source.where):
             continue
-        per_series.setdefault(key, {}).setdefault(own, []).append((bound, le, value))
-    sums = _by_own_labels(samples.get(source.name + "_sum", ()), relabel)
-    counts = _by_own_labels(samples.get(source.name + "_count", ()), relabel)
+        series = per_series.setdefault(key, {}).setdefault(own, {})
+        if le in series:
+            dropped.append(
+                Dropped(
+                    source.name, "duplicate", f"{_series(source.name + '_bucket', text)} repeated"
+                )
+            )
+            continue
+        series[le] = (bound, value)
+    sums = _by_own_labels(
+        samples.get(source.name + "_sum", ()), source.name + "_sum", relabel, dropped
+    )
+    counts = _by_own_labels(
+        samples.get(source.name + "_count", ()), source.name + "_count", relabel, dropped
+    )
     out: dict[Labels, Histogram] = {}
     for key, own_series in per_series.items():
-        merged: Histogram | None = None
-        for own, bucket_list in own_series.items():
-            hist = _histogram(bucket_list, sums.get(own), counts.get(own))
-            merged = hist if merged is None else merged.merged(hist)
-        assert merged is not None
-        out[key] = merged.scaled(source.scale)
+        parts = [_histogram(b, sums.get(own), counts.get(own)) for own, b in own_series.items()]
+        problem = next(filter(None, map(_invalid_histogram, parts)), "")
+        if any(math.isnan(v) for v in _values_of(own_series, sums, counts)):
+            problem = problem or "sum or count is NaN"
+        merged = parts[0]
+        for part in parts[1:]:
+            try:
+                merged = merged.merged(part)
+            except ValueError:
+                raise ExpositionError(
+                    f"{source.name}: series that merge into one have different bucket bounds",
+                    "bucket bounds",
+                ) from None
+        merged = merged.scaled(source.scale)
+        if len({le for le, _ in merged.buckets}) < len(merged.buckets):
+            raise ExpositionError(f"{source.name}: bucket bounds coincide", "bucket bounds")
+        problem = problem or _invalid_histogram(merged)
+        if problem:
+            labels = ",".join(f'{k}="{v}"' for k, v in key)  # the contract's labels
+            dropped.append(
+                Dropped(source.name, "invalid value", f"{_series(source.name, labels)}: {problem}")
+            )
+            continue
+        out[key] = merged
     return MappingProxyType(out)
 
 
-def _by_own_labels(samples, relabel: _Relabeler) -> dict[Labels, float]:
-    return {relabel.series(text)[0]: value for text, value in samples}
+def _by_own_labels(
+    samples: list[tuple[str, float]], name: str, relabel: _Relabeler, dropped: list[Dropped]
+) -> dict[Labels, float]:
+    out: dict[Labels, float] = {}
+    for text, value in samples:
+        own = relabel.series(text)[0]
+        if own in out:
+            dropped.append(Dropped(name, "duplicate", f"{_series(name, text)} repeated"))
+        else:
+            out[own] = value
+    return out
+
+
+def _values_of(
+    own_series: Mapping[Labels, object],
+    sums: Mapping[Labels, float],
+    counts: Mapping[Labels, float],
+) -> list[float]:
+    """The sums and counts the page gives for these series."""
+    return [m[own] for own in own_series for m in (sums, counts) if own in m]
 
 
 def _histogram(
-    buckets: list[tuple[float, str, float]], total: float | None, count: float | None
+    buckets: dict[str, tuple[float, float]], total: float | None, count: float | None
 ) -> Histogram:
     """Buckets re-exported as the backend wrote them; an unknown sum or count is NaN."""
-    buckets.sort()  # by bound; a no-op pass when the page lists them in order, as usual
+    ordered = sorted(buckets.items(), key=lambda item: item[1][0])  # by bound
     return Histogram(
-        tuple((le, count) for _, le, count in buckets),
+        tuple((le, cumulative) for le, (_, cumulative) in ordered),
         math.nan if total is None else total,
         math.nan if count is None else count,
     )
+
+
+def _invalid_histogram(hist: Histogram) -> str:
+    """Why a histogram cannot be exported, or '': counts are finite and >= 0."""
+    for le, cumulative in hist.buckets:
+        if not (math.isfinite(cumulative) and cumulative >= 0):
+            return f"bucket le={le!r} count {cumulative} is not finite and >= 0"
+    if not (math.isnan(hist.count) or (math.isfinite(hist.count) and hist.count >= 0)):
+        return f"count {hist.count} is not finite and >= 0"
+    return ""
 
 
 def _with_model(series: Mapping[Labels, object], model: str) -> Mapping:

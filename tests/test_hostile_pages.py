@@ -1,0 +1,519 @@
+"""Whatever a server sends, a poll publishes a complete, valid snapshot or marks it down.
+
+The invariant, checked here on the issue's reproducers (each a regression case), through
+the real HTTP app, and as a property over mutated real captures:
+
+- ``/metrics`` answers 200 with a page that prometheus_client parses and ``promtool check
+  metrics`` accepts, with no series twice;
+- the backend is either up with every series valid for its kind, or down
+  (``inferwatch_backend_up 0``) with one cause and none of its series left behind;
+- no exception but the project's own errors leaves parsing, normalizing or rendering;
+- logs name a cause once per kind, not once per poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from inferwatch.backends import BACKENDS, VLLM, detect
+from inferwatch.exposition import render
+from inferwatch.metrics import BACKEND
+from inferwatch.model import Snapshot
+from inferwatch.poller import DEFAULT_MAX_SERIES, CauseLog, Poller, PollSettings
+from inferwatch.textparse import scan
+from inferwatch.upstream import Upstream
+from inferwatch.web import make_app
+
+from conftest import FIXTURES, fixture_text, page_value
+
+M = {"backend": "vllm", "model": "m"}
+WAITING = 'vllm:num_requests_waiting{model_name="m"} 1\n'
+HIST = "vllm:time_to_first_token_seconds_bucket"
+
+# The issue's reproducers and their neighbours: page -> (up?, series that must be on the
+# exposed page with their values, contract names that must be absent, cause when down).
+HOSTILE: dict[str, tuple[str, bool, dict[str, float], tuple[str, ...], str]] = {
+    "malformed label set outside the signals": (
+        WAITING + 'vllm:prompt_tokens_total{model_name="m",bad} 5\n',
+        True,
+        {"inferwatch_requests_waiting": 1.0},
+        ("inferwatch_prompt_tokens_total",),
+        "",
+    ),
+    "OpenMetrics exemplar, # EOF and _created": (
+        "# TYPE vllm:prompt_tokens counter\n"
+        "# UNIT vllm:prompt_tokens tokens\n"
+        'vllm:prompt_tokens_total{model_name="m"} 5 # {trace_id="abc"} 1.0\n'
+        'vllm:prompt_tokens_created{model_name="m"} 1.7e9\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        + WAITING
+        + "# TYPE vllm:generation_tokens counter\n"
+        'vllm:generation_tokens_total 7 # {trace_id="x}"} 1.0 1700000000.5\n'
+        "# TYPE vllm:time_to_first_token_seconds histogram\n"
+        f'{HIST}{{le="0.1",model_name="m"}} 2 # {{trace_id="t"}} 0.05\n'
+        f'{HIST}{{le="+Inf",model_name="m"}} 3\n'
+        'vllm:time_to_first_token_seconds_count{model_name="m"} 3\n'
+        'vllm:time_to_first_token_seconds_sum{model_name="m"} 0.4\n'
+        'vllm:time_to_first_token_seconds_created{model_name="m"} 1.7e9\n'
+        "# EOF\n",
+        True,
+        {
+            "inferwatch_prompt_tokens_total": 5.0,
+            "inferwatch_generation_tokens_total": 7.0,
+            'inferwatch_time_to_first_token_seconds_bucket{le="0.1"}': 2.0,
+            "inferwatch_time_to_first_token_seconds_count": 3.0,
+        },
+        (),
+        "",
+    ),
+    "histogram series that merge with different bounds": (
+        WAITING
+        + f'{HIST}{{model_name="m",pid="1",le="0.1"}} 1\n{HIST}{{model_name="m",pid="1",le="+Inf"}} 1\n'
+        f'{HIST}{{model_name="m",pid="2",le="0.2"}} 1\n{HIST}{{model_name="m",pid="2",le="+Inf"}} 1\n',
+        True,
+        {"inferwatch_requests_waiting": 1.0},
+        ("inferwatch_time_to_first_token_seconds",),
+        "",
+    ),
+    "the same, without model labels (the poll looks for the model there)": (
+        "vllm:num_requests_waiting 1\n"
+        f'{HIST}{{pid="1",le="0.1"}} 1\n{HIST}{{pid="1",le="+Inf"}} 1\n'
+        f'{HIST}{{pid="2",le="0.2"}} 1\n{HIST}{{pid="2",le="+Inf"}} 1\n',
+        True,
+        {},
+        ("inferwatch_time_to_first_token_seconds",),
+        "",
+    ),
+    "duplicate lines": (
+        WAITING
+        + 'vllm:prompt_tokens_total{model_name="m"} 5\n' * 2
+        + f'{HIST}{{model_name="m",le="+Inf"}} 1\n' * 2
+        + 'vllm:time_to_first_token_seconds_count{model_name="m"} 1\n' * 2,
+        True,
+        {
+            "inferwatch_prompt_tokens_total": 5.0,
+            'inferwatch_time_to_first_token_seconds_bucket{le="+Inf"}': 1.0,
+            "inferwatch_time_to_first_token_seconds_count": 1.0,
+        },
+        (),
+        "",
+    ),
+    "values a contract series cannot take": (
+        'vllm:num_requests_waiting{model_name="m"} NaN\n'
+        'vllm:num_requests_running{model_name="m"} 2\n'
+        'vllm:kv_cache_usage_perc{model_name="m"} -Inf\n'
+        'vllm:prompt_tokens_total{model_name="m"} -5\n'
+        'vllm:generation_tokens_total{model_name="m"} +Inf\n'
+        'vllm:num_preemptions_total{model_name="m"} NaN\n'
+        f'{HIST}{{model_name="m",le="+Inf"}} -1\n',
+        True,
+        {"inferwatch_requests_running": 2.0},
+        (
+            "inferwatch_requests_waiting",
+            "inferwatch_kv_cache_usage_ratio",
+            "inferwatch_prompt_tokens_total",
+            "inferwatch_generation_tokens_total",
+            "inferwatch_preemptions_total",
+            "inferwatch_time_to_first_token_seconds",
+        ),
+        "",
+    ),
+    "a ratio above 1 and a counter summed over processes with one negative part": (
+        WAITING + 'vllm:kv_cache_usage_perc{model_name="m"} 1.5\n'
+        'vllm:prompt_tokens_total{model_name="m",pid="1"} 9\n'
+        'vllm:prompt_tokens_total{model_name="m",pid="2"} -5\n',
+        True,
+        {"inferwatch_requests_waiting": 1.0},
+        ("inferwatch_kv_cache_usage_ratio", "inferwatch_prompt_tokens_total"),
+        "",
+    ),
+    "malformed queue gauge (a signal the poll needs)": (
+        'vllm:num_requests_waiting{model_name="m",bad} 1\n',
+        False,
+        {},
+        (),
+        "vllm:num_requests_waiting: malformed label set",
+    ),
+    "more series than the budget": (
+        "".join(
+            f'vllm:num_requests_running{{engine="{i}",model_name="m"}} 1\n'
+            for i in range(DEFAULT_MAX_SERIES + 1)
+        ),
+        False,
+        {},
+        (),
+        f"more than {DEFAULT_MAX_SERIES} samples of mapped families (--backend-max-series)",
+    ),
+    "cut short": (WAITING + "vllm:prompt_tokens_total 5", False, {}, (), "truncated"),
+}
+
+
+class PageServer:
+    """A loopback server whose /metrics answers what the test sets."""
+
+    def __init__(self) -> None:
+        self.page = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
+        self.statuses: list[int] = []
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        if self.statuses:
+            status = self.statuses.pop(0)
+            return web.Response(status=status, text=f"error {status}")
+        return web.Response(text=self.page, content_type="text/plain")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
+
+@pytest.fixture
+async def served(aiohttp_server):
+    pages = PageServer()
+    server = await aiohttp_server(pages.app())
+    pages.url = str(server.make_url("")).rstrip("/")
+    return pages
+
+
+@pytest.fixture
+async def poller_for():
+    made: list[Poller] = []
+
+    def make(url: str, **settings: float) -> Poller:
+        upstream = Upstream(url, timeout=2.0, max_bytes=16 * 1024 * 1024)
+        made.append(Poller(upstream, VLLM, None, PollSettings(interval=0.05, **settings)))
+        return made[-1]
+
+    yield make
+    for poller in made:
+        await poller.upstream.close()
+
+
+def assert_valid_page(page: str) -> dict[str, list]:
+    """Parses, holds no series twice, and every backend series has a value its kind takes.
+
+    Returns the samples of each family, by the family's contract key (``prompt_tokens``).
+    """
+    found: dict[str, list] = {}
+    seen: set[tuple[str, tuple]] = set()
+    for family in text_string_to_metric_families(page):
+        key = family.name.removeprefix("inferwatch_")
+        found[key] = family.samples
+        for sample in family.samples:
+            series = (sample.name, tuple(sorted(sample.labels.items())))
+            assert series not in seen, f"{series} appears twice"
+            seen.add(series)
+            if key in BACKEND and not sample.name.endswith("_sum"):
+                assert math.isfinite(sample.value) and sample.value >= 0, sample
+                assert sample.value <= 1 or not key.endswith("_ratio"), sample
+    return found
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+async def test_hostile_page_is_served_valid_or_marks_the_backend_down(
+    case: str, served, poller_for, aiohttp_client, caplog
+) -> None:
+    text, up, present, absent, cause = HOSTILE[case]
+    poller = poller_for(served.url)
+    client = await aiohttp_client(make_app(poller, run_poller=False))
+    await poller.poll_once()  # a healthy page first: nothing of it may outlive a bad one
+    served.page = text
+    with caplog.at_level(logging.WARNING, logger="inferwatch.poller"):
+        for _ in range(3):
+            await poller.poll_once()
+            resp = await client.get("/metrics")
+            assert resp.status == 200
+    page = await resp.text()
+    assert_valid_page(page)
+    assert page_value(page, "inferwatch_backend_up", backend="vllm") == float(up)
+    for series, value in present.items():
+        name, _, le = series.partition('{le="')
+        labels = {**M, "le": le[:-2]} if le else M
+        assert page_value(page, name, **labels) == value, series
+    for name in absent:
+        assert f"\n{name}" not in page, name
+    lines = [r.getMessage() for r in caplog.records if r.name == "inferwatch.poller"]
+    if up:
+        assert poller.snapshot.backend is not None
+        assert "inferwatch_requests_finished_total" not in page  # nothing stale kept
+        # One line per family and kind of defect, not one per poll.
+        assert len(lines) == len({(d.family, d.kind) for d in poller.snapshot.backend.dropped})
+    else:
+        assert page_value(page, "inferwatch_collector_success", collector="backend") == 0.0
+        assert "inferwatch_requests_" not in page and "inferwatch_backend_info" not in page
+        assert len(lines) == 1 and cause in lines[0], lines
+        assert "\n" not in poller.snapshot.collectors["backend"].error
+
+
+async def test_a_histogram_merge_failure_inside_the_poll_keeps_the_rest_of_the_page() -> None:
+    text = HOSTILE["the same, without model labels (the poll looks for the model there)"][0]
+    sample = VLLM.normalize(text)
+    assert sample.model == "unknown" and sample.values["requests_waiting"]
+    assert [d.kind for d in sample.dropped] == ["bucket bounds"]
+
+
+async def test_alternating_500_and_503_log_one_line_not_one_per_poll(
+    served, poller_for, caplog
+) -> None:
+    poller = poller_for(served.url)
+    served.statuses = [500, 503] * 10
+    with caplog.at_level(logging.WARNING, logger="inferwatch.poller"):
+        for _ in range(20):
+            await poller.poll_once()
+    lines = [r.getMessage() for r in caplog.records if r.name == "inferwatch.poller"]
+    assert len(lines) == 1 and "HTTP 500 from" in lines[0], lines
+
+
+def test_a_repeating_cause_is_logged_again_each_minute_with_what_was_held_back(caplog) -> None:
+    now = [0.0]
+    causes = CauseLog("backend scrape", repeat=60.0, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="inferwatch.poller"):
+        for second in range(121):
+            now[0] = float(second)
+            causes.failed("http status", f"HTTP {500 + second % 4} from http://x/metrics")
+            if second % 10 == 0:
+                causes.failed("timeout", "no answer from http://x/metrics within 2 s")
+        causes.ok()
+    assert [r.getMessage() for r in caplog.records] == [
+        "backend scrape failing: HTTP 500 from http://x/metrics",
+        "backend scrape failing: no answer from http://x/metrics within 2 s",
+        "backend scrape still failing (67 polls, 59 lines like this held back): "
+        "HTTP 500 from http://x/metrics",
+        "backend scrape still failing (68 polls, 5 lines like this held back): "
+        "no answer from http://x/metrics within 2 s",
+        "backend scrape still failing (133 polls, 59 lines like this held back): "
+        "HTTP 500 from http://x/metrics",
+        "backend scrape still failing (134 polls, 5 lines like this held back): "
+        "no answer from http://x/metrics within 2 s",
+        "backend scrape recovered after 134 failed polls",
+    ]
+
+
+def test_default_series_budget_is_at_least_ten_times_the_largest_real_page() -> None:
+    largest = 0
+    for path in FIXTURES.glob("*.prom"):
+        text = path.read_text()
+        backend = detect(text)
+        page = backend.preprocess(text) if backend.preprocess else text
+        largest = max(largest, scan(page, backend.wanted).count())
+    assert largest > 200  # the captures are real pages, not excerpts only
+    assert 10 * largest <= DEFAULT_MAX_SERIES
+
+
+def big_page(series: int) -> str:
+    """~64 bytes a series of a mapped family: 100,000 series make ~6.4 MB."""
+    return WAITING + "".join(
+        f'vllm:num_requests_running{{engine="{i:07d}",model_name="some-model-name"}} 1\n'
+        for i in range(series)
+    )
+
+
+@pytest.mark.parametrize(
+    ("series", "max_series"),
+    [
+        (100_000, DEFAULT_MAX_SERIES),  # over the budget: down before the labels are parsed
+        (30_000, 100_000),  # within a raised budget: ~1 s of mapping, off the event loop
+    ],
+)
+async def test_healthz_stays_fast_while_a_huge_page_is_polled(
+    series: int, max_series: int, served, poller_for, aiohttp_client
+) -> None:
+    served.page = big_page(series)
+    poller = poller_for(served.url, max_series=max_series)
+    client = await aiohttp_client(make_app(poller))  # the real poll loop runs
+    slowest = 0.0
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline and poller.last_poll_at is None:
+        started = time.perf_counter()
+        await client.get("/healthz")
+        slowest = max(slowest, time.perf_counter() - started)
+        await asyncio.sleep(0.01)
+    assert poller.last_poll_at is not None
+    # Before: /healthz waited 9.3 s for normalize + render on the event loop.
+    assert slowest < 0.25, slowest
+    if max_series == DEFAULT_MAX_SERIES:
+        assert not poller.snapshot.backend_up
+        assert "--backend-max-series" in poller.snapshot.collectors["backend"].error
+    else:
+        assert len(poller.snapshot.backend.values["requests_running"]) == series
+
+
+# --- the property: mutated real captures --------------------------------------------------
+
+CAPTURES = {p.name: p.read_text() for p in sorted(FIXTURES.glob("*.prom"))}
+SERVER_OF = {name: detect(text) for name, text in CAPTURES.items()}
+
+VALUES = ["NaN", "+Inf", "-Inf", "-5", "1e308", "1e400", "abc", "-nan(ind)", "", "0x10", "1_0"]
+LES = ["NaN", "soon", "+Inf", "+inf", "0.1", "1e-300", "-1", "0.10", ""]
+LABEL_VALUES = ['a\\"b', "\\\\", "\\n", "λ", "", "}", "{", " # {", "\\q"]
+
+
+def _sample_line(lines: list[str], i: int) -> int:
+    """The first sample line at or after ``i`` (wrapping), or ``i`` when there is none."""
+    for j in range(len(lines)):
+        k = (i + j) % len(lines)
+        if lines[k] and not lines[k].startswith("#"):
+            return k
+    return i
+
+
+def _with_value(line: str, value: str) -> str:
+    head = line[: line.rfind("}") + 1] if "}" in line else line.split(" ")[0]
+    return f"{head} {value}"
+
+
+def _relabel(line: str, label: str) -> str:
+    brace = line.find("{")
+    return line if brace < 0 else f"{line[: brace + 1]}{label},{line[brace + 1 :]}"
+
+
+def _with_le(line: str, le: str) -> str:
+    start = line.find('le="')
+    return line if start < 0 else line[: start + 4] + le + line[line.find('"', start + 4) :]
+
+
+def _at(lines: list[str], i: int, *new: str) -> list[str]:
+    """``lines`` with line ``i`` replaced by ``new`` (none: deleted)."""
+    return [*lines[:i], *new, *lines[i + 1 :]]
+
+
+def _draw(d: st.DataObject, choices: list[str]) -> str:
+    return d.draw(st.sampled_from(choices))
+
+
+Mutation = Callable[[list[str], int, st.DataObject], list[str]]
+
+MUTATIONS: dict[str, Mutation] = {
+    "duplicate line": lambda ls, i, d: _at(ls, i, ls[i], ls[i]),
+    "delete line": lambda ls, i, d: _at(ls, i),
+    "swap lines": lambda ls, i, d: [*ls[:i], *ls[i + 1 : i + 2], ls[i], *ls[i + 2 :]],
+    "duplicate block": lambda ls, i, d: [*ls[: i + 8], *ls[i : i + 8], *ls[i + 8 :]],
+    "bad value": lambda ls, i, d: _at(ls, i, _with_value(ls[i], _draw(d, VALUES))),
+    "exemplar": lambda ls, i, d: _at(ls, i, ls[i] + ' # {trace_id="abc"} 1.0 1700000000.1'),
+    "timestamp": lambda ls, i, d: _at(ls, i, ls[i] + " 1700000000000"),
+    "bare label name": lambda ls, i, d: _at(ls, i, _relabel(ls[i], "bad")),
+    "unterminated label set": lambda ls, i, d: _at(ls, i, ls[i].replace("}", "", 1)),
+    "odd label value": lambda ls, i, d: _at(
+        ls, i, _relabel(ls[i], f'x="{_draw(d, LABEL_VALUES)}"')
+    ),
+    "another process": lambda ls, i, d: _at(ls, i, ls[i], _relabel(ls[i], 'pid="2"')),
+    "another bound": lambda ls, i, d: _at(
+        ls, i, ls[i], _with_le(_relabel(ls[i], 'pid="3"'), _draw(d, LES))
+    ),
+    "bad bound": lambda ls, i, d: _at(ls, i, _with_le(ls[i], _draw(d, LES))),
+    "another model": lambda ls, i, d: _at(ls, i, ls[i].replace('="', '="other-', 1)),
+    "cut line": lambda ls, i, d: _at(ls, i, ls[i][: d.draw(st.integers(0, len(ls[i])))]),
+    "junk line": lambda ls, i, d: _at(
+        ls, i, d.draw(st.text(st.characters(exclude_characters="\n"), max_size=40))
+    ),
+    "EOF": lambda ls, i, d: _at(ls, i, "# EOF", ls[i]),
+    "TYPE line again": lambda ls, i, d: _at(ls, i, f"# TYPE {ls[i].split('{')[0]} gauge", ls[i]),
+}
+
+
+@st.composite
+def hostile_pages(draw: st.DrawFn) -> tuple[str, str]:
+    """(capture name, a mutated copy of that real capture)."""
+    name = draw(st.sampled_from(sorted(CAPTURES)))
+    lines = CAPTURES[name].rstrip("\n").split("\n")
+    data = draw(st.data())
+    for _ in range(draw(st.integers(1, 6))):
+        mutation = MUTATIONS[draw(st.sampled_from(sorted(MUTATIONS)))]
+        lines = mutation(lines, _sample_line(lines, draw(st.integers(0, len(lines) - 1))), data)
+    cut = draw(st.integers(0, 30)) == 0  # now and then the whole page is cut short
+    return name, "\n".join(lines) + ("" if cut else "\n")
+
+
+class PageUpstream(Upstream):
+    """The backend's page as given: the network is the HTTP tests' business."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__("http://backend", timeout=1.0, max_bytes=1 << 24)
+        self.page = page
+
+    async def get_exposition(self, path: str) -> str:
+        return self.page
+
+    async def get_json_field(self, path: str, field: str) -> str:
+        return "served-model"
+
+
+def poll_and_render(name: str, page: str) -> tuple[Snapshot, str]:
+    """A poll of the real capture, then one of ``page``; the snapshot and page it leaves."""
+    upstream = PageUpstream(CAPTURES[name])
+    poller = Poller(upstream, SERVER_OF[name], None, PollSettings())
+
+    async def two_polls() -> Snapshot:
+        await poller.poll_once()
+        assert poller.snapshot.backend_up, "the real capture itself"
+        upstream.page = page
+        return await poller.poll_once()
+
+    snap = asyncio.run(two_polls())
+    return snap, render(snap).decode()
+
+
+def assert_invariant(snap: Snapshot, page: str) -> None:
+    found = assert_valid_page(page)
+    (up,) = found["backend_up"]
+    if snap.backend_up:
+        assert up.value == 1.0 and snap.backend is not None
+    else:
+        assert up.value == 0.0 and snap.backend is None
+        assert not [k for k in found if k in BACKEND or k == "backend_info"], "stale series"
+        error = snap.collectors["backend"].error
+        assert error and "\n" not in error
+
+
+@settings(
+    max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(hostile_pages())
+def test_every_mutated_capture_gives_a_valid_page_or_a_down_backend(named: tuple[str, str]) -> None:
+    assert_invariant(*poll_and_render(*named))
+
+
+def test_promtool_accepts_the_pages_of_mutated_captures(tmp_path: Path) -> None:
+    pages: list[str] = []
+
+    @settings(max_examples=30, deadline=None, database=None)
+    @given(hostile_pages())
+    def collect(named: tuple[str, str]) -> None:
+        pages.append(poll_and_render(*named)[1])
+
+    collect()
+    for n, page in enumerate(pages):
+        (tmp_path / f"{n:03d}.prom").write_text(page)
+    lint = subprocess.run(
+        [
+            "sh",
+            "-c",
+            'for f in "$0"/*.prom; do promtool check metrics < "$f" || echo "FAILED $f"; done',
+            tmp_path,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "FAILED" not in lint.stdout, lint.stdout + lint.stderr
+    assert len(pages) == 30
+
+
+def test_every_backend_reads_its_own_captures_unchanged() -> None:
+    """The property's starting points are valid as they are (no defect reported)."""
+    for name, text in CAPTURES.items():
+        sample = SERVER_OF[name].normalize(text)
+        assert sample.dropped == (), (name, sample.dropped)
+        assert SERVER_OF[name] in BACKENDS.values()
