@@ -210,5 +210,5 @@ def test_histogram_with_a_bad_bound_is_left_out_and_said_so() -> None:
     assert sample.values["requests_waiting"] == {(("model", "m"), ("engine", "0")): 2.0}
     assert set(sample.histograms) == {"time_to_first_token_seconds"}
     assert [d.detail for d in sample.dropped] == [
-        "bucket bound le='soon' is not a number; family left out"
+        "vllm:e2e_request_latency_seconds: bucket bound le='soon' is not a number; family left out"
     ]

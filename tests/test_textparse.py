@@ -44,7 +44,7 @@ def test_truncated_body_is_rejected() -> None:
 def test_a_malformed_line_leaves_out_its_name_only() -> None:
     found = scan('g abc\nh 1\ng{x="1"} 2\ni{a="1",b} 3\n', {"g", "h", "i"})
     assert found.samples == {"h": [("", 1.0)], "i": [('a="1",b', 3.0)]}  # labels: parsed later
-    assert found.malformed == {"g": "g: value 'abc' is not a number"}
+    assert found.malformed == {"g": "value 'abc' is not a number"}
 
 
 def test_malformed_label_set_is_rejected() -> None:
@@ -95,6 +95,11 @@ def test_page_scanner_reparses_only_changed_families() -> None:
     second = scanner.scan(page.replace("b 5.0", "b 6.0")).samples
     assert second["b"] == [("", 6.0)]
     assert second["a_seconds_bucket"] is first["a_seconds_bucket"]  # unchanged: reused
+
+
+def test_page_scanner_reads_a_family_whose_type_line_is_repeated() -> None:
+    page = "# TYPE g gauge\n# TYPE g gauge\ng 1\n"
+    assert PageScanner({"g"}).scan(page) == Scan({"g": [("", 1.0)]})
 
 
 def test_page_scanner_falls_back_to_lines_on_untyped_pages() -> None:

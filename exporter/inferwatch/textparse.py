@@ -56,8 +56,8 @@ class ExpositionError(ValueError):
 @dataclass
 class Scan:
     """What a scan found: samples of the wanted names in page order, as ``(label text,
-    value)``, and the wanted names with a malformed line (name -> cause), left out of
-    ``samples``."""
+    value)``, and the wanted names with a malformed line (name -> what is wrong with its
+    first one), left out of ``samples``."""
 
     samples: Samples = field(default_factory=dict)
     malformed: dict[str, str] = field(default_factory=dict)
@@ -113,7 +113,7 @@ def scan(text: str, wanted: Collection[str], limit: float = math.inf) -> Scan:
         try:
             labels, value = _sample(line, match.end())
         except ExpositionError as exc:
-            found.malformed.setdefault(name, f"{name}: {exc}")
+            found.malformed.setdefault(name, str(exc))
             continue
         samples.setdefault(name, []).append((labels, value))
     for name in found.malformed:
@@ -200,7 +200,8 @@ class PageScanner:
             if family and family not in self._families:
                 continue
             key = family or "\n"  # the untyped prologue has no family name
-            block = chunk[chunk.find("\n") + 1 :] if family else chunk
+            # A TYPE line followed at once by another leaves a chunk of its own line only.
+            block = chunk.partition("\n")[2] if family else chunk
             cached = self._blocks.get(key)
             if cached is None or cached[0] != block:
                 whole = block if not block or block.endswith("\n") else block + "\n"

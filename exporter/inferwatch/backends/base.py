@@ -160,7 +160,8 @@ class Backend:
             except ExpositionError as exc:
                 if f.key in SIGNAL_KEYS:
                     raise ExpositionError(f"{source.name}: {exc}") from None
-                dropped.append(Dropped(source.name, exc.kind, f"{exc}; family left out"))
+                detail = f"{source.name}: {exc}; family left out"
+                dropped.append(Dropped(source.name, exc.kind, detail))
                 continue
             if series:  # a family whose `where` keeps nothing leaves the key absent
                 values[f.key] = series
@@ -362,12 +363,11 @@ def _histograms(
                 merged = merged.merged(part)
             except ValueError:
                 raise ExpositionError(
-                    f"{source.name}: series that merge into one have different bucket bounds",
-                    "bucket bounds",
+                    "series that merge into one have different bucket bounds", "bucket bounds"
                 ) from None
         merged = merged.scaled(source.scale)
         if len({le for le, _ in merged.buckets}) < len(merged.buckets):
-            raise ExpositionError(f"{source.name}: bucket bounds coincide", "bucket bounds")
+            raise ExpositionError("bucket bounds coincide", "bucket bounds")
         problem = problem or _invalid_histogram(merged)
         if problem:
             labels = ",".join(f'{k}="{v}"' for k, v in key)  # the contract's labels
