@@ -122,6 +122,10 @@ CASES = {
             "web.yml": f"basic_auth_users:\n  alice: {GOOD_HASH[:28]}z{GOOD_HASH[29:]}\n".encode()
         },
     ),
+    "tensor-parallel-size-zero": Case(
+        ("serve", "--tensor-parallel-size", "0"),
+        "argument --tensor-parallel-size: '0' must be a positive integer",
+    ),
     **{
         f"{command}-unknown-threshold": Case(
             (command, *extra, "--config", "{tmp}/c.yaml"),

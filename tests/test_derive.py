@@ -1,21 +1,25 @@
-"""Derived signals over sequences of polls."""
+"""Derived signals over sequences of polls, and through the poller on a data-parallel pod."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from inferwatch.backends import SGLANG, VLLM
-from inferwatch.derive import (
-    QueuedWhileIdle,
-    aggregate_bandwidth,
-    decode_floor,
-    weights_bytes_in,
-)
+from inferwatch.derive import EngineLayout, QueuedWhileIdle, decode_floor, weights_bytes_in
+from inferwatch.exposition import render
+from inferwatch.gpu import GpuSource
 from inferwatch.model import BackendSample, GpuSample
+from inferwatch.poller import Poller, PollSettings
+from inferwatch.upstream import Upstream
 
-KEY = (("backend", "vllm"), ("model", "m"))
+from conftest import page_value
+from fake_nvml import FakeGpu, FakeNvml
+
+KEY = (("backend", "vllm"), ("model", "m"), ("engine", "0"))
+ENGINE_1 = (("backend", "vllm"), ("model", "m"), ("engine", "1"))
 
 
 def page(waiting: float, steps: float, engine: str = "0") -> BackendSample:
@@ -90,8 +94,12 @@ def test_one_stalled_engine_of_two_counts() -> None:
             f'vllm:iteration_tokens_total_count{{engine="1",model_name="m"}} {s1}\n'
         )
 
+    qwi = QueuedWhileIdle()
     polls = [(t, two(0, 10 + 20 * t, 4, 10), None) for t in (0.0, 0.5, 1.0, 1.5)]
-    assert run(QueuedWhileIdle(), polls) == [0.0, 0.0, 0.0, 1.5]
+    assert run(qwi, polls) == [0.0] * 4  # engine 0 steps on: its own series stays at 0
+    state, seconds = qwi.update(2.0, two(0, 60, 4, 10), None)
+    assert state == {KEY: False, ENGINE_1: True}
+    assert seconds == {KEY: 0.0, ENGINE_1: 2.0}
 
 
 def test_with_nvml_an_idle_gpu_decides_not_engine_progress() -> None:
@@ -123,17 +131,92 @@ def test_backend_gap_is_not_counted_and_totals_survive_it() -> None:
     assert run(qwi, polls) == [0.0, 0.0, 0.0, 1.5, 1.5, 1.5, 1.5, 1.5, 3.0]
 
 
-def test_decode_floor_is_weights_over_aggregate_bandwidth() -> None:
-    sample = page(0, 0)
-    h100 = GpuSample(0, "a", "H100", memory_bandwidth_peak_bytes_per_second=3.35e12)
-    one = aggregate_bandwidth([h100], None)
-    assert decode_floor(sample, 16e9, one) == {KEY: pytest.approx(16e9 / 3.35e12)}
-    two = aggregate_bandwidth([h100, h100], None)
-    assert decode_floor(sample, 16e9, two) == {KEY: pytest.approx(16e9 / 6.7e12)}
-    assert aggregate_bandwidth([h100], 1e11) == 1e11  # configured bandwidth wins
-    assert aggregate_bandwidth([], None) is None
-    assert decode_floor(sample, None, one) == {}
-    assert decode_floor(None, 16e9, one) == {}
+H100_BANDWIDTH = 5120 / 8 * 2619e6 * 2  # the fake NVML's GPU: 3.352 TB/s
+
+
+def h100(index: int, busy: float = 0.0) -> GpuSample:
+    return GpuSample(
+        index,
+        f"GPU-{index}",
+        "H100",
+        utilization_ratio=busy,
+        busy_ratio=busy,
+        memory_bandwidth_peak_bytes_per_second=H100_BANDWIDTH,
+    )
+
+
+def test_decode_floor_is_weights_over_the_bandwidth_of_one_engines_gpus() -> None:
+    one_engine = page(0, 0)
+    floor = decode_floor(one_engine, [h100(0)], EngineLayout(), 16e9, None)
+    assert floor == {KEY: pytest.approx(16e9 / H100_BANDWIDTH)}
+    # One engine over two GPUs (tensor parallel): its weights are read from both.
+    floor = decode_floor(one_engine, [h100(0), h100(1)], EngineLayout(), 16e9, None)
+    assert floor == {KEY: pytest.approx(16e9 / (2 * H100_BANDWIDTH))}
+    # ... unless it is stated to run on one of them.
+    floor = decode_floor(one_engine, [h100(0), h100(1)], EngineLayout(1), 16e9, None)
+    assert floor == {KEY: pytest.approx(16e9 / H100_BANDWIDTH)}
+    assert decode_floor(one_engine, [h100(0)], EngineLayout(), 16e9, 1e11) == {KEY: 0.16}
+    assert decode_floor(one_engine, [], EngineLayout(), 16e9, 1e11) == {KEY: 0.16}
+    assert decode_floor(one_engine, [], EngineLayout(), 16e9, None) == {}
+    assert decode_floor(one_engine, [h100(0)], EngineLayout(), None, None) == {}
+    assert decode_floor(None, [h100(0)], EngineLayout(), 16e9, None) == {}
+
+
+def dp_page(engines: int, waiting: list[float], steps: list[float], model: str = "m") -> str:
+    """A vLLM page of ``engines`` data-parallel engines."""
+    lines = []
+    for engine in range(engines):
+        labels = f'engine="{engine}",model_name="{model}"'
+        lines.append(f"vllm:num_requests_waiting{{{labels}}} {waiting[engine]}")
+        lines.append(f"vllm:iteration_tokens_total_count{{{labels}}} {steps[engine]}")
+    return "\n".join(lines) + "\n"
+
+
+def test_engine_layout_places_data_parallel_ranks_on_consecutive_gpus() -> None:
+    units = [(("model", "m"), ("engine", e)) for e in ("0", "1", "10", "2")]
+    gpus = [h100(i) for i in range(8)]
+    groups = EngineLayout().gpus_of(units, gpus)  # 8 GPUs / 4 engines: TP 2, numeric order
+    assert {dict(u)["engine"]: (g.start, g.stop) for u, g in groups.items()} == {
+        "0": (0, 2),
+        "1": (2, 4),
+        "2": (4, 6),
+        "10": (6, 8),
+    }
+    # TP 4 stated: two engines fit on the eight GPUs; the others are not placed.
+    groups = EngineLayout(4).gpus_of(units, gpus)
+    assert {dict(u)["engine"]: (g.start, g.stop) for u, g in groups.items()} == {
+        "0": (0, 4),
+        "1": (4, 8),
+    }
+    assert EngineLayout().gpus_of(units, gpus[:6]) == {}  # 6 GPUs do not divide among 4
+    # A GPU missing from one poll does not shift the others: GPUs are remembered.
+    layout = EngineLayout()
+    layout.gpus_of(units, gpus)
+    assert len(layout.gpus_of(units, gpus[1:])) == 4
+
+
+def test_engine_without_a_known_gpu_is_judged_by_its_progress() -> None:
+    # 3 GPUs, 2 engines: which GPU is whose cannot be told. Engine 1 stops stepping.
+    qwi = QueuedWhileIdle()
+    gpus = [h100(0, 0.9), h100(1, 0.9), h100(2, 0.9)]
+    totals = []
+    for i in range(4):
+        sample = VLLM.normalize(dp_page(2, [0, 9], [10 * i, 100]))
+        totals.append(qwi.update(i * 0.5, sample, gpus)[1][ENGINE_1])
+    assert totals == [0.0, 0.0, 0.0, 1.5]  # over a second without a step, from its start
+    assert decode_floor(sample, gpus, EngineLayout(), 16e9, None) == {}
+
+
+def test_series_of_a_model_that_is_gone_are_dropped() -> None:
+    qwi = QueuedWhileIdle()
+    for i in range(100):
+        sample = VLLM.normalize(dp_page(2, [0, 9], [i, 5], model=f"m{i}"))
+        state, seconds = qwi.update(i * 0.5, sample, None)
+        assert len(state) == len(seconds) == 2
+    assert set(seconds) == {(("backend", "vllm"), ("model", "m99"), ("engine", e)) for e in "01"}
+    # One engine fewer: its series go too.
+    state, seconds = qwi.update(50.0, VLLM.normalize(dp_page(1, [0], [7], model="m99")), None)
+    assert set(state) == set(seconds) == {(("backend", "vllm"), ("model", "m99"), ("engine", "0"))}
 
 
 def test_weight_bytes_sum_safetensors(tmp_path: Path) -> None:
@@ -202,3 +285,57 @@ def test_sglang_build_without_the_idle_counter_uses_engine_progress_alone() -> N
     # Like any engine-progress verdict: counted once over a second, from the stall's start.
     polls = [(i * 0.5, sglang_page(3, 500, None)) for i in range(5)]
     assert run_sglang(polls) == [0.0, 0.0, 0.0, 1.5, 2.0]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_data_parallel_pod_judges_each_engine_on_its_own_gpu(aiohttp_server) -> None:
+    """DP=2 on two GPUs: engine 1 hangs (9 waiting, 0 running, its GPU idle) while engine 0
+    keeps GPU 0 90 % busy. Engine 1 alone is queued while idle, and each engine's decode
+    floor is the weights over one GPU's bandwidth (4.79 ms), not over both (2.40 ms)."""
+    steps = {"0": 0}
+
+    async def metrics(request: web.Request) -> web.Response:
+        steps["0"] += 7
+        lines = []
+        for engine, waiting, running, step in (("0", 0, 4, steps["0"]), ("1", 9, 0, 300)):
+            labels = f'engine="{engine}",model_name="llama-3-8b"'
+            lines += [
+                f"vllm:num_requests_waiting{{{labels}}} {waiting}",
+                f"vllm:num_requests_running{{{labels}}} {running}",
+                f"vllm:iteration_tokens_total_count{{{labels}}} {step}",
+            ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    server = await aiohttp_server(app)
+    clock = Clock()
+    nvml = FakeNvml([FakeGpu(0, util=90), FakeGpu(1, util=0)])
+    gpu = GpuSource(nvml=nvml, clock=clock)
+    gpu.start()
+    upstream = Upstream(str(server.make_url("")), timeout=2.0, max_bytes=1 << 20)
+    weights = 16.06e9  # Llama-3-8B in bf16
+    settings = PollSettings(interval=0.5, model_weights_bytes=weights)
+    poller = Poller(upstream, VLLM, gpu, settings, clock=clock)
+    try:
+        for _ in range(3):
+            snapshot = await poller.poll_once()
+            clock.now += 0.5
+    finally:
+        await upstream.close()
+    page = render(snapshot).decode()
+    one = {"backend": "vllm", "model": "llama-3-8b"}
+    assert page_value(page, "inferwatch_queued_while_idle", **one, engine="1") == 1.0
+    assert page_value(page, "inferwatch_queued_while_idle_seconds_total", **one, engine="1") == 1.0
+    assert page_value(page, "inferwatch_queued_while_idle", **one, engine="0") == 0.0
+    for engine in "01":
+        floor = page_value(page, "inferwatch_decode_floor_seconds", **one, engine=engine)
+        assert floor == pytest.approx(weights / H100_BANDWIDTH)
+        assert round(floor * 1e3, 2) == 4.79

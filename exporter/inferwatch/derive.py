@@ -1,18 +1,28 @@
 """Signals derived from backend and GPU samples together, integrated at poll resolution.
 
-*Queued while idle* is the sharpest symptom of a scheduling or CPU problem: requests wait
-while the accelerator sits idle. At each poll, for each model:
+Both signals are judged per *engine*: one scheduler with its own queue, named by the labels
+of its ``requests_waiting`` series (``model``, plus ``engine`` on a data-parallel server).
+:class:`EngineLayout` says which GPUs each engine runs on: with a tensor-parallel size of N
+(``--tensor-parallel-size``; by default the GPUs NVML sees divided by the engines on the
+page), the k-th engine in the order of its ``engine`` label uses GPUs [k*N, (k+1)*N), as
+vLLM and SGLang place their data-parallel ranks. An engine whose GPUs cannot be told (the
+GPUs do not divide among the engines, or NVML is absent) is judged by its own progress.
 
-- queued: the backend reports ``requests_waiting > 0``;
-- idle: with NVML, every GPU was busy less than ``idle_threshold`` of the poll interval;
-  without NVML, the engine made no progress (``engine_steps`` unchanged for every engine
-  that has requests waiting).
+*Queued while idle* is the sharpest symptom of a scheduling or CPU problem: requests wait
+while the accelerator sits idle. At each poll, for each engine:
+
+- queued: the backend reports ``requests_waiting > 0`` for it;
+- idle: with NVML and a known layout, each of the engine's GPUs was busy less than
+  ``idle_threshold`` of the poll interval (another engine's busy GPU does not hide a hung
+  one); otherwise, the engine made no progress (its ``engine_steps`` unchanged).
 
 When both hold, the interval since the previous poll is added to
 ``inferwatch_queued_while_idle_seconds_total``; with NVML a stall is therefore counted by the
 next poll. Judged from engine progress, a stall counts once it has lasted longer than
 :data:`ENGINE_STALL_MIN` (one long scheduler step is not a stall), and then from its start.
-Busy time (the queue draining while the GPU works) is never counted.
+Busy time (the queue draining while the GPU works) is never counted. The series of an engine
+or model the page no longer shows are dropped (a model renamed every poll leaves nothing
+behind); while the backend is down they are kept, with the state 0.
 
 A queue gauge can be stale: SGLang refreshes its gauges only every few dozen engine steps
 (and, once idle, every 30 s), so after a burst it may show waiting requests for half a
@@ -24,15 +34,17 @@ stall on such a backend counts only once it has lasted longer than the window wi
 and is then counted from its start: the gauge and the counter lag the stall by ~2 s, and
 a burst's stale queue gauge never counts.
 
-The *decode floor* is the hardware limit of per-token decode latency: every decode step
-reads all model weights once, so it cannot be faster than weight bytes / aggregate peak
-memory bandwidth.
+The *decode floor* is the hardware limit of per-token decode latency: every decode step of
+an engine reads all model weights once from the memory of the GPUs they are spread over
+(its tensor-parallel group), so it cannot be faster than weight bytes / the peak bandwidth
+of those GPUs. Data-parallel engines each read their own copy: adding engines does not lower
+the floor.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -50,15 +62,70 @@ IDLE_REPORT_WINDOW = 2.0
 ENGINE_STALL_MIN = 1.0
 
 
-def _model_labels(sample: BackendSample) -> Labels:
-    return (("backend", sample.backend), ("model", sample.model))
+def engines(sample: BackendSample) -> list[Labels]:
+    """The engines of a page: the label sets of its queue series (the page's model if none)."""
+    waiting = sample.signals.get("requests_waiting")
+    return list(waiting) if waiting else [(("model", sample.model),)]
+
+
+def _series_key(sample: BackendSample, engine: Labels) -> Labels:
+    return (("backend", sample.backend), *engine)
+
+
+def _engine(unit: Labels) -> str:
+    return dict(unit).get("engine", "")
+
+
+def _numeric_first(value: str) -> tuple[int, int | str]:
+    return (0, int(value)) if value.isdigit() else (1, value)
+
+
+class EngineLayout:
+    """Which of the GPUs NVML sees each engine of the server runs on.
+
+    The k-th distinct ``engine`` label (in numeric order; a page without the label has one
+    engine) uses GPUs [k*N, (k+1)*N) for a tensor-parallel size N: the one given, else the
+    GPUs seen divided by the engines when they divide evenly. GPUs are remembered across
+    polls (with their peak bandwidth, a static fact), so a GPU that fails one poll does not
+    shift the layout.
+    """
+
+    def __init__(self, tensor_parallel_size: int | None = None) -> None:
+        self.tensor_parallel_size = tensor_parallel_size
+        self._peaks: dict[int, float | None] = {}
+
+    def gpus_of(self, units: Sequence[Labels], gpus: Sequence[GpuSample]) -> dict[Labels, range]:
+        """GPU indices of each engine (label set in ``units``) whose GPUs are known."""
+        for gpu in gpus:
+            self._peaks[gpu.index] = gpu.memory_bandwidth_peak_bytes_per_second
+        count = len(self._peaks)
+        order = sorted({_engine(unit) for unit in units}, key=_numeric_first)
+        size = self.tensor_parallel_size
+        if size is None and count and count % len(order) == 0:
+            size = count // len(order)
+        if size is None:
+            return {}
+        position = {engine: k for k, engine in enumerate(order)}
+        groups = {
+            unit: range(position[_engine(unit)] * size, (position[_engine(unit)] + 1) * size)
+            for unit in units
+        }
+        return {unit: group for unit, group in groups.items() if group.stop <= count}
+
+    def peak_bandwidth(self, indices: range) -> float | None:
+        """Summed peak memory bandwidth of these GPUs; None if any is unknown."""
+        peaks = [self._peaks.get(i) for i in indices]
+        if any(p is None for p in peaks):
+            return None
+        return math.fsum(p for p in peaks if p is not None)
 
 
 @dataclass
 class QueuedWhileIdle:
-    """Integrates queued-while-idle seconds over successive polls."""
+    """Integrates queued-while-idle seconds per engine over successive polls."""
 
     idle_threshold: float = 0.1
+    layout: EngineLayout = field(default_factory=EngineLayout)
     _previous: BackendSample | None = None
     _previous_at: float | None = None
     _seconds: dict[Labels, float] = field(default_factory=dict)
@@ -71,7 +138,8 @@ class QueuedWhileIdle:
     ) -> tuple[dict[Labels, bool], dict[Labels, float]]:
         """Fold in one poll; ``gpus`` is None when there is no NVML data this poll.
 
-        Returns the current state and the integrated seconds per (backend, model).
+        Returns the current state and the integrated seconds per engine, keyed by
+        ``backend``, ``model`` and, on a data-parallel server, ``engine``.
         """
         if sample is None:
             # Backend down: the queue is unknown, so nothing is counted; keep the totals.
@@ -80,45 +148,69 @@ class QueuedWhileIdle:
             self._idle_reported_at.clear()
             self._stall_since.clear()
             return dict(self._state), dict(self._seconds)
-        key = _model_labels(sample)
-        self._seconds.setdefault(key, 0.0)
         previous, previous_at = self._previous, self._previous_at
         if previous is not None:
             self._note_idle_reports(now, sample, previous)
-        waiting = sample.signals.get("requests_waiting") or {}
-        queued = [
-            labels
-            for labels, count in waiting.items()
-            if count > 0
-            and now - self._idle_reported_at.get(labels, -math.inf) > IDLE_REPORT_WINDOW
-        ]
-        stalled = active = False
-        if queued and previous is not None and previous_at is not None:
-            gpu_idle = self._gpus_idle(gpus) if gpus else None
-            idle = gpu_idle
-            if idle is None:
-                idle = self._engine_stalled(sample, previous, queued)
-            stalled = bool(idle)
-            if stalled:
-                since = self._stall_since.setdefault(key, previous_at)
-                # Without a GPU verdict, no step between two polls may be one long step (a big
-                # prefill chunk): it counts once it has lasted ENGINE_STALL_MIN, from its start.
-                # A backend that reports its idle time gets the time to report it: a report in
-                # the meantime proves the queue gauge stale and ends the stall uncounted.
-                wait = ENGINE_STALL_MIN if gpu_idle is None else 0.0
-                if sample.signals.get("scheduler_idle_seconds"):
-                    wait = max(wait, IDLE_REPORT_WINDOW)
-                active = now - since > wait
-                if active:
-                    self._seconds[key] += now - (previous_at if self._state.get(key) else since)
-        if not stalled:
-            self._stall_since.pop(key, None)
-        self._state[key] = active
+        units = engines(sample)
+        gpus_of = self.layout.gpus_of(units, gpus or ())
+        state: dict[Labels, bool] = {}
+        for unit in units:
+            key = _series_key(sample, unit)
+            self._seconds.setdefault(key, 0.0)
+            state[key] = (
+                previous is not None
+                and previous_at is not None
+                and self._judge(now, key, unit, sample, previous, previous_at, gpus, gpus_of)
+            )
+        # The series of an engine or model the page no longer shows go.
+        self._state = state
+        self._seconds = {k: v for k, v in self._seconds.items() if k in state}
+        self._stall_since = {k: v for k, v in self._stall_since.items() if k in state}
+        self._idle_reported_at = {k: v for k, v in self._idle_reported_at.items() if k in state}
         self._previous, self._previous_at = sample, now
-        return dict(self._state), dict(self._seconds)
+        return dict(state), dict(self._seconds)
 
-    def _gpus_idle(self, gpus: Sequence[GpuSample]) -> bool | None:
-        ratios = [g.busy_ratio if g.busy_ratio is not None else g.utilization_ratio for g in gpus]
+    def _judge(
+        self,
+        now: float,
+        key: Labels,
+        unit: Labels,
+        sample: BackendSample,
+        previous: BackendSample,
+        previous_at: float,
+        gpus: Sequence[GpuSample] | None,
+        gpus_of: Mapping[Labels, range],
+    ) -> bool:
+        """Whether engine ``unit`` is queued while idle now; adds the time to its total."""
+        waiting = (sample.signals.get("requests_waiting") or {}).get(unit, 0.0)
+        believed = now - self._idle_reported_at.get(key, -math.inf) > IDLE_REPORT_WINDOW
+        gpu_idle = self._gpus_idle(gpus, gpus_of.get(unit))
+        idle = gpu_idle if gpu_idle is not None else _engine_stalled(sample, previous, unit)
+        if not (waiting > 0 and believed and idle):
+            self._stall_since.pop(key, None)
+            return False
+        since = self._stall_since.setdefault(key, previous_at)
+        # Without a GPU verdict, no step between two polls may be one long step (a big
+        # prefill chunk): it counts once it has lasted ENGINE_STALL_MIN, from its start.
+        # A backend that reports its idle time gets the time to report it: a report in
+        # the meantime proves the queue gauge stale and ends the stall uncounted.
+        wait = ENGINE_STALL_MIN if gpu_idle is None else 0.0
+        if sample.signals.get("scheduler_idle_seconds"):
+            wait = max(wait, IDLE_REPORT_WINDOW)
+        if now - since <= wait:
+            return False
+        self._seconds[key] += now - (previous_at if self._state.get(key) else since)
+        return True
+
+    def _gpus_idle(self, gpus: Sequence[GpuSample] | None, indices: range | None) -> bool | None:
+        """Every GPU of an engine busy under the threshold; None if none can tell."""
+        if not gpus or indices is None:
+            return None
+        ratios = [
+            g.busy_ratio if g.busy_ratio is not None else g.utilization_ratio
+            for g in gpus
+            if g.index in indices
+        ]
         known = [r for r in ratios if r is not None]
         if not known:
             return None
@@ -134,40 +226,39 @@ class QueuedWhileIdle:
             return
         for labels, seconds in idle.items():
             if labels in before and seconds > before[labels]:
-                self._idle_reported_at[labels] = now
+                self._idle_reported_at[_series_key(sample, labels)] = now
 
-    @staticmethod
-    def _engine_stalled(
-        sample: BackendSample, previous: BackendSample, queued: list[Labels]
-    ) -> bool | None:
-        """True when an engine with waiting requests made no step since the last poll."""
-        steps = sample.signals.get("engine_steps")
-        before = previous.signals.get("engine_steps")
-        if steps is None or before is None:
-            return None
-        return any(
-            labels in steps and labels in before and steps[labels] == before[labels]
-            for labels in queued
-        )
+
+def _engine_stalled(sample: BackendSample, previous: BackendSample, unit: Labels) -> bool:
+    """True when engine ``unit`` made no step since the last poll (as far as it says)."""
+    steps = sample.signals.get("engine_steps") or {}
+    before = previous.signals.get("engine_steps") or {}
+    return unit in steps and unit in before and steps[unit] == before[unit]
 
 
 def decode_floor(
-    sample: BackendSample | None, weight_bytes: float | None, bandwidth: float | None
+    sample: BackendSample | None,
+    gpus: Sequence[GpuSample],
+    layout: EngineLayout,
+    weight_bytes: float | None,
+    bandwidth: float | None,
 ) -> dict[Labels, float]:
-    """Weight bytes / aggregate peak bandwidth, labelled with the backend's model."""
-    if sample is None or not weight_bytes or not bandwidth:
+    """Weight bytes / peak bandwidth of each engine's GPUs, or of ``bandwidth`` when given.
+
+    An engine whose GPUs are unknown (see :class:`EngineLayout`) gets no floor: absent
+    rather than a floor computed over GPUs it does not read from.
+    """
+    if sample is None or not weight_bytes:
         return {}
-    return {_model_labels(sample): weight_bytes / bandwidth}
-
-
-def aggregate_bandwidth(gpus: Sequence[GpuSample], override: float | None) -> float | None:
-    """The configured peak bandwidth, else the sum over the GPUs NVML reports."""
-    if override:
-        return override
-    peaks = [g.memory_bandwidth_peak_bytes_per_second for g in gpus]
-    if not peaks or any(p is None for p in peaks):
-        return None
-    return float(sum(p for p in peaks if p is not None))
+    units = engines(sample)
+    if bandwidth:
+        per_engine: dict[Labels, float | None] = dict.fromkeys(units, bandwidth)
+    else:
+        per_engine = {
+            unit: layout.peak_bandwidth(group)
+            for unit, group in layout.gpus_of(units, gpus).items()
+        }
+    return {_series_key(sample, u): weight_bytes / b for u, b in per_engine.items() if b}
 
 
 def weights_bytes_in(directory: Path) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from inferwatch.backends import Backend, UnknownBackend, detect
 from inferwatch.baseline import Baseline
 from inferwatch.baseline import series as baseline_series
-from inferwatch.derive import QueuedWhileIdle, aggregate_bandwidth, decode_floor, derived
+from inferwatch.derive import EngineLayout, QueuedWhileIdle, decode_floor, derived
 from inferwatch.gpu import GpuSource
 from inferwatch.model import BackendSample, CollectorStatus, GpuSample, Snapshot
 from inferwatch.textparse import ExpositionError
@@ -42,6 +42,7 @@ class PollSettings:
     idle_threshold: float = 0.1
     model_weights_bytes: float | None = None
     peak_memory_bandwidth: float | None = None
+    tensor_parallel_size: int | None = None
     baseline: Baseline | None = None
     max_series: int = DEFAULT_MAX_SERIES
 
@@ -123,11 +124,11 @@ class Poller:
         self.gpu = gpu
         self.settings = settings
         self._clock = clock
-        self._qwi = QueuedWhileIdle(settings.idle_threshold)
+        self._layout = EngineLayout(settings.tensor_parallel_size)
+        self._qwi = QueuedWhileIdle(settings.idle_threshold, self._layout)
         self._version = ""
         self._model_hint = ""  # the model a server without model labels names elsewhere
         self._info_known = False
-        self._bandwidth: float | None = None
         self._backend_log = CauseLog("backend scrape")
         self._gpu_log = CauseLog("GPU collection")
         self._dropped_log = LogLimiter()
@@ -161,11 +162,14 @@ class Poller:
             gpus, gpu_status = await gpu_task
             collectors["gpu"] = gpu_status
         now = self._clock()
-        bandwidth = aggregate_bandwidth(gpus, self.settings.peak_memory_bandwidth)
-        if bandwidth is not None:
-            self._bandwidth = bandwidth
         qwi = self._qwi.update(now, sample, gpus or None)
-        floor = decode_floor(sample, self.settings.model_weights_bytes, self._bandwidth)
+        floor = decode_floor(
+            sample,
+            gpus,
+            self._layout,
+            self.settings.model_weights_bytes,
+            self.settings.peak_memory_bandwidth,
+        )
         self.snapshot = Snapshot(
             backend_kind=self.backend.name if self.backend else "unknown",
             backend_up=sample is not None,

@@ -141,8 +141,17 @@ OPTIONS = (
         "--peak-memory-bandwidth",
         positive_float,
         None,
-        "aggregate peak memory bandwidth in bytes/s (default: from NVML)",
+        "peak bandwidth in bytes/s of the memory one engine's weights are spread over "
+        "(default: from NVML, the engine's GPUs)",
         metavar="B_PER_S",
+    ),
+    Option(
+        "--tensor-parallel-size",
+        positive_int,
+        None,
+        "GPUs one engine's weights are spread over; engine k (in engine-label order) uses "
+        "GPUs [k*N, (k+1)*N) of those NVML sees (default: visible GPUs / engines)",
+        metavar="N",
     ),
     Option(
         "--baseline",
@@ -172,6 +181,7 @@ class ServeConfig:
     model_weights_bytes: int | None
     model_path: Path | None
     peak_memory_bandwidth: float | None
+    tensor_parallel_size: int | None
     baseline: Path | None
     log_level: str
 
@@ -249,6 +259,7 @@ def build_poller(config: ServeConfig) -> Poller:
         idle_threshold=config.idle_threshold,
         model_weights_bytes=weight_bytes,
         peak_memory_bandwidth=config.peak_memory_bandwidth,
+        tensor_parallel_size=config.tensor_parallel_size,
         baseline=baseline,
         max_series=config.backend_max_series,
     )
@@ -288,7 +299,6 @@ def run(config: ServeConfig) -> None:
     if config.web_config_file is not None:
         web_config = load_web_config(config.web_config_file)
     ssl_context = web_config.ssl_context() if web_config is not None else None
-    poller = build_poller(config)
     host, port = config.web_listen_address
     sockets = listen(host, port)
     poller = build_poller(config)
