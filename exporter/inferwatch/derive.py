@@ -106,11 +106,12 @@ class EngineLayout:
         if size is None:
             return {}
         position = {engine: k for k, engine in enumerate(order)}
-        groups = {
-            unit: range(position[_engine(unit)] * size, (position[_engine(unit)] + 1) * size)
-            for unit in units
-        }
-        return {unit: group for unit, group in groups.items() if group.stop <= count}
+        groups = {}
+        for unit in units:
+            k = position[_engine(unit)]
+            if (k + 1) * size <= count:
+                groups[unit] = range(k * size, (k + 1) * size)
+        return groups
 
     def peak_bandwidth(self, indices: range) -> float | None:
         """Summed peak memory bandwidth of these GPUs; None if any is unknown."""
