@@ -81,11 +81,33 @@ def test_series_for_the_current_load() -> None:
 
 
 def test_thresholds_from_the_busiest_cells() -> None:
-    assert thresholds_from(parse(DOC), 1.5) == {
+    found = thresholds_from(parse(DOC), 1.5, window_seconds=300)
+    assert {name: d.value for name, d in found.items()} == {
         "ttft_p95_seconds": pytest.approx(0.6),
         "itl_p95_seconds": pytest.approx(0.09),
+        "itl_p99_seconds": pytest.approx(0.135),
+        "min_request_rate": pytest.approx(0.05),  # 15 requests per 5 m window
+        "min_token_rate": pytest.approx(0.05 * 64),
     }
-    assert thresholds_from(Baseline({}, ()), 1.5) == {}
+    assert found["ttft_p95_seconds"].source == (
+        "1.5 x 0.4 s, the client's TTFT p95 at concurrency 16 (prompt 512, output 64)"
+    )
+    assert thresholds_from(Baseline({}, ()), 1.5, 300) == {}
+
+
+def test_thresholds_prefer_the_servers_histograms_and_a_slow_service_is_still_judged() -> None:
+    doc = copy.deepcopy(DOC)
+    for c in doc["cells"]:
+        c["server_ttft_seconds"] = {"p50": 0.1, "p95": 0.2, "p99": 0.3}
+        c["server_itl_seconds"] = {"p50": 0.01, "p95": 0.04, "p99": 0.08}
+        c["requests_per_second"] = 0.02  # one request every 50 s
+        c["output_tokens_per_second"] = 1.28
+    found = thresholds_from(parse(doc), 2.0, window_seconds=300)
+    assert found["ttft_p95_seconds"].value == pytest.approx(0.4)
+    assert found["ttft_p95_seconds"].source.startswith("2 x 0.2 s, the server's TTFT p95")
+    assert found["itl_p99_seconds"].value == pytest.approx(0.16)
+    assert found["min_request_rate"].value == pytest.approx(0.01)  # half of 0.02/s
+    assert found["min_token_rate"].value == pytest.approx(0.01 * 64)
 
 
 def broken(path: str, value: object) -> dict:

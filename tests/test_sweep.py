@@ -358,7 +358,7 @@ def test_inferwatch_page_gives_the_server_ttft_and_lags_are_waited_for(fake: Fak
     assert result.metadata["backend"] == "vllm" and result.metadata["version"] == "9.9.9"
     for cell in result.results:
         assert cell.server_window.count == 4  # the lag did not push a request into the next cell
-        assert 0.02 < cell.server_ttft().p50 < 0.25
+        assert 0.02 < cell.server_quantiles().p50 < 0.25
 
 
 def test_vllm_page_names_backend_and_version(fake: Fake) -> None:

@@ -18,7 +18,8 @@ latency thresholds from it. Format (YAML)::
       e2e_seconds: {p50: 0.79, p95: 0.91, p99: 0.95}
       requests_per_second: 4.9
       output_tokens_per_second: 313.0
-      server_ttft_seconds: {p50: 0.025, p95: 0.047, p99: 0.055}   # optional
+      server_ttft_seconds: {p50: 0.025, p95: 0.047, p99: 0.055}   # optional: the server's
+      server_itl_seconds: {p50: 0.009, p95: 0.015, p99: 0.021}    # histograms, same window
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ QUANTILES = ("p50", "p95", "p99")
 # The `percentile` label of the exposed gauges -> the cell's field. (Not `quantile`: that
 # label belongs to summaries, and `promtool check metrics` flags it on a gauge.)
 PERCENTILE_LABELS = {"50": "p50", "95": "p95", "99": "p99"}
+# Cell fields a sweep without the server's histograms leaves out.
+OPTIONAL_FIELDS = ("server_ttft_seconds", "server_itl_seconds")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Cell:
     requests_per_second: float
     output_tokens_per_second: float
     server_ttft_seconds: Quantiles | None = None
+    server_itl_seconds: Quantiles | None = None
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -122,15 +126,94 @@ def series(baseline: Baseline, sample: BackendSample) -> dict[str, dict[Labels, 
     return out
 
 
-def thresholds_from(baseline: Baseline, factor: float) -> dict[str, float]:
-    """Latency thresholds for the rules: ``factor`` x the p95 measured at the highest load."""
-    cells = baseline.busiest()
-    if not cells:
+@dataclass(frozen=True)
+class Derived:
+    """A threshold computed from a baseline, and in one line where it came from."""
+
+    value: float
+    source: str
+
+
+# A quantile needs samples: fewer requests than this in a rate window and the p95 rests on a
+# handful of them. 15 is what the shipped default assumes (0.05 requests/s over 5 m).
+MIN_REQUESTS_PER_WINDOW = 15
+# The latency thresholds and the quantile of each cell they come from: the server's own
+# histogram (what the rules evaluate) where the sweep read it, else the client's timing.
+_LATENCY = (
+    ("ttft_p95_seconds", "TTFT p95", "server_ttft_seconds", "ttft_seconds", "p95"),
+    ("itl_p95_seconds", "ITL p95", "server_itl_seconds", "itl_seconds", "p95"),
+    ("itl_p99_seconds", "ITL p99", "server_itl_seconds", "itl_seconds", "p99"),
+)
+
+
+def _significant(value: float) -> float:
+    return float(f"{value:.4g}")
+
+
+def _where(cell: Cell) -> str:
+    return (
+        f"concurrency {cell.concurrency} (prompt {cell.prompt_tokens or 'file'}, "
+        f"output {cell.output_tokens})"
+    )
+
+
+def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) -> dict[str, Derived]:
+    """The thresholds a baseline determines, each with its source.
+
+    - Latency: ``factor`` x the p95 (p99) measured at the highest concurrency (the worst
+      cell there), read from the server's histograms where the sweep has them.
+    - Traffic: the rate under which quantiles are not judged, ``MIN_REQUESTS_PER_WINDOW``
+      requests per rate window, but at most half of what the lowest measured concurrency
+      carried (so a slow service is still judged at its own light load); the token rate
+      is that many requests of the shortest measured answer.
+    """
+    busiest = baseline.busiest()
+    if not busiest:
         return {}
-    return {
-        "ttft_p95_seconds": round(factor * max(c.ttft_seconds.p95 for c in cells), 6),
-        "itl_p95_seconds": round(factor * max(c.itl_seconds.p95 for c in cells), 6),
-    }
+    out: dict[str, Derived] = {}
+    for name, label, server_field, client_field, q in _LATENCY:
+        measured = []
+        for cell in busiest:
+            server = getattr(cell, server_field)
+            side, values = ("server", server) if server else ("client", getattr(cell, client_field))
+            measured.append((values.get(q), side, cell))
+        value, side, cell = max(measured, key=lambda m: m[0])
+        if value > 0:
+            out[name] = Derived(
+                _significant(factor * value),
+                f"{factor:g} x {value:.4g} s, the {side}'s {label} at {_where(cell)}",
+            )
+    lowest = min(c.concurrency for c in baseline.cells)
+    light = min((c for c in baseline.cells if c.concurrency == lowest), key=_rate)
+    enough = MIN_REQUESTS_PER_WINDOW / window_seconds
+    if 0 < light.requests_per_second / 2 < enough:
+        rate = Derived(
+            _significant(light.requests_per_second / 2),
+            f"half of the {light.requests_per_second:g} requests/s measured at {_where(light)}",
+        )
+    else:
+        rate = Derived(
+            _significant(enough),
+            f"{MIN_REQUESTS_PER_WINDOW} requests per {window_seconds:g} s rate window",
+        )
+    out["min_request_rate"] = rate
+    shortest = min(_tokens_per_request(c) for c in baseline.cells)
+    if shortest > 0:
+        out["min_token_rate"] = Derived(
+            _significant(rate.value * shortest),
+            f"min_request_rate x {shortest:g} tokens, the shortest measured answer",
+        )
+    return out
+
+
+def _rate(cell: Cell) -> float:
+    return cell.requests_per_second
+
+
+def _tokens_per_request(cell: Cell) -> float:
+    if not cell.requests_per_second:
+        return 0.0
+    return round(cell.output_tokens_per_second / cell.requests_per_second, 1)
 
 
 def to_yaml(baseline: Baseline) -> str:
@@ -144,8 +227,9 @@ def to_yaml(baseline: Baseline) -> str:
 
 def _cell_doc(cell: Cell) -> dict[str, Any]:
     doc = asdict(cell)
-    if cell.server_ttft_seconds is None:
-        del doc["server_ttft_seconds"]
+    for name in OPTIONAL_FIELDS:
+        if doc[name] is None:
+            del doc[name]
     return doc
 
 
@@ -194,7 +278,7 @@ def _cell(doc: Any, index: int) -> Cell:
     unknown = set(doc) - _CELL_FIELDS
     if unknown:
         raise ValueError(f"{where}: unknown key {sorted(unknown)[0]!r}")
-    missing = _CELL_FIELDS - set(doc) - {"server_ttft_seconds"}
+    missing = _CELL_FIELDS - set(doc) - set(OPTIONAL_FIELDS)
     if missing:
         raise ValueError(f"{where}: missing {sorted(missing)[0]!r}")
     values: dict[str, Any] = {}
@@ -207,7 +291,7 @@ def _cell(doc: Any, index: int) -> Cell:
         raise ValueError(f"{where}.concurrency: must be at least 1")
     for name in ("requests_per_second", "output_tokens_per_second"):
         values[name] = _number(doc[name], f"{where}.{name}")
-    for name in ("ttft_seconds", "itl_seconds", "e2e_seconds", "server_ttft_seconds"):
+    for name in ("ttft_seconds", "itl_seconds", "e2e_seconds", *OPTIONAL_FIELDS):
         if name in doc:
             values[name] = _quantiles(doc[name], f"{where}.{name}")
     return Cell(**values)

@@ -1,4 +1,4 @@
-"""The ``inferwatch`` command: serve, generate, baseline, diagnose.
+"""The ``inferwatch`` command: serve, generate, baseline, calibrate, diagnose.
 
 Bad input anywhere (flags, environment, config file) ends in one line on stderr and exit
 code 2, never a traceback.
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from inferwatch import __version__, diagnose, generate, serve, sweep
+from inferwatch import __version__, calibrate, diagnose, generate, serve, sweep
 from inferwatch.baseline import load as load_baseline
 from inferwatch.baseline import thresholds_from
 from inferwatch.heuristics import Spec, spec_from_config
@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_flag(g)
     _add_baseline_parser(commands)
+    _add_calibrate_parser(commands)
     _add_diagnose_parser(commands)
     return parser
 
@@ -172,13 +173,33 @@ def _add_baseline_parser(commands: argparse._SubParsersAction) -> None:
         option.add_to(b)
 
 
-def _config_from(args: argparse.Namespace) -> dict:
+def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
+    c = commands.add_parser(
+        "calibrate",
+        help="measure the server (a short baseline sweep), then write the config whose "
+        "thresholds come from it",
+        description="Writes --out (a config for serve, generate and diagnose: thresholds "
+        "from the measured percentiles, each commented with its source) and the baseline "
+        "file. Settings of --config are carried over. Exit status: 0; 1 when the sweep "
+        "cannot run; 2 for bad input.",
+    )
+    _add_config_flag(c)
+    for option in calibrate.OPTIONS:
+        option.add_to(c)
+
+
+def _config_path(args: argparse.Namespace) -> Path | None:
     path = args.config
     if path is None and os.environ.get("INFERWATCH_CONFIG"):
         try:
             path = existing_file(os.environ["INFERWATCH_CONFIG"])
         except ValueError as exc:
             raise ConfigError(f"INFERWATCH_CONFIG: {exc}") from None
+    return path
+
+
+def _config_from(args: argparse.Namespace) -> dict:
+    path = _config_path(args)
     config = load_config_file(path)
     check_keys(config, _config_keys(), str(path))
     spec_from_config(config)  # every subcommand refuses bad `thresholds:`/`alerting:` alike
@@ -189,8 +210,11 @@ def _spec(config: dict, baseline_file: Path | None) -> Spec:
     """The heuristics spec from the config file, latency thresholds from a baseline if given."""
     derived = {}
     if baseline_file is not None:
-        factor = spec_from_config(config).t("regression_factor")
-        derived = thresholds_from(load_baseline(baseline_file), factor)
+        spec = spec_from_config(config)
+        found = thresholds_from(
+            load_baseline(baseline_file), spec.t("regression_factor"), spec.window_seconds
+        )
+        derived = {name: d.value for name, d in found.items()}
     return spec_from_config(config, derived)
 
 
@@ -210,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _diagnose(args, config)
         elif args.command == "baseline":
             return sweep.main(vars(args), config)
+        elif args.command == "calibrate":
+            path = _config_path(args)
+            return calibrate.main(vars(args), config, str(path) if path else "--config")
     except ConfigError as exc:
         print(f"inferwatch: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

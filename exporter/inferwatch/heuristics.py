@@ -194,6 +194,10 @@ class Spec:
     runbook_url_base: str = "https://github.com/inferwatch/inferwatch/blob/main/alerts/runbooks/"
 
     @property
+    def window_seconds(self) -> float:
+        return seconds(self.timing.window)
+
+    @property
     def w(self) -> str:
         """The rate window as it appears in recording-rule names: ``rate5m``."""
         return f"rate{self.timing.window}"

@@ -31,11 +31,13 @@ that hits its token target. ``--prompts FILE.jsonl`` sends real prompts instead 
 ``prompt_tokens`` 0 then marks "not controlled"). ``ignore_eos`` and ``min_tokens`` ask for
 exactly ``--output-tokens`` tokens; a server that rejects them is asked without.
 
-**Server-side TTFT** for the same window: the TTFT histogram of ``--metrics-url`` (the
-server's own ``/metrics``, or inferwatch's) is scraped before and after each cell; after a
-cell it is re-read for up to :data:`SETTLE_SECONDS` until it has counted every request
-that streamed a token (a sidecar's page lags by one poll). The window's p50/p95/p99 follow
-PromQL's ``histogram_quantile``; ``gap`` = client TTFT p50 - server TTFT p50 is what the
+**Server-side TTFT and ITL** for the same window: the TTFT and inter-token latency
+histograms of ``--metrics-url`` (the server's own ``/metrics``, or inferwatch's) are scraped
+before and after each cell; after a cell they are re-read for up to :data:`SETTLE_SECONDS`
+until the TTFT histogram has counted every request that streamed a token (a sidecar's page
+lags by one poll). The window's p50/p95/p99 follow PromQL's ``histogram_quantile``, exactly
+as the alert rules read the same histograms (``inferwatch calibrate`` derives the rules'
+thresholds from them); ``gap`` = client TTFT p50 - server TTFT p50 is what the
 server's histogram does not see: network, HTTP, tokenization, detokenization, SSE. Other
 traffic to the server during the sweep lands in the windows too.
 
@@ -143,7 +145,7 @@ def _name(text: str) -> str:
     return text
 
 
-def _new_file(text: str) -> Path:
+def new_file(text: str) -> Path:
     path = Path(text)
     if not path.parent.is_dir():
         raise ValueError(f"{text}: directory {path.parent} does not exist")
@@ -155,7 +157,7 @@ def _new_file(text: str) -> Path:
 OPTIONS = (
     Option("--url", http_url, None, "OpenAI-compatible server base URL (required)", metavar="URL"),
     Option("--model", _name, None, "model name to request (required)", metavar="NAME"),
-    Option("--out", _new_file, None, "baseline file to write (required)", metavar="FILE"),
+    Option("--out", new_file, None, "baseline file to write (required)", metavar="FILE"),
     Option("--api", str, "completions", "completions or chat", choices=("completions", "chat")),
     Option("--concurrency", _int_list(1), "1,4,16", "concurrency levels", metavar="N,N"),
     Option(
@@ -552,27 +554,32 @@ class Client:
         )
 
 
-# --- the server's TTFT histogram -----------------------------------------------------------
+# --- the server's latency histograms ------------------------------------------------------
 
-# inferwatch's own page (``--metrics-url`` at the sidecar) holds the TTFT histogram already
-# mapped onto the contract; this one-feed backend reads it like any server's page.
+TTFT = "time_to_first_token_seconds"
+ITL = "inter_token_latency_seconds"
+SERVER_HISTOGRAMS = (TTFT, ITL)
+
+# inferwatch's own page (``--metrics-url`` at the sidecar) holds the histograms already
+# mapped onto the contract; this backend reads it like any server's page.
 INFERWATCH_PAGE = Backend(
     name="inferwatch",
     signature=("inferwatch_",),
     labels={"model": "model", "engine": "engine"},
-    feeds=(feed("time_to_first_token_seconds", "inferwatch_time_to_first_token_seconds"),),
+    feeds=tuple(feed(name, f"inferwatch_{name}") for name in SERVER_HISTOGRAMS),
 )
-TTFT = "time_to_first_token_seconds"
+
+Histograms = dict[str, Histogram]  # histogram name -> the model's histogram
 
 
-class ServerTtft:
-    """The server's TTFT histogram for ``model``, read from a metrics page.
+class ServerHistograms:
+    """The server's TTFT and inter-token latency histograms for ``model``, from a metrics page.
 
     The page is recognised once (a server's own page via :func:`inferwatch.backends.detect`,
     or inferwatch's); ``backend`` and ``version`` name the server for the file's metadata.
     A page of no use at the start (unreadable, unknown, no TTFT histogram for the model)
     leaves the server side out of the whole sweep, ``problem`` saying why; a failed read
-    later leaves out only its cell.
+    later leaves out only its cell. A server without an ITL histogram gives TTFT alone.
     """
 
     def __init__(self, metrics_url: str, root: str, model: str, note: Callable[[str], None]):
@@ -590,8 +597,8 @@ class ServerTtft:
         await self._page.close()
         await self._root.close()
 
-    async def start(self) -> Histogram | None:
-        """Recognise the page and name the server; the histogram now."""
+    async def start(self) -> Histograms | None:
+        """Recognise the page and name the server; the histograms now."""
         try:
             text = await self._page.get_exposition("/metrics")
             if INFERWATCH_PAGE.recognises(text):
@@ -604,54 +611,68 @@ class ServerTtft:
                     self.version = await self._root.get_json_field(
                         self._backend.version_path, self._backend.version_field
                     )
-            now = self._histogram(text)
+            now = self._histograms(text)
         except (UpstreamError, ValueError) as exc:
             self.problem = f"no server-side TTFT: {self._url}: {exc}"
             now = None
-        if now is None and not self.problem:
+        if not now and not self.problem:
             self.problem = f"no server-side TTFT: no TTFT histogram of {self._model} on {self._url}"
         if self.problem:
             self._backend = None
+            return None
         return now
 
     def _sidecar_info(self, text: str) -> tuple[str, str]:
         """(backend, version) from inferwatch's ``inferwatch_backend_info``."""
         name = "inferwatch_backend_info"
-        infos = [dict(parse_labels(labels)) for labels, _ in scan(text, {name}).get(name, [])]
+        infos = [
+            dict(parse_labels(labels)) for labels, _ in scan(text, {name}).samples.get(name, [])
+        ]
         ours = [i for i in infos if i.get("model") == self._model] or infos or [{}]
         return ours[0].get("backend", "unknown"), ours[0].get("version", "")
 
-    def _histogram(self, text: str) -> Histogram | None:
-        """The model's histogram on the page, summed over engines (a page without model
-        labels: all of it). Raises ValueError for a page to reject."""
+    def _histograms(self, text: str) -> Histograms:
+        """The model's histograms on the page, each summed over engines (a page without
+        model labels: all of it); empty without a TTFT histogram. Raises ValueError for a
+        page to reject."""
         assert self._backend is not None
-        series = self._backend.normalize(text).histograms.get(TTFT) or {}
-        mine = [h for labels, h in series.items() if dict(labels).get("model") == self._model]
-        chosen = mine or list(series.values())
-        return functools.reduce(Histogram.merged, chosen) if chosen else None
+        out = {}
+        histograms = self._backend.normalize(text).histograms
+        for name in SERVER_HISTOGRAMS:
+            series = histograms.get(name) or {}
+            mine = [h for labels, h in series.items() if dict(labels).get("model") == self._model]
+            chosen = mine or list(series.values())
+            if chosen:
+                out[name] = functools.reduce(Histogram.merged, chosen)
+        return out if TTFT in out else {}
 
-    async def read(self) -> Histogram | None:
-        """The histogram now; None when the server side is out or this read failed."""
+    async def read(self) -> Histograms | None:
+        """The histograms now; None when the server side is out or this read failed."""
         if self._backend is None:
             return None
         try:
-            return self._histogram(await self._page.get_exposition("/metrics"))
+            return self._histograms(await self._page.get_exposition("/metrics")) or None
         except (UpstreamError, ValueError) as exc:
-            self._note(f"server-side TTFT left out of a cell: {self._url}: {exc}")
+            self._note(f"server-side latency left out of a cell: {self._url}: {exc}")
             return None
 
     async def window(
-        self, before: Histogram | None, streamed: int
-    ) -> tuple[Histogram | None, Histogram | None]:
-        """(the histogram now, its increase since ``before``), once it has counted the
-        ``streamed`` requests of the window or :data:`SETTLE_SECONDS` have passed."""
+        self, before: Histograms | None, streamed: int
+    ) -> tuple[Histograms | None, Histograms]:
+        """(the histograms now, their increase since ``before``), once the TTFT histogram
+        has counted the ``streamed`` requests of the window or :data:`SETTLE_SECONDS` have
+        passed; the increase is empty when either read is missing."""
         deadline = time.monotonic() + SETTLE_SECONDS
         while True:
             after = await self.read()
             if after is None or before is None:
-                return after, None
-            window = increase(before, after)
-            if window.count >= streamed or time.monotonic() >= deadline:
+                return after, {}
+            window = {
+                name: increase(before[name], after[name])
+                for name in SERVER_HISTOGRAMS
+                if name in before and name in after
+            }
+            if window[TTFT].count >= streamed or time.monotonic() >= deadline:
                 return after, window
             await asyncio.sleep(0.1)
 
@@ -672,7 +693,7 @@ class CellResult:
     output_tokens: int
     samples: tuple[Sample, ...]
     seconds: float
-    server_window: Histogram | None = None
+    server_windows: Mapping[str, Histogram] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -686,11 +707,18 @@ class CellResult:
     def errors(self) -> list[Sample]:
         return [s for s in self.samples if not s.ok]
 
-    def server_ttft(self) -> Quantiles | None:
-        """p50/p95/p99 of the server's TTFT histogram over the cell (``histogram_quantile``)."""
-        if self.server_window is None:
+    @property
+    def server_window(self) -> Histogram | None:
+        """The server's TTFT histogram over the cell."""
+        return self.server_windows.get(TTFT)
+
+    def server_quantiles(self, name: str = TTFT) -> Quantiles | None:
+        """p50/p95/p99 of one of the server's histograms over the cell, as PromQL's
+        ``histogram_quantile`` reads it; None without it or without observations."""
+        window = self.server_windows.get(name)
+        if window is None:
             return None
-        values = [histogram_quantile(q, self.server_window.buckets) for q in (0.5, 0.95, 0.99)]
+        values = [histogram_quantile(q, window.buckets) for q in (0.5, 0.95, 0.99)]
         if any(math.isnan(v) for v in values):
             return None
         return Quantiles(*(round(v, 6) for v in values))
@@ -711,7 +739,8 @@ class CellResult:
             e2e_seconds=_quantiles([s.e2e for s in ok]),
             requests_per_second=round(len(ok) / self.seconds, 3),
             output_tokens_per_second=round(sum(s.output_tokens for s in ok) / self.seconds, 3),
-            server_ttft_seconds=self.server_ttft(),
+            server_ttft_seconds=self.server_quantiles(TTFT),
+            server_itl_seconds=self.server_quantiles(ITL),
         )
 
     def mean_prompt_tokens(self) -> float | None:
@@ -846,7 +875,7 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
         connections=max(plan.concurrency),
         api_key=plan.api_key,
     )
-    server = ServerTtft(plan.metrics_url, plan.root, plan.model, progress.note)
+    server = ServerHistograms(plan.metrics_url, plan.root, plan.model, progress.note)
     try:
         before = await server.start()
         prompts = Prompts(plan.api, plan.seed, file=plan.file_prompts)
@@ -1043,7 +1072,51 @@ def table(results: Sequence[CellResult], marks: Mapping[tuple[int, int, int], st
     return "\n".join(lines)
 
 
-def _write(path: Path, text: str) -> None:
+class SweepFailed(Exception):
+    """The sweep ended without a baseline; ``code`` is the exit status (already reported)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def plan_from(values: Mapping[str, Any]) -> Plan:
+    """The plan from resolved option values; ConfigError when a required one is missing."""
+    for option in OPTIONS:
+        if option.key in REQUIRED and option.key in values and values[option.key] is None:
+            raise ConfigError(f"{option.flag} is required (or {option.env})")
+    return Plan.from_values(values)
+
+
+def measure(
+    plan: Plan, previous: Baseline | None = None, factor: float = 1.5
+) -> tuple[Sweep, dict[tuple[int, int, int], str]]:
+    """Run the sweep with progress on stderr and print its table; (the sweep, what
+    regressed against ``previous`` per cell). SweepFailed when it cannot run or no cell got
+    an answer."""
+    progress = Progress(sys.stderr, plan)
+    try:
+        sweep = asyncio.run(run(plan, progress))
+    except SweepError as exc:
+        progress.close()
+        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        raise SweepFailed(EXIT_FAILED) from None
+    except KeyboardInterrupt:
+        progress.close()
+        print("inferwatch: interrupted; nothing written", file=sys.stderr)
+        raise SweepFailed(130) from None
+    progress.close()
+    marks = regressions(sweep.results, previous, factor) if previous else None
+    print(table(sweep.results, marks))
+    print(LEGEND)
+    if not sweep.baseline().cells:
+        first = next(s.error for r in sweep.results for s in r.errors)
+        print(f"inferwatch: error: every request failed (first: {first})", file=sys.stderr)
+        raise SweepFailed(EXIT_FAILED)
+    return sweep, marks or {}
+
+
+def write_file(path: Path, text: str) -> None:
     """Replace ``path`` only once the whole file is written."""
     partial = path.with_name(f".{path.name}.partial")
     partial.write_text(text)
@@ -1053,35 +1126,16 @@ def _write(path: Path, text: str) -> None:
 def main(flags: Mapping[str, Any], config: Mapping[str, Any]) -> int:
     """``inferwatch baseline``; returns the exit status (ConfigError for bad input)."""
     values = resolve(OPTIONS, flags, {})
-    for option in OPTIONS:
-        if option.key in REQUIRED and values[option.key] is None:
-            raise ConfigError(f"{option.flag} is required (or {option.env})")
-    plan = Plan.from_values(values)
+    plan = plan_from(values)
     previous = load_baseline(values["previous"]) if values["previous"] else None
     factor = values["regression_factor"] or spec_from_config(config).t("regression_factor")
-    progress = Progress(sys.stderr, plan)
     try:
-        sweep = asyncio.run(run(plan, progress))
-    except SweepError as exc:
-        progress.close()
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        progress.close()
-        print("inferwatch: interrupted; nothing written", file=sys.stderr)
-        return 130
-    progress.close()
-    baseline = sweep.baseline()
-    marks = regressions(sweep.results, previous, factor) if previous else None
-    print(table(sweep.results, marks))
-    print(LEGEND)
-    if not baseline.cells:
-        first = next(s.error for r in sweep.results for s in r.errors)
-        print(f"inferwatch: error: every request failed (first: {first})", file=sys.stderr)
-        return EXIT_FAILED
-    _write(values["out"], to_yaml(baseline))
+        sweep, marks = measure(plan, previous, factor)
+    except SweepFailed as failed:
+        return failed.code
+    write_file(values["out"], to_yaml(sweep.baseline()))
     print(f"inferwatch: wrote {values['out']}", file=sys.stderr)
-    regressed = [key for key, mark in (marks or {}).items() if mark]
+    regressed = [key for key, mark in marks.items() if mark]
     if regressed:
         print(
             f"inferwatch: {len(regressed)} of {len(sweep.results)} cells regressed against "

@@ -1,0 +1,153 @@
+"""``inferwatch calibrate``: measure the service, then write the config that judges it.
+
+Baseline first: a short load sweep (``inferwatch baseline``, see ``sweep.py``) against the
+server, and from what it measured a complete, commented inferwatch config (see
+:func:`inferwatch.baseline.thresholds_from`):
+
+- latency thresholds: ``regression_factor`` x the TTFT p95, ITL p95 and ITL p99 at the
+  highest measured concurrency, from the server's own histograms (what the rules evaluate);
+- the minimum traffic under which latency quantiles are not judged, from the rate window and
+  the throughput measured at the lowest concurrency;
+- ``baseline:`` the baseline file it wrote, for ``serve`` (``inferwatch_baseline_*``).
+
+The other thresholds are ratios of the server to itself (queue share, KV use...) and keep
+their defaults; keys of ``--config`` (timing, exporter settings, thresholds set there) are
+carried over, and a threshold set there wins over the measured one. Each threshold's comment
+says where its number came from. ``inferwatch generate --config FILE`` then writes the rules
+for this service. Sample of the file::
+
+    # measured: 1.5 x 0.0523 s, the server's TTFT p95 at concurrency 4 (prompt 256, output 64)
+    ttft_p95_seconds: 0.07845
+
+Exit status: 0; 1 when the sweep cannot run; 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferwatch import __version__, sweep
+from inferwatch.baseline import Baseline, Derived, thresholds_from, to_yaml
+from inferwatch.heuristics import THRESHOLDS, spec_from_config
+from inferwatch.settings import ConfigError, Option, resolve
+
+# The sweep's options less those of the baseline file, with defaults for a short run: the
+# user names the concurrency and lengths of the traffic the service is for.
+_SHORT = {"--concurrency": "1,4", "--output-tokens": "64"}
+SHORT_PROMPT_TOKENS = (256,)  # unless --prompts or --prompt-tokens say otherwise
+_LEFT_OUT = ("--out", "--previous", "--regression-factor")
+OPTIONS = (
+    Option("--out", sweep.new_file, None, "config file to write (required)", metavar="FILE"),
+    Option(
+        "--baseline-out",
+        sweep.new_file,
+        None,
+        "baseline file to write (default: baseline.yaml beside --out)",
+        metavar="FILE",
+    ),
+    *(
+        dataclasses.replace(
+            o,
+            default=_SHORT.get(o.flag, o.default),
+            help=o.help.replace(sweep.DEFAULT_PROMPT_TOKENS, str(SHORT_PROMPT_TOKENS[0])),
+        )
+        for o in sweep.OPTIONS
+        if o.flag not in _LEFT_OUT
+    ),
+)
+
+CONFIG_HEADER = """\
+# inferwatch config written by `inferwatch calibrate` (inferwatch {version}) on {date}.
+# Measured: {backend} {server_version} serving {model!r} at {url} (gpu: {gpu}), {cells} cells:
+# concurrency {concurrency} x prompt tokens {prompts} x output tokens {outputs}; the
+# sweep is in {baseline}.
+# Each threshold says where its number comes from: measured (that sweep), set (in {given}),
+# or default. Run calibrate again after a change of model, hardware, server version or
+# traffic; `inferwatch generate --config` of this file writes the rules for this service.
+"""
+
+
+def _comment(text: str) -> str:
+    return textwrap.fill(text, 96, initial_indent="  # ", subsequent_indent="  # ")
+
+
+def config_text(
+    baseline: Baseline,
+    baseline_path: Path,
+    derived: Mapping[str, Derived],
+    given: Mapping[str, Any],
+    given_name: str,
+) -> str:
+    """The config file: header, ``baseline:``, the carried-over settings, every threshold."""
+    cells = baseline.cells
+    meta = baseline.metadata
+    text = CONFIG_HEADER.format(
+        version=__version__,
+        date=meta.get("date", "?"),
+        backend=meta.get("backend", "unknown"),
+        server_version=meta.get("version") or "",
+        model=meta.get("model", "?"),
+        url=meta.get("url", "?"),
+        gpu=meta.get("gpu", "unknown"),
+        cells=len(cells),
+        concurrency=",".join(str(c) for c in sorted({c.concurrency for c in cells})),
+        prompts=",".join(str(c or "file") for c in sorted({c.prompt_tokens for c in cells})),
+        outputs=",".join(str(c) for c in sorted({c.output_tokens for c in cells})),
+        baseline=baseline_path,
+        given=given_name,
+    )
+    text += "\n# serve: expose the comparable cell of the sweep as inferwatch_baseline_* gauges.\n"
+    text += yaml.safe_dump({"baseline": str(baseline_path)})
+    carried = {k: v for k, v in given.items() if k not in ("baseline", "thresholds", "alerting")}
+    if carried:
+        text += f"\n# carried over from {given_name}\n" + yaml.safe_dump(carried, sort_keys=False)
+    set_here = given.get("thresholds") or {}
+    text += "\nthresholds:\n"
+    for name, threshold in THRESHOLDS.items():
+        if name in set_here:
+            value, why = float(set_here[name]), f"set in {given_name}"
+        elif name in derived:
+            value, why = derived[name].value, f"measured: {derived[name].source}"
+        else:
+            value, why = threshold.default, f"default: {threshold.why}"
+        text += f"{_comment(why)}\n  {name}: {value:g}\n"
+    if given.get("alerting"):
+        text += f"\n# carried over from {given_name}\n"
+        text += yaml.safe_dump({"alerting": given["alerting"]}, sort_keys=False)
+    return text
+
+
+def main(flags: Mapping[str, Any], config: Mapping[str, Any], config_name: str) -> int:
+    """``inferwatch calibrate``; returns the exit status (ConfigError for bad input)."""
+    values = resolve(OPTIONS, flags, {})
+    if values["out"] is None:
+        raise ConfigError("--out is required (or INFERWATCH_OUT)")
+    out: Path = values["out"]
+    baseline_path: Path = values["baseline_out"] or out.with_name("baseline.yaml")
+    if baseline_path.resolve() == out.resolve():
+        raise ConfigError("--baseline-out and --out name the same file")
+    spec = spec_from_config(config)
+    if values["prompts"] is None and values["prompt_tokens"] is None:
+        values["prompt_tokens"] = SHORT_PROMPT_TOKENS
+    plan = sweep.plan_from({**values, "out": baseline_path, "previous": None})
+    try:
+        measured, _ = sweep.measure(plan)
+    except sweep.SweepFailed as failed:
+        return failed.code
+    baseline = measured.baseline()
+    derived = thresholds_from(baseline, spec.t("regression_factor"), spec.window_seconds)
+    text = config_text(baseline, baseline_path, derived, config, config_name)
+    spec_from_config(yaml.safe_load(text))  # what was written reads back under the same rules
+    sweep.write_file(baseline_path, to_yaml(baseline))
+    sweep.write_file(out, text)
+    for name, found in derived.items():
+        print(f"inferwatch: {name} {found.value:g} ({found.source})", file=sys.stderr)
+    print(f"inferwatch: wrote {out} and {baseline_path}", file=sys.stderr)
+    return 0

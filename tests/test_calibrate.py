@@ -1,0 +1,153 @@
+"""``inferwatch calibrate``'s config: thresholds from a stored real sweep, proven with promtool.
+
+The sweep in ``fixtures/baseline-vllm-0.32.0-cpu-tiny.yaml`` was measured against the real
+vLLM here. The config written from it is turned into rules by ``inferwatch generate
+--config`` (the CLI, as a user runs it); promtool then evaluates those rules on a replica
+whose TTFT (then ITL) p95, as ``histogram_quantile`` reads it from vLLM's own buckets, is
+2x the measured one (the alert must fire) or 1.2x (it must stay silent).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from inferwatch.baseline import load, thresholds_from
+from inferwatch.calibrate import config_text
+from inferwatch.heuristics import THRESHOLDS, spec_from_config
+from inferwatch.quantile import histogram_quantile
+from inferwatch.settings import load_config_file
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SWEEP = FIXTURES / "baseline-vllm-0.32.0-cpu-tiny.yaml"
+ALERTS_TESTS = Path(__file__).parents[1] / "alerts" / "tests"
+
+
+@pytest.fixture(scope="module")
+def scenarios():
+    sys.path.insert(0, str(ALERTS_TESTS))
+    try:
+        import scenarios  # the promtool scenarios' series builder
+    finally:
+        sys.path.remove(str(ALERTS_TESTS))
+    return scenarios
+
+
+def calibrated(path: Path, given: dict | None = None) -> Path:
+    baseline = load(SWEEP)
+    spec = spec_from_config(given or {})
+    derived = thresholds_from(baseline, spec.t("regression_factor"), spec.window_seconds)
+    path.write_text(config_text(baseline, SWEEP, derived, given or {}, "base.yaml"))
+    return path
+
+
+def test_the_config_says_where_each_threshold_comes_from(tmp_path: Path) -> None:
+    given = {
+        "poll_interval": 0.25,
+        "thresholds": {"error_ratio": 0.01},
+        "alerting": {"rate_window": "1m"},
+    }
+    text = calibrated(tmp_path / "inferwatch.yaml", given).read_text()
+    config = load_config_file(tmp_path / "inferwatch.yaml")
+    assert set(config["thresholds"]) == set(THRESHOLDS)
+    assert config["baseline"] == str(SWEEP)
+    assert config["poll_interval"] == 0.25
+    assert config["alerting"] == {"rate_window": "1m"}
+    assert config["thresholds"]["error_ratio"] == 0.01
+    # 1.5 x the server's TTFT p95 at the highest concurrency (2) of the stored sweep
+    busiest = load(SWEEP).busiest()[0]
+    assert config["thresholds"]["ttft_p95_seconds"] == pytest.approx(
+        1.5 * busiest.server_ttft_seconds.p95, rel=1e-3
+    )
+    lines = text.splitlines()
+    comment = lines[
+        lines.index(f"  ttft_p95_seconds: {config['thresholds']['ttft_p95_seconds']:g}") - 1
+    ]
+    assert comment.startswith("  # measured: 1.5 x ")
+    assert "the server's TTFT p95 at concurrency 2 (prompt 36, output 16)" in comment
+    assert "  # set in base.yaml" in lines
+    assert "  # measured: 15 requests per 60 s rate window" in lines
+    assert any(line.startswith("  # default: ") for line in lines)
+
+
+def p95_at(value: float, bounds: tuple[float, ...]):
+    """Bucket shares whose p95, interpolated as histogram_quantile does, is ``value``."""
+    upper = next(b for b in bounds if b >= value)
+    lower = max((b for b in bounds if b < upper), default=0.0)
+    f = (value - lower) / (upper - lower)
+    shares = {lower: (0.95 - f) / (1 - f), upper: 1 - (0.95 - f) / (1 - f)}
+    if f > 0.95:  # all below the bound, a little above it
+        shares = {upper: 0.95 / f, bounds[bounds.index(upper) + 1]: 1 - 0.95 / f}
+    shares = {b: s for b, s in shares.items() if b > 0 and s > 0}
+    cumulative = [(b, sum(s for ub, s in shares.items() if ub <= b)) for b in bounds]
+    assert histogram_quantile(0.95, [*cumulative, ("+Inf", 1.0)]) == pytest.approx(value)
+    return shares
+
+
+@pytest.mark.parametrize("factor", [2.0, 1.2])
+def test_calibrated_rules_fire_on_a_2x_regression_and_not_at_1_2x(
+    tmp_path: Path, scenarios, factor: float
+) -> None:
+    config = calibrated(tmp_path / "inferwatch.yaml")
+    done = subprocess.run(
+        [sys.executable, "-m", "inferwatch", "generate", "--out", str(tmp_path), "--config", str(config)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    busiest = load(SWEEP).busiest()[0]
+    ttft, itl = busiest.server_ttft_seconds.p95, busiest.server_itl_seconds.p95
+    healthy = {
+        "requests_per_s": 4.0,
+        "generation_tokens_per_request": 16,
+        "decode_floor": None,
+        "gpu_busy": None,
+        "queue": scenarios.Dist({0.3: 1.0}, ttft / 20),
+    }
+    slow_prefill = scenarios.Replica(
+        "10.0.0.1:9477",
+        ttft=scenarios.Dist(p95_at(factor * ttft, scenarios.TTFT_LE), factor * ttft),
+        itl=scenarios.Dist(p95_at(itl, scenarios.ITL_LE), itl),
+        **healthy,
+    )
+    slow_decode = scenarios.Replica(
+        "10.0.0.2:9477",
+        ttft=scenarios.Dist(p95_at(ttft, scenarios.TTFT_LE), ttft),
+        itl=scenarios.Dist(p95_at(factor * itl, scenarios.ITL_LE), factor * itl),
+        **healthy,
+    )
+    expect = {
+        "InferencePrefillBottleneck": ("10.0.0.1:9477",),
+        "InferenceDecodeBottleneck": ("10.0.0.2:9477",),
+    }
+    tests = {
+        "rule_files": [str(tmp_path / "alerts" / "inferwatch-rules.yaml")],
+        "evaluation_interval": "30s",
+        "tests": [
+            {
+                "interval": f"{scenarios.STEP}s",
+                "input_series": scenarios.input_series(slow_prefill)
+                + scenarios.input_series(slow_decode),
+                "promql_expr_test": [
+                    {
+                        "expr": f'count by (instance) (ALERTS{{alertname="{alert}", alertstate="firing"}})',
+                        "eval_time": scenarios.EVAL,
+                        "exp_samples": [
+                            {"labels": f'{{instance="{instance}"}}', "value": 1}
+                            for instance in instances
+                        ]
+                        if factor >= 2
+                        else [],
+                    }
+                    for alert, instances in expect.items()
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "regression.yaml"
+    path.write_text(yaml.safe_dump(tests))
+    out = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
