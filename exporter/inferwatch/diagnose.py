@@ -11,7 +11,10 @@ Two sources:
 
 - ``--prometheus URL``: a Prometheus that scrapes inferwatch and runs its recording rules.
   Each alert's expression from the heuristics spec is evaluated as it stands (an alert whose
-  condition holds now is reported even before its ``for`` has elapsed).
+  condition holds now is reported even before its ``for`` has elapsed), and every inferwatch
+  alert Prometheus holds as firing (its ``ALERTS`` series) is reported too, with the
+  evidence at this instant, even when its condition has just stopped holding: on-call never
+  reads "nothing holds" next to a page.
 - ``--exporter URL``: one inferwatch, scraped twice ``--interval`` seconds apart; every
   signal is computed from the two pages (the window is the interval) and the same
   conditions are checked.
@@ -82,10 +85,19 @@ class Finding:
     labels: Mapping[str, str]
     evidence: list[tuple[Cond, float | None]] = field(default_factory=list)
     explained_by: str | None = None  # the finding that inhibits it in Alertmanager
+    holds: bool = True  # its condition holds now
+    firing: bool = False  # Prometheus holds it as firing (``--prometheus`` only)
 
     @property
-    def rank(self) -> tuple[int, bool, str]:
-        return SEVERITY_ORDER.index(self.alert.severity), bool(self.explained_by), self.alert.name
+    def rank(self) -> tuple[int, bool, bool, str]:
+        """Severity, then causes before what they explain, then a regression against the
+        baseline (what got worse) after the causes (why), then the name."""
+        return (
+            SEVERITY_ORDER.index(self.alert.severity),
+            bool(self.explained_by),
+            self.alert.layer == "baseline",
+            self.alert.name,
+        )
 
 
 @dataclass
@@ -177,6 +189,8 @@ def render(report: Report) -> str:
         )
         evidence = "; ".join(_evidence_text(alert, c, v, report.spec) for c, v in finding.evidence)
         lines.append(f"         {evidence}")
+        if finding.firing and not finding.holds:
+            lines.append("         firing in Prometheus; its condition no longer holds now")
         if finding.explained_by:
             lines.append(
                 f"         explained by {finding.explained_by} (inhibited in Alertmanager)"
@@ -201,6 +215,14 @@ async def _query(upstream: Upstream, expr: str) -> list[tuple[dict[str, str], fl
     if doc.get("status") != "success":
         raise SourceError(f"query failed: {doc.get('error', 'unknown error')}")
     return [(r["metric"], float(r["value"][1])) for r in doc["data"]["result"]]
+
+
+# Labels Prometheus adds to an alert's ``ALERTS`` series (the rule's own labels included).
+_ALERT_LABELS = ("alertname", "alertstate", "severity", "phase", "layer")
+
+
+def _own(labels: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k != "__name__"}
 
 
 def _covers(series: Mapping[str, str], labels: Mapping[str, str]) -> bool:
@@ -232,18 +254,29 @@ async def from_prometheus(url: str, spec: Spec, timeout: float = 10.0) -> Report
                 signal_values[name] = await _query(upstream, SIGNALS[name].promql % values)
             return signal_values[name]
 
+        async def finding(alert: Alert, labels: Mapping[str, str], holds: bool) -> Finding:
+            found = Finding(alert, labels, holds=holds)
+            for cond in alert.conditions():
+                matches = [v for series, v in await signal(cond.signal) if _covers(series, labels)]
+                found.evidence.append((cond, matches[0] if matches else None))
+            return found
+
         findings = []
         for alert in ALERTS.values():
             for labels, _ in await _query(upstream, alert.promql(values)):
-                finding = Finding(alert, {k: v for k, v in labels.items() if k != "__name__"})
-                for cond in alert.conditions():
-                    matches = [
-                        v
-                        for series, v in await signal(cond.signal)
-                        if _covers(series, finding.labels)
-                    ]
-                    finding.evidence.append((cond, matches[0] if matches else None))
-                findings.append(finding)
+                findings.append(await finding(alert, _own(labels), holds=True))
+        names = "|".join(ALERTS)
+        firing = f'ALERTS{{alertstate="firing", alertname=~"{names}"}}'
+        for labels, _ in await _query(upstream, firing):
+            alert = ALERTS[labels["alertname"]]
+            own = {k: v for k, v in _own(labels).items() if k not in _ALERT_LABELS}
+            same = [f for f in findings if f.alert is alert and _covers(f.labels, own)]
+            for found in same:
+                found.firing = True
+            if not same:
+                late = await finding(alert, own, holds=False)
+                late.firing = True
+                findings.append(late)
         phase = {}
         for name in ("ttft_p95", "itl_p95"):
             known = [v for _, v in await signal(name) if not math.isnan(v)]
@@ -412,6 +445,8 @@ def report_json(report: Report) -> dict[str, Any]:
                 "evidence": {c.signal: v for c, v in f.evidence},
                 "runbook": f"{RUNBOOKS}{f.alert.name}.md",
                 "explained_by": f.explained_by,
+                "holds": f.holds,
+                "firing": f.firing,
             }
             for f in report.findings
         ],
