@@ -146,6 +146,8 @@ def test_thresholds_and_timing_come_from_the_config() -> None:
     [
         ({"thresholds": {"ttft_p95": 1}}, "unknown key 'ttft_p95'"),
         ({"thresholds": {"ttft_p95_seconds": "fast"}}, "is not a non-negative number"),
+        ({"thresholds": {"ttft_p95_seconds": float("nan")}}, "is not a non-negative number"),
+        ({"thresholds": {"error_ratio": float("inf")}}, "is not a non-negative number"),
         ({"alerting": {"rate_window": "5 minutes"}}, "is not a duration"),
         ({"alerting": {"for": {"InferenceFoo": "1m"}}}, "unknown key 'InferenceFoo'"),
         ({"alerting": {"windw": "1m"}}, "unknown key 'windw'"),

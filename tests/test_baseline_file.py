@@ -173,6 +173,13 @@ def test_generate_derives_latency_thresholds_from_a_baseline(tmp_path: Path) -> 
     assert "<= 0.09" in rules  # ITL: 1.5 x 0.06 s
 
 
+def test_a_baseline_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.yaml"
+    path.write_bytes(b"inferwatch_baseline: 1\nmetadata: {model: \xff}\n")
+    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 41\)"):
+        load(path)
+
+
 def test_serve_with_a_bad_baseline_exits_with_one_line(tmp_path: Path) -> None:
     path = tmp_path / "baseline.yaml"
     path.write_text("inferwatch_baseline: 2\n")

@@ -236,9 +236,11 @@ def _cell_doc(cell: Cell) -> dict[str, Any]:
 def load(path: Path) -> Baseline:
     """Read and validate a baseline file; ConfigError names the file and what is wrong."""
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"baseline {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"baseline {path}: not UTF-8 text (byte {exc.start})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"baseline {path}: not YAML ({getattr(exc, 'problem', exc)})") from None
     try:

@@ -15,6 +15,7 @@ file (``thresholds:`` and ``alerting:`` sections, parsed strictly).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -232,7 +233,12 @@ def spec_from_config(
         raise ConfigError("thresholds: expected a mapping of threshold names to numbers")
     check_keys(given, THRESHOLDS, "thresholds")
     for name, value in given.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
             raise ConfigError(f"thresholds.{name}: {value!r} is not a non-negative number")
         thresholds[name] = float(value)
     alerting = config.get("alerting") or {}
@@ -369,9 +375,11 @@ def recording_rules(spec: Spec) -> list[Record]:
         )
     # Local signals: per instance only.
     out += [
+        # Judged per engine (a data-parallel pod's hung engine is not averaged away); the
+        # instance's share is its worst engine's.
         Record(
             f"instance:inferwatch_queued_while_idle_seconds:{w}",
-            f"sum without (engine) (rate(inferwatch_queued_while_idle_seconds_total[{window}]))",
+            f"max without (engine) (rate(inferwatch_queued_while_idle_seconds_total[{window}]))",
         ),
         Record(
             f"instance:inferwatch_frontend_cpu_seconds:{w}",
