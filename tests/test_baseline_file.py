@@ -80,6 +80,17 @@ def test_series_for_the_current_load() -> None:
     assert len(out["baseline_request_duration_seconds"]) == 3
 
 
+def test_series_compare_with_the_servers_histograms_where_the_sweep_read_them() -> None:
+    doc = copy.deepcopy(DOC)
+    doc["cells"][3]["server_ttft_seconds"] = {"p50": 0.03, "p95": 0.06, "p99": 0.07}
+    sample = VLLM.normalize('vllm:num_requests_running{engine="0",model_name="tiny"} 3\n')
+    out = series(parse(doc), sample)
+    p95 = {labels: v for labels, v in out["baseline_time_to_first_token_seconds"].items()}
+    assert [v for labels, v in p95.items() if ("percentile", "95") in labels] == [0.06]
+    itl = out["baseline_inter_token_latency_seconds"]  # no server ITL: the client's
+    assert [v for labels, v in itl.items() if ("percentile", "95") in labels] == [0.02]
+
+
 def test_thresholds_from_the_busiest_cells() -> None:
     found = thresholds_from(parse(DOC), 1.5, window_seconds=300)
     assert {name: d.value for name, d in found.items()} == {

@@ -75,6 +75,19 @@ class Cell:
     def key(self) -> tuple[int, int, int]:
         return (self.concurrency, self.prompt_tokens, self.output_tokens)
 
+    def ttft(self) -> tuple[Quantiles, str]:
+        """TTFT as the rules see it: the server's histogram where the sweep read it, else
+        the client's timing; and which side it is."""
+        if self.server_ttft_seconds is not None:
+            return self.server_ttft_seconds, "server"
+        return self.ttft_seconds, "client"
+
+    def itl(self) -> tuple[Quantiles, str]:
+        """Inter-token latency as the rules see it (see :meth:`ttft`)."""
+        if self.server_itl_seconds is not None:
+            return self.server_itl_seconds, "server"
+        return self.itl_seconds, "client"
+
 
 @dataclass(frozen=True)
 class Baseline:
@@ -114,9 +127,10 @@ def series(baseline: Baseline, sample: BackendSample) -> dict[str, dict[Labels, 
         ("output_tokens", str(cell.output_tokens)),
     )
     out: dict[str, dict[Labels, float]] = {}
+    # Live latency comes from the server's histograms: compare it with the same side.
     for key, values in (
-        ("baseline_time_to_first_token_seconds", cell.ttft_seconds),
-        ("baseline_inter_token_latency_seconds", cell.itl_seconds),
+        ("baseline_time_to_first_token_seconds", cell.ttft()[0]),
+        ("baseline_inter_token_latency_seconds", cell.itl()[0]),
         ("baseline_request_duration_seconds", cell.e2e_seconds),
     ):
         out[key] = {
@@ -137,12 +151,11 @@ class Derived:
 # A quantile needs samples: fewer requests than this in a rate window and the p95 rests on a
 # handful of them. 15 is what the shipped default assumes (0.05 requests/s over 5 m).
 MIN_REQUESTS_PER_WINDOW = 15
-# The latency thresholds and the quantile of each cell they come from: the server's own
-# histogram (what the rules evaluate) where the sweep read it, else the client's timing.
+# The latency thresholds and the quantile of each cell they come from.
 _LATENCY = (
-    ("ttft_p95_seconds", "TTFT p95", "server_ttft_seconds", "ttft_seconds", "p95"),
-    ("itl_p95_seconds", "ITL p95", "server_itl_seconds", "itl_seconds", "p95"),
-    ("itl_p99_seconds", "ITL p99", "server_itl_seconds", "itl_seconds", "p99"),
+    ("ttft_p95_seconds", "TTFT p95", Cell.ttft, "p95"),
+    ("itl_p95_seconds", "ITL p95", Cell.itl, "p95"),
+    ("itl_p99_seconds", "ITL p99", Cell.itl, "p99"),
 )
 
 
@@ -161,7 +174,7 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
     """The thresholds a baseline determines, each with its source.
 
     - Latency: ``factor`` x the p95 (p99) measured at the highest concurrency (the worst
-      cell there), read from the server's histograms where the sweep has them.
+      cell there), as the rules see it (:meth:`Cell.ttft`, :meth:`Cell.itl`).
     - Traffic: the rate under which quantiles are not judged, ``MIN_REQUESTS_PER_WINDOW``
       requests per rate window, but at most half of what the lowest measured concurrency
       carried (so a slow service is still judged at its own light load); the token rate
@@ -171,13 +184,10 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
     if not busiest:
         return {}
     out: dict[str, Derived] = {}
-    for name, label, server_field, client_field, q in _LATENCY:
-        measured = []
-        for cell in busiest:
-            server = getattr(cell, server_field)
-            side, values = ("server", server) if server else ("client", getattr(cell, client_field))
-            measured.append((values.get(q), side, cell))
-        value, side, cell = max(measured, key=lambda m: m[0])
+    for name, label, latency, q in _LATENCY:
+        measured = [(*latency(cell), cell) for cell in busiest]
+        values, side, cell = max(measured, key=lambda m: m[0].get(q))
+        value = values.get(q)
         if value > 0:
             out[name] = Derived(
                 _significant(factor * value),
