@@ -642,6 +642,54 @@ SCHEDULING = [
 
 MEMORY = [
     Scenario(
+        # Overload: requests wait 4.5 s of a 6 s TTFT, and every engine step admits new
+        # prompts, so decode has the same long tail as in "prefill stalls decode". The tail is
+        # the queue's (capacity), not the prefill chunk size's.
+        "overload: admissions stall decode",
+        (
+            healthy(
+                A,
+                ttft=Dist({7.5: 1.0}, 6.0),
+                queue=Dist({5.0: 1.0}, 4.5),
+                itl=Dist({0.05: 0.98, 1.0: 0.02}, 0.0513),
+                prompt_tokens=Dist({5000: 1.0}, 1600),
+                step_tokens=Dist({2048: 1.0}, 2048),
+            ),
+        ),
+        fires={"InferenceQueueingDelay": [FLEET_QUEUEING]},
+        silent=("InferencePrefillStallsDecode",),
+    ),
+    Scenario(
+        # Preempted requests are prefilled again: the same tail, the memory layer's cause.
+        # (At 15m, sample 30, the wave of 4 KV values shows index 2: 61 %.)
+        "KV pressure: recomputation stalls decode",
+        (
+            healthy(
+                A,
+                preemptions_per_s=0.1,
+                itl=Dist({0.05: 0.98, 1.0: 0.02}, 0.0513),
+                prompt_tokens=Dist({5000: 1.0}, 1600),
+                step_tokens=Dist({2048: 1.0}, 2048),
+            ),
+        ),
+        fires={
+            "InferenceKVCachePressure": [
+                instance_alert(
+                    "InferenceKVCachePressure",
+                    A,
+                    "warning",
+                    "decode",
+                    "memory",
+                    "KV-cache use now 61% (threshold 90 % averaged over 5m) and the scheduler "
+                    "preempted 0.1 requests/s (threshold 0.02/s). Preempted requests lose their "
+                    "KV cache and are recomputed later.",
+                    f"KV cache under pressure on {A} ({MODEL})",
+                )
+            ]
+        },
+        silent=("InferencePrefillStallsDecode",),
+    ),
+    Scenario(
         # TTFT looks prefill-bound (p95 4.875 s, 0.1 s queued) but the scheduler preempts 0.1
         # requests/s: the first tokens are late because evicted requests wait again for KV
         # space, which the queue time does not count. Memory, not prefill compute.

@@ -988,8 +988,15 @@ def _alerts() -> list[Alert]:
                 Cond("prompt_rate", ">", "min_token_rate"),
             ),
             # A stalled engine cuts every stream for the stall's length and then prefills the
-            # backlog: a long tail that prefill did not cause.
-            unless=(Cond("queued_while_idle_ratio", ">", "queued_while_idle_ratio"),),
+            # backlog: a long tail that prefill did not cause. Under overload every step admits
+            # new prompts, and under KV pressure preempted requests are prefilled again: the
+            # tail is then capacity's or memory's (QueueingDelay, KVCachePressure say what to
+            # change), not the chunk size's.
+            unless=(
+                Cond("queued_while_idle_ratio", ">", "queued_while_idle_ratio"),
+                Cond("queue_share", ">", "queue_share_high"),
+                Cond("preemption_rate", ">", "preemptions_per_second"),
+            ),
         ),
         Alert(
             "InferenceGPUUnderutilized",
