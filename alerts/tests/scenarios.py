@@ -345,6 +345,14 @@ def model_alert(
 
 # Fleet TTFT p95 7.375 s with 4.5 s of a 6 s mean queued (two overloaded replicas, or one
 # stalled one).
+# ITL: 98 % in (25, 50] ms, 2 % in (0.75, 1] s -> p99 875 ms, p50 37.76 ms (23.2x), while
+# 3.2k prompt tokens/s are prefilled in 2k-token steps: decode's long tail next to prefill.
+PREFILL_TAIL = {
+    "itl": Dist({0.05: 0.98, 1.0: 0.02}, 0.0513),
+    "prompt_tokens": Dist({5000: 1.0}, 1600),
+    "step_tokens": Dist({2048: 1.0}, 2048),
+}
+
 FLEET_QUEUEING = model_alert(
     "InferenceQueueingDelay",
     "warning",
@@ -354,6 +362,22 @@ FLEET_QUEUEING = model_alert(
     "mean TTFT of 6s to be scheduled: the fleet lacks capacity.",
     f"{MODEL}: time to first token is dominated by queueing",
 )
+
+
+def kv_pressure_on_a(kv_percent: int) -> dict:
+    """InferenceKVCachePressure on replica A, preempting 0.1 requests/s, KV use now
+    ``kv_percent`` % (the wave of KV values at 15m, sample 30)."""
+    return instance_alert(
+        "InferenceKVCachePressure",
+        A,
+        "warning",
+        "decode",
+        "memory",
+        f"KV-cache use now {kv_percent}% (threshold 90 % averaged over 5m) and the scheduler "
+        "preempted 0.1 requests/s (threshold 0.02/s). Preempted requests lose their "
+        "KV cache and are recomputed later.",
+        f"KV cache under pressure on {A} ({MODEL})",
+    )
 
 
 def queued_while_idle_on_a(idle_percent: int, waiting: int) -> dict:
@@ -614,9 +638,7 @@ SCHEDULING = [
         (
             healthy(
                 A,
-                itl=Dist({0.05: 0.98, 1.0: 0.02}, 0.0513),
-                prompt_tokens=Dist({5000: 1.0}, 1600),
-                step_tokens=Dist({2048: 1.0}, 2048),
+                **PREFILL_TAIL,
             ),
             healthy(B, itl=Dist({0.05: 0.98, 1.0: 0.02}, 0.0513), prompt_tokens=Dist({1: 1.0}, 0)),
         ),
@@ -651,9 +673,7 @@ MEMORY = [
                 A,
                 ttft=Dist({7.5: 1.0}, 6.0),
                 queue=Dist({5.0: 1.0}, 4.5),
-                itl=Dist({0.05: 0.98, 1.0: 0.02}, 0.0513),
-                prompt_tokens=Dist({5000: 1.0}, 1600),
-                step_tokens=Dist({2048: 1.0}, 2048),
+                **PREFILL_TAIL,
             ),
         ),
         fires={"InferenceQueueingDelay": [FLEET_QUEUEING]},
@@ -667,26 +687,10 @@ MEMORY = [
             healthy(
                 A,
                 preemptions_per_s=0.1,
-                itl=Dist({0.05: 0.98, 1.0: 0.02}, 0.0513),
-                prompt_tokens=Dist({5000: 1.0}, 1600),
-                step_tokens=Dist({2048: 1.0}, 2048),
+                **PREFILL_TAIL,
             ),
         ),
-        fires={
-            "InferenceKVCachePressure": [
-                instance_alert(
-                    "InferenceKVCachePressure",
-                    A,
-                    "warning",
-                    "decode",
-                    "memory",
-                    "KV-cache use now 61% (threshold 90 % averaged over 5m) and the scheduler "
-                    "preempted 0.1 requests/s (threshold 0.02/s). Preempted requests lose their "
-                    "KV cache and are recomputed later.",
-                    f"KV cache under pressure on {A} ({MODEL})",
-                )
-            ]
-        },
+        fires={"InferenceKVCachePressure": [kv_pressure_on_a(61)]},
         silent=("InferencePrefillStallsDecode",),
     ),
     Scenario(
@@ -703,22 +707,7 @@ MEMORY = [
                 kv_usage=(0.93, 0.95, 0.96),
             ),
         ),
-        fires={
-            "InferenceKVCachePressure": [
-                instance_alert(
-                    "InferenceKVCachePressure",
-                    A,
-                    "warning",
-                    "decode",
-                    "memory",
-                    # At 15m (sample 30) the wave of 3 shows index 0: 0.93.
-                    "KV-cache use now 93% (threshold 90 % averaged over 5m) and the scheduler "
-                    "preempted 0.1 requests/s (threshold 0.02/s). Preempted requests lose their "
-                    "KV cache and are recomputed later.",
-                    f"KV cache under pressure on {A} ({MODEL})",
-                )
-            ]
-        },
+        fires={"InferenceKVCachePressure": [kv_pressure_on_a(93)]},
         silent=("InferencePrefillBottleneck",),
     ),
     Scenario(
@@ -729,22 +718,7 @@ MEMORY = [
             healthy(A, kv_usage=(0.96, 0.98, 0.99, 0.97), preemptions_per_s=0.1),
             healthy(B, kv_usage=(0.83, 0.87, 0.85)),
         ),
-        fires={
-            "InferenceKVCachePressure": [
-                instance_alert(
-                    "InferenceKVCachePressure",
-                    A,
-                    "warning",
-                    "decode",
-                    "memory",
-                    # SAMPLES=40 samples: at 15m (sample 30) the wave of 4 shows index 2: 0.99.
-                    "KV-cache use now 99% (threshold 90 % averaged over 5m) and the scheduler "
-                    "preempted 0.1 requests/s (threshold 0.02/s). Preempted requests lose their "
-                    "KV cache and are recomputed later.",
-                    f"KV cache under pressure on {A} ({MODEL})",
-                )
-            ]
-        },
+        fires={"InferenceKVCachePressure": [kv_pressure_on_a(99)]},
     ),
 ]
 
