@@ -15,6 +15,9 @@
    back (saturation: mostly queueing). The reference is ``/healthz`` (a tiny JSON answer)
    scraped the same way in the same run: this machine's floor for one HTTP round trip.
 4. RSS of an in-process poller after 1,000 / 5,000 / 10,000 polls.
+5. ``/healthz`` p99 while the exporter polls a hostile 6.4 MB page of 100,000 series of a
+   mapped family, with the default ``--backend-max-series`` (the page is refused) and with a
+   budget raised above it (the page is mapped, off the event loop), and the RSS after.
 
     .venv/bin/python bench/exporter.py [--seconds 20] [--vllm]
 """
@@ -47,9 +50,18 @@ from inferwatch.upstream import Upstream  # noqa: E402
 CAPTURES = sorted((REPO / "tests" / "fixtures").glob("vllm-0.32.0-cpu-*.prom"))
 
 
-def serve_capture(port: int) -> None:
-    """The fake backend (run in a child process): the captures in turn on /metrics."""
-    bodies = [c.read_text() for c in CAPTURES]
+def big_page(series: int = 100_000) -> str:
+    """A page of ``series`` series of one mapped family, ~64 bytes each."""
+    return 'vllm:num_requests_waiting{model_name="m"} 1\n' + "".join(
+        f'vllm:num_requests_running{{engine="{i:07d}",model_name="some-model-name"}} 1\n'
+        for i in range(series)
+    )
+
+
+def serve_capture(port: int, big: bool = False) -> None:
+    """The fake backend (run in a child process): the captures in turn on /metrics, or
+    always the same :func:`big_page`."""
+    bodies = [big_page()] if big else [c.read_text() for c in CAPTURES]
     served = 0
 
     async def metrics(_: web.Request) -> web.Response:
@@ -175,13 +187,15 @@ async def idle_loop_share(seconds: float) -> float:
 
 
 @contextlib.contextmanager
-def exporter_polling(backend_url: str, workdir: Path) -> Iterator[tuple[Process, int]]:
+def exporter_polling(
+    backend_url: str, workdir: Path, *options: str
+) -> Iterator[tuple[Process, int]]:
     """A real `inferwatch serve` process polling ``backend_url`` at 10 Hz."""
     port = free_port()
     argv = [
         sys.executable, "-m", "inferwatch", "serve",
         "--backend", "vllm", "--backend-url", backend_url, "--gpu", "off",
-        "--poll-interval", "0.1", "--web.listen-address", f"127.0.0.1:{port}",
+        "--poll-interval", "0.1", "--web.listen-address", f"127.0.0.1:{port}", *options,
     ]  # fmt: skip
     exporter = Process("inferwatch", argv, workdir / "inferwatch.log").start()
     try:
@@ -237,14 +251,41 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
+def healthz_while_polling_a_big_page(workdir: Path) -> None:
+    """Figure 5: /healthz latency and RSS of `inferwatch serve` polling :func:`big_page`."""
+    port = free_port()
+    argv = [sys.executable, __file__, "--serve-big-page", str(port)]
+    backend = Process("big-page", argv, workdir / "big-page.log").start()
+    runs = {
+        "default budget: refused": (),
+        "budget raised to 200000: mapped": ("--backend-max-series", "200000"),
+    }
+    try:
+        backend.wait_http(f"http://127.0.0.1:{port}/metrics", 60)
+        for label, options in runs.items():
+            with exporter_polling(f"http://127.0.0.1:{port}", workdir, *options) as (proc, at):
+                time.sleep(3)  # polls under way
+                lat = asyncio.run(
+                    scrape_latency(f"http://127.0.0.1:{at}/healthz", 10.0, period=0.1)
+                )
+                print(
+                    f"/healthz while polling a 6.4 MB page of 100,000 series ({label}): "
+                    f"p50 {percentile(lat, 50):.2f} ms, p99 {percentile(lat, 99):.2f} ms; "
+                    f"RSS after: {rss_mib(str(proc.pid)):.1f} MiB"
+                )
+    finally:
+        backend.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of the 10 Hz run")
     parser.add_argument("--vllm", action="store_true", help="also measure against a real vLLM")
     parser.add_argument("--serve-capture", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-big-page", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_capture:
-        serve_capture(args.serve_capture)
+    if args.serve_capture or args.serve_big_page:
+        serve_capture(args.serve_capture or args.serve_big_page, big=bool(args.serve_big_page))
         return
     workdir = Path("/tmp/inferwatch-bench")
     port = free_port()
@@ -287,6 +328,7 @@ def main() -> None:
         print("RSS of an in-process poller: " + ", ".join(f"{n} polls {m:.1f} MiB" for n, m in rss))
     finally:
         backend.stop()
+    healthz_while_polling_a_big_page(workdir)
     if args.vllm:
         share, requests = vllm_share(args.seconds, workdir)
         print(

@@ -342,7 +342,7 @@ async def test_healthz_stays_fast_while_a_huge_page_is_polled(
         await asyncio.sleep(0.01)
     assert poller.last_poll_at is not None
     # Before: /healthz waited 9.3 s for normalize + render on the event loop.
-    assert slowest < 0.25, slowest
+    assert slowest < 0.5, slowest
     if max_series == DEFAULT_MAX_SERIES:
         assert not poller.snapshot.backend_up
         assert "--backend-max-series" in poller.snapshot.collectors["backend"].error
@@ -430,6 +430,8 @@ def hostile_pages(draw: st.DrawFn) -> tuple[str, str]:
     lines = CAPTURES[name].rstrip("\n").split("\n")
     data = draw(st.data())
     for _ in range(draw(st.integers(1, 6))):
+        if not lines:  # all deleted: an empty page is one more hostile kind
+            break
         mutation = MUTATIONS[draw(st.sampled_from(sorted(MUTATIONS)))]
         lines = mutation(lines, _sample_line(lines, draw(st.integers(0, len(lines) - 1))), data)
     cut = draw(st.integers(0, 30)) == 0  # now and then the whole page is cut short
