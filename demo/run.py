@@ -1,10 +1,12 @@
 """``make demo``: a real vLLM on CPU watched by inferwatch, Prometheus and Alertmanager,
 driven through faults while the terminal shows what inferwatch sees.
 
-Phases: normal -> overload -> long prompts -> KV-cache pressure -> engine stall -> backend
-crash -> recovery. For each, the live view shows the phase verdict (which phase and layer
-the firing alerts name), the key series, and the alerts Alertmanager holds with their
-runbooks; at the end, a table of the time from each fault to its alert. Ctrl-C stops every
+Baseline first: once vLLM is up, ``inferwatch calibrate`` measures it and the thresholds
+and fault sizes come from that (the first screen shows them). Phases: normal -> overload
+-> long prompts -> KV-cache pressure -> engine stall -> backend crash -> recovery. For
+each, the live view shows the phase verdict (which phase and layer the firing alerts
+name), the key series, and the alerts Alertmanager holds with their runbooks; at the end,
+a table of the time from each fault to its alert. Ctrl-C stops every
 process the demo started.
 
     .venv/bin/python demo/run.py [--workdir DIR] [--quick]
@@ -59,9 +61,12 @@ def render(stack: LocalStack, phase: str, story: str, started: float) -> str:
     ttft = f"max(model:inferwatch_time_to_first_token_seconds:quantile_{w}{p95})"
     itl = f"max(model:inferwatch_inter_token_latency_seconds:quantile_{w}{p95})"
     queue = f"max(model:inferwatch_request_queue_time_seconds:mean_{w})"
+    assert stack.calibration is not None
     lines = [
         f"inferwatch demo  |  phase: {phase}  ({time.monotonic() - started:4.0f} s)",
         f"  {story}",
+        "",
+        *stack.calibration.summary(),
         "",
         f"  backend up {_value(page, 'inferwatch_backend_up')}   running "
         f"{_value(page, 'inferwatch_requests_running')}   waiting "
@@ -172,7 +177,10 @@ def main() -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _interrupt)
     stack = LocalStack(workdir)
-    print(f"starting vLLM (CPU), inferwatch, Prometheus, Alertmanager; logs in {workdir} ...")
+    print(
+        "starting vLLM (CPU), calibrating against it, then inferwatch, Prometheus and "
+        f"Alertmanager; logs in {workdir} ..."
+    )
     try:
         stack.start()
         assert stack.inferwatch and stack.prometheus and stack.alertmanager

@@ -2,18 +2,22 @@
 
 A :class:`LocalStack` runs vLLM (CPU, the tiny model), inferwatch, Prometheus with the
 generated rules and Alertmanager with the generated example config, its webhooks pointed
-at a local receiver. The rules are the shipped ones, generated with ``demo/inferwatch.yaml``:
-the same expressions, with windows, ``for`` durations and latency thresholds scaled to a
-tiny model on two CPU cores and a 1 s scrape/evaluation interval.
+at a local receiver. Baseline first: once vLLM is up, ``inferwatch calibrate`` measures it
+and writes the config (thresholds from the measurements; windows and ``for`` durations from
+``demo/inferwatch.yaml``, scaled to a 1 s scrape/evaluation interval) that inferwatch serves
+with and the rules are generated from; the faults are sized from the same server (see
+``demo/calibration.py``).
 
 Each :class:`Scenario` starts a fault (and the traffic that shows it), names the alert it
-must raise and the alerts allowed to fire alongside, and undoes the fault.
+must raise and the alerts allowed to fire alongside, and undoes the fault. When the alert
+does not come, :meth:`LocalStack.explain` says which of its conditions never held.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -24,11 +28,21 @@ from typing import Any
 
 import yaml
 
+from demo.calibration import (
+    LONG_PROMPT_OUTPUT,
+    NORMAL_CLIENTS,
+    NORMAL_OUTPUT,
+    NORMAL_WORDS,
+    Calibration,
+    FaultSizes,
+    calibrate,
+)
 from demo.stack import (
     REPO,
     Alertmanager,
     Inferwatch,
     Prometheus,
+    StackError,
     VllmServer,
     WebhookReceiver,
     http_json,
@@ -36,10 +50,10 @@ from demo.stack import (
 )
 from demo.traffic import Burst, burst, complete_many
 from inferwatch.generate import write
-from inferwatch.heuristics import ALERTS, seconds, spec_from_config
+from inferwatch.heuristics import ALERTS, SIGNALS, placeholders, seconds, spec_from_config
 from inferwatch.settings import load_config_file
 
-CONFIG = REPO / "demo" / "inferwatch.yaml"
+CONFIG = REPO / "demo" / "inferwatch.yaml"  # timing; thresholds come from `calibrate`
 INTERVAL = "1s"  # scrape and rule evaluation
 
 
@@ -68,8 +82,13 @@ class LocalStack:
         self.inferwatch: Inferwatch | None = None
         self.prometheus: Prometheus | None = None
         self.alertmanager: Alertmanager | None = None
+        self.calibration: Calibration | None = None
 
     def start(self) -> LocalStack:
+        if not self.vllm.alive():
+            self.vllm.start()
+        self.calibration = calibrate(self.vllm, CONFIG, self.workdir)
+        self.spec = self.calibration.spec
         write(self.workdir, self.spec)
         self.receiver.start()
         am_config = self.workdir / "alertmanager.yml"
@@ -81,8 +100,6 @@ class LocalStack:
             )
         )
         self.alertmanager = Alertmanager(self.workdir, am_config).start()
-        if not self.vllm.alive():
-            self.vllm.start()
         self.inferwatch = Inferwatch(
             self.workdir,
             self.vllm.url,
@@ -90,7 +107,7 @@ class LocalStack:
                 "--backend", "vllm",
                 "--model-path", str(tiny_model()),
                 "--peak-memory-bandwidth", "2e10",  # ~DDR4 dual channel: a decode floor on CPU
-                "--config", str(CONFIG),
+                "--config", str(self.calibration.config),
             ],
         ).start()  # fmt: skip
         self.prometheus = Prometheus(
@@ -130,6 +147,38 @@ class LocalStack:
         assert self.prometheus is not None
         return http_json(f"{self.prometheus.url}/api/v1/alerts")["data"]["alerts"]
 
+    @property
+    def faults(self) -> FaultSizes:
+        assert self.calibration is not None
+        return self.calibration.faults
+
+    def explain(self, alert: str, start: float, end: float) -> str:
+        """Each condition of ``alert`` over [start, end] (Unix time) as Prometheus saw it:
+        the range of its signal's values and how often it held, and which never did."""
+        assert self.prometheus is not None
+        values = placeholders(self.spec, ALERTS[alert])
+        lines = [f"{alert} conditions from {start:.0f} to {end:.0f} (one step a second):"]
+        for cond in ALERTS[alert].conditions():
+            keyword = "unless" if cond in ALERTS[alert].unless else "when"
+            try:
+                series = self.prometheus.query_range(
+                    SIGNALS[cond.signal].promql % values, start, end
+                )
+            except StackError as exc:
+                lines.append(f"  {keyword} {cond.signal}: query failed: {exc}")
+                continue
+            seen = [float(v) for s in series for _, v in s["values"]]
+            held = sum(cond.holds(v, self.spec) for v in seen)
+            bound = (
+                self.spec.t(cond.threshold) if isinstance(cond.threshold, str) else cond.threshold
+            )
+            span = f"{min(seen):.4g} .. {max(seen):.4g}" if seen else "no data"
+            verdict = "NEVER HELD" if not held else f"held {held}/{len(seen)}"
+            lines.append(
+                f"  {keyword} {cond.signal} {cond.op} {bound:g}: {verdict} (values {span})"
+            )
+        return "\n".join(lines)
+
 
 Fault = Callable[[LocalStack, asyncio.Event], Awaitable[None]]
 
@@ -150,45 +199,75 @@ class Scenario:
 
 async def normal_traffic(stack: LocalStack, stop: asyncio.Event) -> None:
     """Two clients, short prompts, short answers: a healthy, lightly loaded server."""
-    await complete_many(stack.vllm.url, stop, clients=2, prompt_words=6, max_tokens=16, pause=0.2)
+    await complete_many(
+        stack.vllm.url,
+        stop,
+        clients=NORMAL_CLIENTS,
+        prompt_words=NORMAL_WORDS,
+        max_tokens=NORMAL_OUTPUT,
+        pause=0.2,
+    )
 
 
 # --- faults ------------------------------------------------------------------------------
 
 
 async def overload(stack: LocalStack, stop: asyncio.Event) -> None:
-    """Far more concurrent clients than the batch (--max-num-seqs 16) admits."""
-    await complete_many(stack.vllm.url, stop, clients=64, prompt_words=2, max_tokens=12)
+    """Four times as many concurrent clients as the engine's batch admits."""
+    await complete_many(
+        stack.vllm.url, stop, clients=stack.faults.overload_clients, prompt_words=2, max_tokens=12
+    )
 
 
 async def long_prompts(stack: LocalStack, stop: asyncio.Event) -> None:
-    """A few clients with prompts near the 512-token context: prefill dominates TTFT."""
-    await complete_many(stack.vllm.url, stop, clients=2, prompt_words=70, max_tokens=8)
+    """One client whose prompts' prefill alone is a multiple of the TTFT threshold."""
+    await complete_many(
+        stack.vllm.url,
+        stop,
+        clients=1,
+        prompt_words=stack.faults.long_prompt_words,
+        max_tokens=LONG_PROMPT_OUTPUT,
+    )
 
 
 async def kv_pressure(stack: LocalStack, stop: asyncio.Event) -> None:
-    """Bursts of long generations that overflow the 32-block KV cache: preemptions."""
+    """Bursts of long generations whose batch needs twice the KV cache: preemptions."""
+    f = stack.faults
+    spec = Burst(
+        requests=f.kv_requests, prompt_words=f.kv_prompt_words, max_tokens=f.kv_output_tokens
+    )
     salt = 0
     while not stop.is_set():
         salt += 1
-        await burst(stack.vllm.url, Burst(requests=24, prompt_words=40, max_tokens=300), salt=salt)
+        await burst(stack.vllm.url, spec, salt=salt)
 
 
 async def engine_stall(stack: LocalStack, stop: asyncio.Event) -> None:
     """Pause the engine process (SIGSTOP) the moment requests wait: queued while idle.
 
-    Twice the batch in short requests (one KV block each): requests queue, and the backlog
-    released when the engine resumes fits in the KV cache.
+    Twice the batch in short requests: requests queue, and the backlog released when the
+    engine resumes fits in the KV cache.
     """
     engine = stack.vllm.engine_core_pid()
     load = asyncio.create_task(
-        complete_many(stack.vllm.url, stop, clients=32, prompt_words=2, max_tokens=12)
+        complete_many(
+            stack.vllm.url, stop, clients=stack.faults.stall_clients, prompt_words=2, max_tokens=12
+        )
     )
+    waiting = functools.partial(stack.vllm.metric, "vllm:num_requests_waiting")
     try:
-        while await asyncio.to_thread(stack.vllm.metric, "vllm:num_requests_waiting") <= 0:
-            await asyncio.sleep(0.005)
-        os.kill(engine, signal.SIGSTOP)
-        await stop.wait()
+        while not stop.is_set():
+            while await asyncio.to_thread(waiting) <= 0 and not stop.is_set():
+                await asyncio.sleep(0.005)
+            os.kill(engine, signal.SIGSTOP)
+            # The gauges freeze at the engine's last published stats, which may postdate the
+            # queue just seen: hold the stall while they show requests waiting, else resume
+            # and catch the next queue.
+            while await asyncio.to_thread(waiting) > 0 and not stop.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.2)
+            if not stop.is_set():
+                os.kill(engine, signal.SIGCONT)
     finally:
         os.kill(engine, signal.SIGCONT)
         await load
@@ -205,28 +284,32 @@ async def backend_crash(stack: LocalStack, stop: asyncio.Event) -> None:
     await asyncio.to_thread(stack.vllm.start)
 
 
+# Every latency fault is also a regression against the calibrated baseline.
+REGRESSION = "InferenceLatencyRegression"
+
 SCENARIOS = (
     Scenario(
         "overload",
         "InferenceQueueingDelay",
         overload,
-        story="64 clients on a batch of 16: requests wait to be scheduled; TTFT is queue time.",
+        also_allowed=frozenset({REGRESSION}),
+        story="4x the batch in clients: requests wait to be scheduled; TTFT is queue time.",
     ),
     Scenario(
         "long prompts",
         "InferencePrefillBottleneck",
         long_prompts,
-        # A long prefill also delays the other client's decode steps.
-        also_allowed=frozenset({"InferencePrefillStallsDecode"}),
-        story="~430-token prompts, no queue: TTFT is prefill compute.",
+        also_allowed=frozenset({REGRESSION}),
+        story="Prompts whose prefill alone is 2x the TTFT threshold, no queue: TTFT is "
+        "prefill compute.",
     ),
     Scenario(
         "KV-cache pressure",
         "InferenceKVCachePressure",
         kv_pressure,
-        # Bursts of 24 also queue beyond the batch of 16.
-        also_allowed=frozenset({"InferenceQueueingDelay"}),
-        story="24 long generations on 32 KV blocks: the scheduler preempts.",
+        # Bursts of 1.5x the batch also queue.
+        also_allowed=frozenset({"InferenceQueueingDelay", REGRESSION}),
+        story="A batch of long generations that needs twice the KV cache: the scheduler preempts.",
     ),
     Scenario(
         "engine stall",
@@ -234,7 +317,7 @@ SCENARIOS = (
         engine_stall,
         # Queued requests finish late after the stall: their queueing is the stall's, and
         # Alertmanager inhibits InferenceQueueingDelay while InferenceQueuedWhileIdle fires.
-        also_allowed=frozenset({"InferenceQueueingDelay"}),
+        also_allowed=frozenset({"InferenceQueueingDelay", REGRESSION}),
         story="The engine process is paused with requests waiting: queued while idle.",
     ),
     Scenario(
@@ -250,6 +333,7 @@ SCENARIOS = (
 class Outcome:
     scenario: Scenario
     onset: float  # monotonic time the fault began
+    began_at: float  # the same, as Unix time (for Prometheus queries)
     received: dict[str, float] = field(default_factory=dict)  # alert -> first arrival
     on_alert: Any = None  # what ``on_alert`` returned while the fault was on
 
@@ -271,7 +355,7 @@ async def run_scenario(
     the fault still on. Returns what arrived, when, and what ``on_alert`` returned."""
     already = len(stack.receiver.notifications)
     stop = asyncio.Event()
-    outcome = Outcome(scenario, time.monotonic())
+    outcome = Outcome(scenario, time.monotonic(), time.time())
     task = asyncio.create_task(scenario.fault(stack, stop))
     deadline = outcome.onset + timeout
     try:

@@ -9,6 +9,7 @@ then SIGKILL; readiness is checked over HTTP, never assumed after a sleep.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -30,11 +31,12 @@ CACHE = REPO / ".cache"
 VLLM_PYTHON = Path(os.environ.get("INFERWATCH_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
 MODEL_NAME = "tiny"
 
-# Small enough that ~24 concurrent requests overflow the KV cache and cause preemptions.
+# A KV cache of 160 blocks of 32 tokens (5120, a full context and a little): a batch of 16 requests of
+# a few hundred tokens each overflows it and the scheduler preempts.
 VLLM_ARGS = (
-    "--num-gpu-blocks-override", "32",
+    "--num-gpu-blocks-override", "160",
     "--block-size", "32",
-    "--max-model-len", "512",
+    "--max-model-len", "4096",
     "--max-num-seqs", "16",
 )  # fmt: skip
 
@@ -151,7 +153,9 @@ def tiny_model(cache: Path = CACHE) -> Path:
     """The tiny model folder, built on first use with the vLLM environment's Python."""
     out = cache / "tiny-model"
     done = out / ".complete"
-    if not done.exists():
+    # Rebuilt whenever the recipe changes: the marker holds a digest of the script.
+    recipe = hashlib.sha256((REPO / "demo" / "tiny_model.py").read_bytes()).hexdigest()
+    if not done.exists() or done.read_text().strip() != recipe:
         if not VLLM_PYTHON.exists():
             raise StackError(f"{VLLM_PYTHON} missing: run `make .venv-vllm` first")
         subprocess.run(
@@ -161,7 +165,7 @@ def tiny_model(cache: Path = CACHE) -> Path:
             env={**os.environ, "HF_HUB_OFFLINE": "1"},
             timeout=600,
         )
-        done.write_text("ok\n")
+        done.write_text(recipe + "\n")
     return out
 
 
@@ -379,11 +383,20 @@ class Prometheus:
         params = {"query": expr}
         if at is not None:
             params["time"] = str(at)
-        url = f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}"
-        status, body = http_get(url, timeout=10.0)
+        return self._api("query", params)
+
+    def query_range(self, expr: str, start: float, end: float, step: float = 1.0) -> list[dict]:
+        """Range query over [start, end] (Unix time); StackError as for :meth:`query`."""
+        return self._api(
+            "query_range", {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
+        )
+
+    def _api(self, endpoint: str, params: dict[str, str]) -> list[dict]:
+        url = f"{self.url}/api/v1/{endpoint}?{urllib.parse.urlencode(params)}"
+        status, body = http_get(url, timeout=30.0)
         doc = json.loads(body)
         if status != 200 or doc.get("status") != "success":
-            raise StackError(f"query {expr!r} failed: {doc.get('error', status)}")
+            raise StackError(f"query {params['query']!r} failed: {doc.get('error', status)}")
         return doc["data"]["result"]
 
     def alerts(self) -> list[dict]:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# Shapes the CPU attention kernel accepts: head_dim 64 (16 is rejected). Big enough (~3 M
-# parameters) that a 450-token prefill takes visibly longer than a short one on a CPU, small
-# enough that a decode step of a full batch stays far shorter than a poll.
-HIDDEN, HEADS, LAYERS, VOCAB = 256, 4, 4, 512
+# Shapes the CPU attention kernel accepts: head_dim 64 (16 is rejected). Small enough (~3 M
+# parameters) that a decode step of a full batch stays far shorter than a poll; a context of
+# 4096 positions (RoPE: no weights) lets a prompt be long enough that its prefill is a clear
+# multiple of a short one's on any CPU.
+HIDDEN, HEADS, LAYERS, VOCAB, CONTEXT = 256, 4, 4, 512, 4096
 
 WORDS = [
     "the",
@@ -97,7 +98,7 @@ def build(out: Path) -> None:
         num_hidden_layers=LAYERS,
         num_attention_heads=HEADS,
         num_key_value_heads=HEADS,
-        max_position_embeddings=1024,
+        max_position_embeddings=CONTEXT,
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
     )

@@ -9,11 +9,13 @@ must return nothing (no GPU here) without an error.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from pathlib import Path
 
 import pytest
 
+from demo.calibration import kv_cache, tokens_per_word
 from demo.stack import Inferwatch, Prometheus, VllmServer, tiny_model
 from demo.traffic import Burst, burst
 from inferwatch.baseline import parse, to_yaml
@@ -93,10 +95,15 @@ def wait_for(prometheus: Prometheus, expr: str, timeout: float = 90.0) -> None:
 
 def test_every_panel_query_returns_data(stack) -> None:
     vllm, iw, prometheus = stack
-    # Load: a burst that overflows the KV cache, then repeated prompts (prefix-cache hits).
+    # rate() sees only what moves after Prometheus' first sample: wait for it.
+    wait_for(prometheus, "inferwatch_prefix_cache_queries_total")
+    # Load: a burst that overflows the KV cache, then the same prompts twice, each longer
+    # than two KV blocks (only whole blocks are cached): prefix-cache hits by construction.
     asyncio.run(burst(vllm.url, Burst(requests=24, max_tokens=200), salt=7))
+    _, block = kv_cache(vllm.url)
+    words = math.ceil(2 * block / asyncio.run(tokens_per_word(vllm.url))) + 1
     for _ in range(2):
-        asyncio.run(burst(vllm.url, Burst(requests=4, prompt_words=12, max_tokens=16), salt=8))
+        asyncio.run(burst(vllm.url, Burst(requests=4, prompt_words=words, max_tokens=16), salt=8))
     wait_for(prometheus, "instance:inferwatch_time_to_first_token_seconds:quantile_rate5m")
     wait_for(prometheus, "instance:inferwatch_prefix_cache_hits:ratio_rate5m > 0")
     instance = f"127.0.0.1:{iw.port}"

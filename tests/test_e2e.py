@@ -5,8 +5,11 @@ Alertmanager (the generated example config) + a webhook receiver. For each fault
 intended alert must reach the receiver within its ``for`` plus two evaluation intervals of
 Prometheus first seeing the condition (pending), no alert outside the scenario's expected
 set may arrive, and everything clears before the next scenario. While the alert fires,
-``inferwatch diagnose --prometheus`` must name the same cause first. The measured times
-from fault onset are printed (the README's table comes from them).
+``inferwatch diagnose --prometheus`` must name the same cause first. Thresholds and fault
+sizes come from ``inferwatch calibrate`` and measurements of the same vLLM at the start
+(``demo/calibration.py``). The measured times from fault onset are printed (the README's
+table comes from them); when the alert never comes, so does each of its conditions over the
+scenario, as Prometheus evaluated them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 
 import pytest
 
-from demo.scenarios import CONFIG, SCENARIOS, LocalStack, Scenario, run_scenario, settle
+from demo.scenarios import SCENARIOS, LocalStack, Scenario, run_scenario, settle
 from demo.stack import VllmServer
 
 pytestmark = pytest.mark.e2e
@@ -34,6 +37,7 @@ def stack(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory):
     try:
         local.start()
         components = [local.prometheus, local.inferwatch, local.alertmanager]
+        print("\n" + "\n".join(local.calibration.summary()))
         yield local
     finally:
         for component in components:
@@ -59,7 +63,7 @@ async def diagnose(stack: LocalStack) -> tuple[int, dict]:
     assert stack.prometheus is not None
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "inferwatch", "diagnose", "--prometheus", stack.prometheus.url,
-        "--config", str(CONFIG), "--json",
+        "--config", str(stack.calibration.config), "--json",
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, _ = await asyncio.wait_for(process.communicate(), timeout=60)
@@ -80,7 +84,9 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
 
     outcome, pending_at = asyncio.run(run())
     received = outcome.received
-    assert scenario.expect in received, f"{scenario.expect} never reached Alertmanager: {received}"
+    if scenario.expect not in received:
+        why = stack.explain(scenario.expect, outcome.began_at, time.time())
+        pytest.fail(f"{scenario.expect} never reached Alertmanager: {received}\n{why}")
     unrelated = set(received) - {scenario.expect} - scenario.also_allowed
     assert not unrelated, f"unrelated alerts fired: {unrelated}"
     assert pending_at is not None

@@ -1,0 +1,191 @@
+"""Baseline first, on the machine at hand: the demo's thresholds and fault sizes, measured.
+
+Before any fault, the demo and the e2e tests run ``inferwatch calibrate`` against the real
+vLLM, as a user would next to a real server: its thresholds (latency from the measured
+percentiles, traffic minimums from the measured throughput) become the config that
+inferwatch serves with and the rules are generated from. Then each fault is sized from
+measurements of the same server, never from a constant that assumes a CPU's speed:
+
+- **long prompts**: prompts grow until the server's own TTFT histogram (read as PromQL's
+  ``histogram_quantile`` reads it) puts their prefill at :data:`PREFILL_MULTIPLE` x the
+  calibrated TTFT threshold;
+- **overload**, **engine stall**: client counts are multiples of the batch the engine runs
+  at once (``--max-num-seqs``, capped by what the KV cache holds);
+- **KV-cache pressure**: a batch of requests whose tokens add up to twice the KV cache the
+  server reports (``vllm:cache_config_info``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from demo.stack import MODEL_NAME, VLLM_ARGS, StackError, VllmServer, http_get
+from demo.traffic import complete, prompt
+from inferwatch.heuristics import Spec, spec_from_config
+from inferwatch.quantile import histogram_quantile
+from inferwatch.settings import load_config_file
+from inferwatch.sweep import TTFT, ServerHistograms
+from inferwatch.textparse import parse_labels
+
+# The demo's light traffic: two clients, short prompts, short answers (see normal_traffic).
+NORMAL_CLIENTS, NORMAL_WORDS, NORMAL_OUTPUT = 2, 6, 16
+# The demo service is calibrated at its normal load, back to back (the normal traffic pauses
+# between requests, so it runs lighter than what was measured).
+CALIBRATED_CONCURRENCY = (1, NORMAL_CLIENTS)
+REQUESTS_PER_CELL = 40
+# A long-prompt fault's prefill, as a multiple of the calibrated TTFT threshold.
+PREFILL_MULTIPLE = 2.0
+LONG_PROMPT_OUTPUT = 8
+PROBES_PER_LENGTH = 3
+
+
+@dataclass(frozen=True)
+class FaultSizes:
+    """What each fault sends, sized from measurements of the server at hand."""
+
+    batch: int  # requests the engine runs at once
+    kv_tokens: int  # KV-cache capacity in tokens
+    tokens_per_word: float  # of the demo's generated prompts
+    long_prompt_words: int
+    long_prompt_ttft: float  # the server's TTFT p50 for such a prompt, alone
+
+    @property
+    def kv_requests(self) -> int:
+        return self.batch + self.batch // 2
+
+    @property
+    def overload_clients(self) -> int:
+        return 4 * self.batch
+
+    @property
+    def stall_clients(self) -> int:
+        return 2 * self.batch
+
+    @property
+    def kv_request_tokens(self) -> int:
+        """Tokens per request (half prompt, half output) so that a full batch holds twice
+        the KV cache: the scheduler must preempt."""
+        return math.ceil(2 * self.kv_tokens / self.batch)
+
+    @property
+    def kv_prompt_words(self) -> int:
+        return max(1, round(self.kv_request_tokens / 2 / self.tokens_per_word))
+
+    @property
+    def kv_output_tokens(self) -> int:
+        return self.kv_request_tokens // 2
+
+
+@dataclass(frozen=True)
+class Calibration:
+    config: Path  # written by `inferwatch calibrate`
+    spec: Spec
+    faults: FaultSizes
+
+    def summary(self) -> list[str]:
+        """The calibration as the demo's first screen shows it."""
+        t, f = self.spec.t, self.faults
+        return [
+            f"calibrated on this machine ({self.config}):",
+            f"  TTFT p95 threshold {t('ttft_p95_seconds') * 1000:.1f} ms, ITL p95 "
+            f"{t('itl_p95_seconds') * 1000:.1f} ms, ITL p99 {t('itl_p99_seconds') * 1000:.1f} ms "
+            f"(regression factor {t('regression_factor'):g}), min traffic "
+            f"{t('min_request_rate'):g} requests/s",
+            f"  faults: overload {f.overload_clients} clients on a batch of {f.batch}; long "
+            f"prompts ~{f.long_prompt_words * f.tokens_per_word:.0f} tokens "
+            f"(prefill {f.long_prompt_ttft * 1000:.0f} ms alone); KV pressure "
+            f"{f.kv_requests} x {f.kv_request_tokens} tokens on {f.kv_tokens}",
+        ]
+
+
+def calibrate(vllm: VllmServer, base_config: Path, workdir: Path) -> Calibration:
+    """``inferwatch calibrate`` against the server, then the fault sizes."""
+    out = workdir / "inferwatch.yaml"
+    per_word = asyncio.run(tokens_per_word(vllm.url))
+    normal_tokens = round(NORMAL_WORDS * per_word + 1)
+    argv = [
+        sys.executable, "-m", "inferwatch", "calibrate",
+        "--url", vllm.url, "--model", MODEL_NAME,
+        "--config", str(base_config), "--out", str(out),
+        "--concurrency", ",".join(map(str, CALIBRATED_CONCURRENCY)),
+        "--prompt-tokens", str(normal_tokens), "--output-tokens", str(NORMAL_OUTPUT),
+        "--requests-per-cell", str(REQUESTS_PER_CELL),
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    (workdir / "calibrate.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise StackError(f"inferwatch calibrate failed ({done.returncode}):\n{done.stderr}")
+    spec = spec_from_config(load_config_file(out))
+    faults = asyncio.run(_size_faults(vllm, spec, per_word))
+    return Calibration(out, spec, faults)
+
+
+async def tokens_per_word(url: str) -> float:
+    """Tokens per word of the demo's prompts, from the server's own count (the usage of a
+    one-token answer to prompts of two lengths: the difference is the words' cost)."""
+    counts = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        for words in (10, 110):
+            body = {"model": MODEL_NAME, "prompt": prompt(words, words), "max_tokens": 1}
+            async with session.post(f"{url}/v1/completions", json=body) as resp:
+                counts.append((await resp.json())["usage"]["prompt_tokens"])
+    return (counts[1] - counts[0]) / 100
+
+
+def _vllm_arg(flag: str) -> int:
+    return int(VLLM_ARGS[VLLM_ARGS.index(flag) + 1])
+
+
+def kv_cache(url: str) -> tuple[int, int]:
+    """(blocks, tokens per block) of the KV cache, as the server reports them."""
+    for line in http_get(f"{url}/metrics")[1].decode().splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            labels = dict(parse_labels(line[line.index("{") + 1 : line.rindex("}")]))
+            return int(labels["num_gpu_blocks"]), int(labels["block_size"])
+    raise StackError("vLLM reports no vllm:cache_config_info")
+
+
+async def _size_faults(vllm: VllmServer, spec: Spec, tokens_per_word: float) -> FaultSizes:
+    blocks, block_size = kv_cache(vllm.url)
+    kv_tokens = blocks * block_size
+    context = _vllm_arg("--max-model-len")
+    target = PREFILL_MULTIPLE * spec.t("ttft_p95_seconds")
+    longest = int((context - LONG_PROMPT_OUTPUT - 8) / tokens_per_word)
+    words, ttft = max(8, NORMAL_WORDS * 4), 0.0
+    while True:
+        ttft = await _server_ttft(vllm.url, words)
+        if ttft >= target or words >= longest:
+            break
+        words = min(longest, words * 2)
+    if ttft < target:
+        raise StackError(
+            f"a prompt of {context} tokens prefills in {ttft * 1000:.0f} ms here, under "
+            f"{PREFILL_MULTIPLE:g} x the calibrated TTFT threshold ({target * 1000:.0f} ms): "
+            "the long-prompts fault cannot be shown on this machine"
+        )
+    short_request = round(NORMAL_WORDS * tokens_per_word) + NORMAL_OUTPUT
+    batch = min(_vllm_arg("--max-num-seqs"), kv_tokens // short_request)
+    return FaultSizes(batch, kv_tokens, tokens_per_word, words, ttft)
+
+
+async def _server_ttft(url: str, words: int) -> float:
+    """The server's TTFT p50 over a few lone requests with prompts of ``words`` words."""
+    server = ServerHistograms(f"{url}/metrics", url, MODEL_NAME, note=lambda _: None)
+    try:
+        before = await server.start()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+            for i in range(PROBES_PER_LENGTH):
+                await complete(session, url, prompt(words, 7_000_000 + words * 10 + i), 2)
+        _, window = await server.window(before, PROBES_PER_LENGTH)
+    finally:
+        await server.close()
+    if TTFT not in window:
+        raise StackError(f"no server TTFT for prompts of {words} words: {server.problem}")
+    return histogram_quantile(0.5, window[TTFT].buckets)
