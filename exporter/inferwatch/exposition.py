@@ -20,6 +20,7 @@ metrics``.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Mapping
 
 from inferwatch import __version__
@@ -159,10 +160,16 @@ class Renderer:
         self._current = current
         self._rendered_for: Snapshot | None = None
         self._body = b""
+        self._lock = threading.Lock()  # render() runs in worker threads: once per snapshot
+
+    def cached(self) -> bytes | None:
+        """The page of the current snapshot if it is rendered already."""
+        return self._body if self._current() is self._rendered_for else None
 
     def render(self) -> bytes:
-        snap = self._current()
-        if snap is not self._rendered_for:
-            self._body = render(snap)
-            self._rendered_for = snap
-        return self._body
+        with self._lock:
+            snap = self._current()
+            if snap is not self._rendered_for:
+                self._body = render(snap)
+                self._rendered_for = snap
+            return self._body

@@ -41,7 +41,8 @@ polled every {interval:g} s.</p>
 
 async def metrics(request: web.Request) -> web.Response:
     renderer = request.app[RENDERER]
-    body = renderer.render()
+    # A large page takes long to render: off the event loop, so /healthz stays fast.
+    body = renderer.cached() or await asyncio.to_thread(renderer.render)
     headers = {"Content-Type": CONTENT_TYPE}
     if "gzip" in request.headers.get("Accept-Encoding", ""):
         cache = request.app[_GZIP_CACHE]
