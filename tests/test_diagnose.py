@@ -63,7 +63,7 @@ def test_signals_over_the_window() -> None:
     assert value("ttft_p95") == pytest.approx(2.35)
     assert value("queue_share") == pytest.approx(0.32, abs=0.001)
     assert value("itl_p95") < 0.01
-    assert value("kv_usage") == 0.0  # the gauge after the burst
+    assert value("kv_usage") == 0.5  # avg_over_time: full during the burst, empty after
     assert value("gpu_busy") is None  # no NVML on these pages
     assert value("ttft_over_baseline") is None  # no baseline
 
@@ -79,7 +79,7 @@ def test_burst_reads_as_kv_pressure_with_a_slow_first_token() -> None:
     assert "phase: prefill  (TTFT p95 2.35 s > 2 s; ITL p95 9.6 ms <= 100 ms)" in text
     assert "layer: memory" in text
     assert "WARNING  InferenceKVCachePressure  decode / memory  backend=vllm model=tiny" in text
-    assert "KV-cache use 0 % > 90 %; or preemptions/s 3.3 > 0.02" in text
+    assert "KV-cache use 50 % > 90 %; or preemptions/s 3.3 > 0.02" in text
     assert "runbook: alerts/runbooks/InferenceKVCachePressure.md" in text
     assert report.exit_code() == 3
 

@@ -53,6 +53,7 @@ from inferwatch.heuristics import (
     ALERTS,
     INHIBITIONS,
     SIGNALS,
+    Aggregation,
     Alert,
     Cond,
     Gauge,
@@ -307,6 +308,15 @@ def _matches(labels: Mapping[str, str], where: Mapping[str, str]) -> bool:
     return all(re.fullmatch(pattern, labels.get(k, "")) for k, pattern in where.items())
 
 
+def _combine(values: list[float], how: Aggregation) -> float:
+    """The series of one exporter (its engines, its GPUs) as one value."""
+    if how == "sum":
+        return math.fsum(values)
+    if how == "mean":
+        return math.fsum(values) / len(values)
+    return max(values)
+
+
 @dataclass
 class Window:
     """Two scrapes of one exporter ``seconds`` apart; computes signal recipes over them."""
@@ -324,7 +334,7 @@ class Window:
                 return None
             return top / bottom
         if isinstance(recipe, Rate):
-            return self._rate(recipe.counter, recipe.where)
+            return self._rate(recipe)
         if isinstance(recipe, Gauge):
             return self._gauge(recipe)
         if isinstance(recipe, Mean):
@@ -342,41 +352,47 @@ class Window:
             if _matches(labels, where)
         }
 
-    def _delta(self, name: str, where: Mapping[str, str] | None = None) -> float | None:
-        """The increase of a counter (summed over its series), resets counted from zero."""
-        before = self._series(self.before, name, where or {})
-        after = self._series(self.after, name, where or {})
-        if not after:
-            return None
-        return math.fsum(
-            v - before[k] if v >= before.get(k, math.inf) else v for k, v in after.items()
-        )
+    def _increases(self, name: str, where: Mapping[str, str]) -> dict[tuple, float]:
+        """Each series' increase over the window; a reset counts from zero."""
+        before = self._series(self.before, name, where)
+        return {
+            key: value - before[key] if value >= before.get(key, math.inf) else value
+            for key, value in self._series(self.after, name, where).items()
+        }
 
-    def _rate(self, counter: str, where: Mapping[str, str]) -> float | None:
-        delta = self._delta(counter, where)
-        return None if delta is None else delta / self.seconds
+    def _delta(self, name: str, where: Mapping[str, str] | None = None) -> float | None:
+        """The increase of a counter, summed over its series."""
+        increases = self._increases(name, where or {})
+        return math.fsum(increases.values()) if increases else None
+
+    def _rate(self, rate: Rate) -> float | None:
+        increases = self._increases(rate.counter, rate.where)
+        if not increases:
+            return None
+        return _combine(list(increases.values()), rate.how) / self.seconds
 
     def _gauge(self, gauge: Gauge) -> float | None:
-        values = list(self._series(self.after, gauge.metric, gauge.where).values())
-        if not values:
-            return None
-        if gauge.how == "sum":
-            return math.fsum(values)
-        if gauge.how == "mean":
-            return math.fsum(values) / len(values)
-        return max(values)
+        after = self._series(self.after, gauge.metric, gauge.where)
+        if gauge.averaged:
+            # avg_over_time: each series' mean over the scrapes of the window that hold it.
+            before = self._series(self.before, gauge.metric, gauge.where)
+            values = []
+            for key in before.keys() | after.keys():
+                samples = [page[key] for page in (before, after) if key in page]
+                values.append(math.fsum(samples) / len(samples))
+        else:
+            values = list(after.values())
+        return _combine(values, gauge.how) if values else None
 
     def _quantile(self, recipe: Quantile) -> float | None:
-        name = f"inferwatch_{recipe.histogram}_bucket"
-        after = self._series(self.after, name, {})
-        if not after:
+        """Over the increase of every series' buckets, merged by bound (all engines)."""
+        increases = self._increases(f"inferwatch_{recipe.histogram}_bucket", {})
+        if not increases:
             return None
-        before = self._series(self.before, name, {})
         buckets: dict[str, float] = {}
-        for key, value in after.items():
+        for key, increase in increases.items():
             le = dict(key)["le"]
-            previous = before.get(key, 0.0)
-            buckets[le] = buckets.get(le, 0.0) + (value - previous if value >= previous else value)
+            buckets[le] = buckets.get(le, 0.0) + increase
         result = histogram_quantile(recipe.q, buckets.items())
         return None if math.isnan(result) else result
 

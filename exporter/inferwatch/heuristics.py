@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from inferwatch.settings import ConfigError, check_keys
 
@@ -414,7 +414,9 @@ def recording_rules(spec: Spec) -> list[Record]:
 #
 # Each has a PromQL form (over the recording rules, for the rules and `diagnose
 # --prometheus`) and a local recipe (for `diagnose --exporter`, which computes it from two
-# scrapes of one exporter). Levels say which labels a signal's series carry:
+# scrapes of one exporter). Both forms mean the same quantity over the same series: a
+# recipe combines an exporter's engines and GPUs as the PromQL does (tests/test_signals.py
+# evaluates both on the same series). Levels say which labels a signal's series carry:
 #   INSTANCE  target labels + backend + model      MODEL  the fleet labels
 #   NODE      target labels (+ gpu labels)         (joined to others on instance, job)
 
@@ -432,17 +434,32 @@ class Mean:
     histogram: str
 
 
+# How a recipe combines the series of one exporter (its engines, its GPUs): as the PromQL
+# form aggregates them (``sum``/``avg``/``max without (engine)`` or ``(gpu, uuid, name)``).
+Aggregation = Literal["sum", "mean", "max"]
+
+
 @dataclass(frozen=True)
 class Rate:
+    """Per-second increase of a counter over the window, its series combined by ``how``."""
+
     counter: str
     where: Mapping[str, str] = field(default_factory=dict)  # label -> regex
+    how: Aggregation = "sum"
 
 
 @dataclass(frozen=True)
 class Gauge:
+    """A gauge's value, its series combined by ``how``.
+
+    ``averaged``: each series' mean over the window (PromQL's ``avg_over_time``), else its
+    last value (an instant selector).
+    """
+
     metric: str
     where: Mapping[str, str] = field(default_factory=dict)
-    how: str = "max"  # across engines/GPUs: max, sum, mean
+    how: Aggregation = "max"
+    averaged: bool = False
 
 
 @dataclass(frozen=True)
@@ -574,7 +591,7 @@ SIGNALS: dict[str, Signal] = {
             "ratio",
             INSTANCE,
             "instance:inferwatch_queued_while_idle_seconds:%(w)s",
-            Rate("inferwatch_queued_while_idle_seconds_total"),
+            Rate("inferwatch_queued_while_idle_seconds_total", how="max"),
         ),
         Signal(
             "kv_usage",
@@ -582,7 +599,7 @@ SIGNALS: dict[str, Signal] = {
             "ratio",
             INSTANCE,
             "max without (engine) (avg_over_time(inferwatch_kv_cache_usage_ratio[%(window)s]))",
-            Gauge("inferwatch_kv_cache_usage_ratio"),
+            Gauge("inferwatch_kv_cache_usage_ratio", averaged=True),
         ),
         Signal(
             "preemption_rate",
@@ -598,7 +615,7 @@ SIGNALS: dict[str, Signal] = {
             "count",
             INSTANCE,
             "sum without (engine) (avg_over_time(inferwatch_requests_running[%(window)s]))",
-            Gauge("inferwatch_requests_running", how="sum"),
+            Gauge("inferwatch_requests_running", how="sum", averaged=True),
         ),
         # System
         Signal(
@@ -615,7 +632,7 @@ SIGNALS: dict[str, Signal] = {
             "ratio",
             NODE,
             "instance:inferwatch_gpu_busy_seconds:avg_%(w)s",
-            Rate("inferwatch_gpu_busy_seconds_total"),
+            Rate("inferwatch_gpu_busy_seconds_total", how="mean"),
         ),
         Signal(
             "gpu_throttled",
@@ -623,7 +640,8 @@ SIGNALS: dict[str, Signal] = {
             "ratio",
             NODE,
             f'avg_over_time(inferwatch_gpu_clock_throttled{{reason=~"{THROTTLE_REASONS}"}}[%(window)s])',
-            Gauge("inferwatch_gpu_clock_throttled", {"reason": THROTTLE_REASONS}),
+            # Judged per GPU and reason (the alert names them); locally, the worst one.
+            Gauge("inferwatch_gpu_clock_throttled", {"reason": THROTTLE_REASONS}, averaged=True),
         ),
         # Availability
         Signal(
