@@ -1,0 +1,295 @@
+"""Every signal means the same in its two forms: the PromQL of the rules and the local recipe.
+
+``diagnose --exporter`` computes each signal of the heuristics spec from two scrapes of one
+exporter (``Signal.local``, evaluated by :class:`inferwatch.diagnose.Window`); the rules and
+``diagnose --prometheus`` compute it in PromQL over the recording rules (``Signal.promql``).
+Here both run over the same series: the pages of one exporter in front of a data-parallel
+server (two engines) on two GPUs, every engine and GPU with its own values, rendered by the
+exporter's own renderer every 10 s over 50 s. The local form reads the first and the last
+page; promtool feeds all six pages to the generated rules (rate window 50 s, so ``rate()``
+spans exactly the two pages the local form reads) and evaluates each signal's PromQL.
+
+The series move at a constant slope (gauges linearly, or a flag that turns on half-way),
+so ``rate()`` is the increase over the interval and ``avg_over_time()`` the mean of the
+first and last samples: what the local recipe computes from its two pages.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferwatch.diagnose import Samples, Window, parse_page
+from inferwatch.exposition import render
+from inferwatch.heuristics import SIGNALS, placeholders, spec_from_config
+from inferwatch.model import (
+    BackendSample,
+    CollectorStatus,
+    Derived,
+    GpuSample,
+    Histogram,
+    Labels,
+    Snapshot,
+)
+from inferwatch.rules import dump_yaml, rules_document
+
+STEP_SECONDS = 10
+STEPS = 5  # six pages, at 0, 10, ..., 50 s
+WINDOW_SECONDS = STEP_SECONDS * STEPS
+SPEC = spec_from_config(
+    {"alerting": {"rate_window": f"{WINDOW_SECONDS}s", "evaluation_interval": f"{STEP_SECONDS}s"}}
+)
+TARGET = {"instance": "10.0.0.7:9477", "job": "inferwatch"}  # what Prometheus attaches
+MODEL = "llama-3-70b"
+ENGINES = ("0", "1")
+
+# Per engine: gauges (first page, last page) and counters (per second).
+RUNNING = {"0": (4.0, 8.0), "1": (12.0, 6.0)}
+KV_USAGE = {"0": (0.2, 0.6), "1": (0.9, 0.7)}
+WAITING = {"0": (0.0, 2.0), "1": (3.0, 1.0)}
+PREEMPTIONS = {"0": 0.1, "1": 0.3}
+PROMPT_TOKENS = {"0": 800.0, "1": 1200.0}
+GENERATION_TOKENS = {"0": 150.0, "1": 90.0}
+ENGINE_STEPS = {"0": 40.0, "1": 30.0}
+FINISHED = {  # reason -> engine -> requests/s
+    "stop": {"0": 2.0, "1": 1.0},
+    "length": {"0": 0.5, "1": 0.25},
+    "error": {"0": 0.1, "1": 0.0},
+    "abort": {"0": 0.0, "1": 0.05},
+}
+QUEUED_WHILE_IDLE = {"0": 0.05, "1": 0.2}  # seconds per second
+DECODE_FLOOR = {"0": 0.004, "1": 0.006}
+FRONTEND_CPU = 0.7  # cores (one API server for both engines)
+# Histograms: observations per second in each bucket (not cumulative), and their mean.
+HISTOGRAMS = {
+    "time_to_first_token_seconds": (
+        ("0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "+Inf"),
+        {
+            "0": ((0.5, 1.0, 0.5, 0.3, 0.1, 0.05, 0.0), 0.45),
+            "1": ((0, 0.2, 0.3, 0.5, 0.6, 0.2, 0.1), 1.9),
+        },
+    ),
+    "inter_token_latency_seconds": (
+        ("0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "+Inf"),
+        {"0": ((20, 60, 40, 15, 8, 2, 0), 0.04), "1": ((5, 30, 25, 20, 6, 3, 1), 0.07)},
+    ),
+    "request_queue_time_seconds": (
+        ("0.01", "0.1", "0.5", "1.0", "5.0", "+Inf"),
+        {"0": ((1.0, 0.8, 0.4, 0.2, 0.05, 0.0), 0.12), "1": ((0.2, 0.5, 0.4, 0.3, 0.2, 0.0), 0.6)},
+    ),
+}
+# Per GPU (GPU k runs engine k): busy seconds per second, and one throttle flag that turns
+# on half-way (off on the first three pages, on on the last three: avg_over_time 0.5).
+GPU_BUSY = {0: 0.5, 1: 0.3}
+THERMAL_FROM_STEP = {0: 3, 1: None}
+BASELINE = {"time_to_first_token_seconds": 0.9, "inter_token_latency_seconds": 0.035}
+
+# Signals judged per GPU and reason (the alert names which): the local recipe is the worst
+# series', which is what an alert on any of them reduces to for one exporter.
+PER_SERIES = {"gpu_throttled": 2}
+
+
+def _line(first_last: tuple[float, float], step: int) -> float:
+    first, last = first_last
+    return first + (last - first) * step / STEPS
+
+
+def _counter(per_second: float, step: int) -> float:
+    """A counter that started a minute before the first page."""
+    return per_second * (60 + step * STEP_SECONDS)
+
+
+def _engine(engine: str, *extra: tuple[str, str]) -> Labels:
+    return (("model", MODEL), ("engine", engine), *extra)
+
+
+def _histogram(
+    bounds: tuple[str, ...], per_bucket: Iterable[float], mean: float, step: int
+) -> Histogram:
+    cumulative, total = [], 0.0
+    for per_second in per_bucket:
+        total += _counter(per_second, step)
+        cumulative.append(total)
+    return Histogram(tuple(zip(bounds, cumulative, strict=True)), total * mean, total)
+
+
+def snapshot(step: int) -> Snapshot:
+    """The exporter's snapshot at ``step * STEP_SECONDS``."""
+
+    def per_engine(make: Callable[[str], float]) -> dict[Labels, float]:
+        return {_engine(e): make(e) for e in ENGINES}
+
+    values: dict[str, dict[Labels, float]] = {
+        "requests_running": per_engine(lambda e: _line(RUNNING[e], step)),
+        "requests_waiting": per_engine(lambda e: _line(WAITING[e], step)),
+        "kv_cache_usage_ratio": per_engine(lambda e: _line(KV_USAGE[e], step)),
+        "preemptions": per_engine(lambda e: _counter(PREEMPTIONS[e], step)),
+        "prompt_tokens": per_engine(lambda e: _counter(PROMPT_TOKENS[e], step)),
+        "generation_tokens": per_engine(lambda e: _counter(GENERATION_TOKENS[e], step)),
+        "engine_steps": per_engine(lambda e: _counter(ENGINE_STEPS[e], step)),
+        "requests_finished": {
+            _engine(e, ("reason", reason)): _counter(rates[e], step)
+            for reason, rates in FINISHED.items()
+            for e in ENGINES
+        },
+        "frontend_cpu_seconds": {(("model", MODEL),): _counter(FRONTEND_CPU, step)},
+    }
+    histograms = {
+        name: {_engine(e): _histogram(bounds, *per[e], step) for e in ENGINES}
+        for name, (bounds, per) in HISTOGRAMS.items()
+    }
+    gpus = tuple(
+        GpuSample(
+            index=k,
+            uuid=f"GPU-{k}",
+            name="NVIDIA H100 80GB HBM3",
+            utilization_ratio=busy,
+            busy_seconds_total=_counter(busy, step),
+            memory_bandwidth_peak_bytes_per_second=3.35e12,
+            clock_throttled={
+                "hw_thermal_slowdown": THERMAL_FROM_STEP[k] is not None
+                and step >= THERMAL_FROM_STEP[k],
+                "sw_power_cap": True,  # normal under load: not a throttle the rules count
+            },
+        )
+        for k, busy in GPU_BUSY.items()
+    )
+    vllm = (("backend", "vllm"),)
+    baseline_cell = (
+        *vllm,
+        ("model", MODEL),
+        ("concurrency", "16"),
+        ("prompt_tokens", "512"),
+        ("output_tokens", "128"),
+        ("percentile", "95"),
+    )
+    return Snapshot(
+        backend_kind="vllm",
+        backend_up=True,
+        backend_scrape_seconds=0.004,
+        backend=BackendSample("vllm", MODEL, "0.32.0", values, histograms),
+        collectors={"backend": CollectorStatus(True, 0.004), "gpu": CollectorStatus(True, 0.002)},
+        gpus=gpus,
+        derived=Derived(
+            queued_while_idle={(*vllm, *_engine(e)): False for e in ENGINES},
+            queued_while_idle_seconds_total={
+                (*vllm, *_engine(e)): _counter(QUEUED_WHILE_IDLE[e], step) for e in ENGINES
+            },
+            decode_floor_seconds={(*vllm, *_engine(e)): DECODE_FLOOR[e] for e in ENGINES},
+        ),
+        baseline={f"baseline_{name}": {baseline_cell: value} for name, value in BASELINE.items()},
+    )
+
+
+PAGES: list[Samples] = [parse_page(render(snapshot(step)).decode()) for step in range(STEPS + 1)]
+WINDOW = Window(PAGES[0], PAGES[-1], seconds=WINDOW_SECONDS)
+LOCAL = {name: WINDOW.value(s.local) for name, s in SIGNALS.items() if s.local is not None}
+
+
+def input_series() -> list[dict[str, str]]:
+    """The pages as promtool input series, one sample per page, the target labels added."""
+    series: dict[str, list[str]] = {}
+    for step, page in enumerate(PAGES):
+        for name, samples in page.items():
+            for labels, value in samples:
+                text = ",".join(
+                    f"{k}={json.dumps(v)}" for k, v in sorted({**labels, **TARGET}.items())
+                )
+                series.setdefault(f"{name}{{{text}}}", ["_"] * (STEPS + 1))[step] = repr(value)
+    return [{"series": name, "values": " ".join(values)} for name, values in series.items()]
+
+
+def promtool_tests(
+    folder: Path, checks: dict[str, list[dict[str, Any]]]
+) -> subprocess.CompletedProcess:
+    """Runs one promtool test group per signal over the pages; returns promtool's result."""
+    (folder / "rules.yaml").write_text(dump_yaml(rules_document(SPEC)))
+    given = input_series()
+    doc = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": f"{STEP_SECONDS}s",
+        "tests": [
+            {
+                "name": name,
+                "interval": f"{STEP_SECONDS}s",
+                "input_series": given,
+                "promql_expr_test": tests,
+            }
+            for name, tests in checks.items()
+        ],
+    }
+    (folder / "signals_test.yaml").write_text(dump_yaml(doc))
+    return subprocess.run(
+        ["promtool", "test", "rules", "signals_test.yaml"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
+
+
+def _check(expr: str, value: float) -> dict[str, Any]:
+    return {
+        "expr": expr,
+        "eval_time": f"{WINDOW_SECONDS}s",
+        "exp_samples": [{"labels": "{}", "value": value}],
+    }
+
+
+def test_the_synthetic_pod_gives_every_signal_a_value() -> None:
+    missing = sorted(name for name, value in LOCAL.items() if value is None or math.isnan(value))
+    assert missing == [], "the pages must give every local recipe a value"
+    assert {n for n, s in SIGNALS.items() if s.local is None} == {
+        "exporter_up",  # the exporter answering is the local form's premise
+        "gpu_collection_recent",  # needs a look-back of hours
+    }
+
+
+def test_every_signal_agrees_in_promql_and_locally(tmp_path: Path) -> None:
+    values = placeholders(SPEC)
+    checks = {}
+    for name, local in LOCAL.items():
+        assert local is not None
+        promql = SIGNALS[name].promql % values
+        tolerance = 1e-9 * max(1.0, abs(local))
+        checks[name] = [
+            _check(f"count({promql})", PER_SERIES.get(name, 1)),
+            _check(f"abs(max({promql}) - {local!r}) <= bool {tolerance!r}", 1),
+        ]
+    out = promtool_tests(tmp_path, checks)
+    if out.returncode != 0:
+        # promtool names a failing test by its expression (Go's %q: JSON's quoting here).
+        failed = [
+            name
+            for name, tests in checks.items()
+            if any(json.dumps(t["expr"]) in out.stdout + out.stderr for t in tests)
+        ]
+        # What PromQL computed: the failing signals again, expecting the local value exactly.
+        exact = {
+            name: [_check(f"max({SIGNALS[name].promql % values})", LOCAL[name])] for name in failed
+        }
+        (tmp_path / "exact").mkdir()
+        detail = promtool_tests(tmp_path / "exact", exact)
+        pytest.fail(
+            f"PromQL and local forms disagree for {failed or 'a signal'}; PromQL (got) against the "
+            f"local value (exp):\n{detail.stdout}{detail.stderr}\npromtool:\n{out.stdout}{out.stderr}"
+        )
+    assert out.stdout.count("SUCCESS") == 1, out.stdout
+
+
+def test_gpu_busy_is_the_mean_over_the_gpus() -> None:
+    # The issue's case: GPUs 50 % and 30 % busy are 40 % busy, not 80 %.
+    assert LOCAL["gpu_busy"] == pytest.approx(0.4)
+
+
+def test_multi_engine_signals_combine_engines_as_the_rules_do() -> None:
+    assert LOCAL["queued_while_idle_ratio"] == pytest.approx(0.2)  # the worst engine's
+    assert LOCAL["kv_usage"] == pytest.approx(0.8)  # engine 1's mean over the window
+    assert LOCAL["running"] == pytest.approx(6.0 + 9.0)  # both engines, mean over the window
+    assert LOCAL["request_rate"] == pytest.approx(3.9)  # both engines, every reason
+    assert LOCAL["gpu_throttled"] == pytest.approx(0.5)  # GPU 0, thermal, half the window
