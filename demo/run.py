@@ -135,7 +135,7 @@ async def normal_for(stack: LocalStack, seconds: float) -> None:
 async def demo(stack: LocalStack, quick: bool) -> list:
     state = {
         "phase": "normal",
-        "story": "Light traffic: everything healthy.",
+        "story": "Normal traffic, the load calibrated for: everything healthy.",
         "since": time.monotonic(),
     }
     stop_view = asyncio.Event()
@@ -165,7 +165,7 @@ async def demo(stack: LocalStack, quick: bool) -> list:
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C
+    raise KeyboardInterrupt  # SIGTERM and SIGHUP clean up like Ctrl-C
 
 
 def main() -> int:
@@ -175,7 +175,8 @@ def main() -> int:
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="inferwatch-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    signal.signal(signal.SIGTERM, _interrupt)
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # a closed terminal cleans up too
+        signal.signal(signum, _interrupt)
     stack = LocalStack(workdir)
     print(
         "starting vLLM (CPU), calibrating against it, then inferwatch, Prometheus and "

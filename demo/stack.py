@@ -400,7 +400,23 @@ class Prometheus:
         return doc["data"]["result"]
 
     def alerts(self) -> list[dict]:
-        return http_json(f"{self.url}/api/v1/alerts")["data"]["alerts"]
+        """Pending and firing alerts. Generous timeout: on two cores shared with vLLM under
+        load, an answer can take seconds."""
+        return http_json(f"{self.url}/api/v1/alerts", timeout=30.0)["data"]["alerts"]
+
+    def reload(self, timeout: float = 30.0) -> None:
+        """Re-read the config and rule files (SIGHUP); returns once the reload succeeded."""
+        assert self.process is not None
+        name = "prometheus_config_last_reload_success_timestamp_seconds"
+        before = metric_value(http_get(f"{self.url}/metrics")[1].decode(), name)
+        os.kill(self.process.pid, signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        while metric_value(http_get(f"{self.url}/metrics")[1].decode(), name) <= before:
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"prometheus did not reload within {timeout:g} s:\n{self.process.tail()}"
+                )
+            time.sleep(0.1)
 
     def stop(self) -> None:
         if self.process is not None:

@@ -62,7 +62,6 @@ async def complete_many(
     clients: int,
     prompt_words: int,
     max_tokens: int,
-    pause: float = 0.0,
 ) -> int:
     """``clients`` concurrent clients sending completions back to back until ``stop``.
 
@@ -83,8 +82,6 @@ async def complete_many(
                 )
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 await asyncio.sleep(0.5)  # the server is down: do not spin
-            if pause:
-                await asyncio.sleep(pause)
 
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         await asyncio.gather(*(client(session, n) for n in range(clients)))
