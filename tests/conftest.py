@@ -14,8 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from demo.stack import VllmServer
-from inferwatch.backends import Backend
+from inferwatch.backends import VLLM, Backend
 from inferwatch.backends.base import LABEL_ORDER
+from inferwatch.gpu import GpuSource
 from inferwatch.metrics import Kind
 from inferwatch.poller import Poller, PollSettings
 from inferwatch.upstream import Upstream
@@ -238,3 +239,27 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
     server = VllmServer(tmp_path_factory.mktemp("vllm"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+async def poller_for():
+    """Builds pollers and closes their HTTP sessions at teardown, even when a test fails.
+
+    ``settings`` are PollSettings fields (interval 0.2 s unless given)."""
+    made: list[Poller] = []
+
+    def make(
+        url: str,
+        *,
+        backend: Backend | None = VLLM,
+        gpu: GpuSource | None = None,
+        timeout: float = 0.5,
+        **settings: float,
+    ) -> Poller:
+        upstream = Upstream(url, timeout=timeout, max_bytes=16 * 1024 * 1024)
+        made.append(Poller(upstream, backend, gpu, PollSettings(**{"interval": 0.2, **settings})))
+        return made[-1]
+
+    yield make
+    for poller in made:
+        await poller.upstream.close()

@@ -11,8 +11,6 @@ from aiohttp import web
 
 from inferwatch.backends import VLLM
 from inferwatch.gpu import GpuSource
-from inferwatch.poller import Poller, PollSettings
-from inferwatch.upstream import Upstream
 from inferwatch.web import make_app
 
 from conftest import fixture_text, page_value
@@ -86,21 +84,6 @@ async def backend(aiohttp_server):
     server = await aiohttp_server(fake.app())
     fake.url = str(server.make_url("")).rstrip("/")
     return fake
-
-
-@pytest.fixture
-async def poller_for():
-    """Builds pollers and closes their HTTP sessions at teardown, even when a test fails."""
-    made: list[Poller] = []
-
-    def make(url: str, *, backend=VLLM, gpu: GpuSource | None = None, timeout: float = 0.5):
-        upstream = Upstream(url, timeout=timeout, max_bytes=16 * 1024 * 1024)
-        made.append(Poller(upstream, backend, gpu, PollSettings(interval=0.2)))
-        return made[-1]
-
-    yield make
-    for poller in made:
-        await poller.upstream.close()
 
 
 async def test_serves_the_normalized_capture_without_touching_the_backend(

@@ -187,20 +187,6 @@ async def served(aiohttp_server):
     return pages
 
 
-@pytest.fixture
-async def poller_for():
-    made: list[Poller] = []
-
-    def make(url: str, **settings: float) -> Poller:
-        upstream = Upstream(url, timeout=2.0, max_bytes=16 * 1024 * 1024)
-        made.append(Poller(upstream, VLLM, None, PollSettings(interval=0.05, **settings)))
-        return made[-1]
-
-    yield make
-    for poller in made:
-        await poller.upstream.close()
-
-
 def assert_valid_page(page: str) -> dict[str, list]:
     """Parses, holds no series twice, and every backend series has a value its kind takes.
 
@@ -226,7 +212,7 @@ async def test_hostile_page_is_served_valid_or_marks_the_backend_down(
     case: str, served, poller_for, aiohttp_client, caplog
 ) -> None:
     text, up, present, absent, cause = HOSTILE[case]
-    poller = poller_for(served.url)
+    poller = poller_for(served.url, timeout=2.0, interval=0.05)
     client = await aiohttp_client(make_app(poller, run_poller=False))
     await poller.poll_once()  # a healthy page first: nothing of it may outlive a bad one
     served.page = text
@@ -267,7 +253,7 @@ async def test_a_histogram_merge_failure_inside_the_poll_keeps_the_rest_of_the_p
 async def test_alternating_500_and_503_log_one_line_not_one_per_poll(
     served, poller_for, caplog
 ) -> None:
-    poller = poller_for(served.url)
+    poller = poller_for(served.url, timeout=2.0, interval=0.05)
     served.statuses = [500, 503] * 10
     with caplog.at_level(logging.WARNING, logger="inferwatch.poller"):
         for _ in range(20):
@@ -331,7 +317,7 @@ async def test_healthz_stays_fast_while_a_huge_page_is_polled(
     series: int, max_series: int, served, poller_for, aiohttp_client
 ) -> None:
     served.page = big_page(series)
-    poller = poller_for(served.url, max_series=max_series)
+    poller = poller_for(served.url, timeout=2.0, interval=0.05, max_series=max_series)
     client = await aiohttp_client(make_app(poller))  # the real poll loop runs
     slowest = 0.0
     deadline = time.monotonic() + 20.0
