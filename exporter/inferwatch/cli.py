@@ -22,6 +22,7 @@ from inferwatch.baseline import thresholds_from
 from inferwatch.heuristics import Spec, spec_from_config
 from inferwatch.settings import (
     ConfigError,
+    Option,
     bounded_float,
     check_keys,
     existing_file,
@@ -160,32 +161,44 @@ def _diagnose(args: argparse.Namespace, config: dict) -> int:
     return report.exit_code()
 
 
+def _add_options_parser(
+    commands: argparse._SubParsersAction,
+    name: str,
+    options: Sequence[Option],
+    summary: str,
+    description: str,
+) -> None:
+    """A subcommand whose flags are an option table (plus ``--config``)."""
+    p = commands.add_parser(name, help=summary, description=description)
+    _add_config_flag(p)
+    for option in options:
+        option.add_to(p)
+
+
 def _add_baseline_parser(commands: argparse._SubParsersAction) -> None:
-    b = commands.add_parser(
+    _add_options_parser(
+        commands,
         "baseline",
-        help="load sweep (concurrency x prompt x output tokens) against an OpenAI-compatible "
+        sweep.OPTIONS,
+        summary="load sweep (concurrency x prompt x output tokens) against an OpenAI-compatible "
         "server; writes a baseline file",
         description="Exit status: 0; 3 when a cell regressed against --previous (the file is "
         "written); 1 when the sweep cannot run; 2 for bad input.",
     )
-    _add_config_flag(b)
-    for option in sweep.OPTIONS:
-        option.add_to(b)
 
 
 def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
-    c = commands.add_parser(
+    _add_options_parser(
+        commands,
         "calibrate",
-        help="measure the server (a short baseline sweep), then write the config whose "
+        calibrate.OPTIONS,
+        summary="measure the server (a short baseline sweep), then write the config whose "
         "thresholds come from it",
         description="Writes --out (a config for serve, generate and diagnose: thresholds "
         "from the measured percentiles, each commented with its source) and the baseline "
         "file. Settings of --config are carried over. Exit status: 0; 1 when the sweep "
         "cannot run; 2 for bad input.",
     )
-    _add_config_flag(c)
-    for option in calibrate.OPTIONS:
-        option.add_to(c)
 
 
 def _config_path(args: argparse.Namespace) -> Path | None:
