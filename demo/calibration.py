@@ -32,7 +32,7 @@ from inferwatch.heuristics import Spec, spec_from_config
 from inferwatch.quantile import histogram_quantile
 from inferwatch.settings import load_config_file
 from inferwatch.sweep import TTFT, ServerHistograms
-from inferwatch.textparse import parse_labels
+from inferwatch.textparse import parse_labels, scan
 
 # The demo's normal traffic: two clients, short prompts, short answers (see normal_traffic).
 NORMAL_CLIENTS, NORMAL_WORDS, NORMAL_OUTPUT = 2, 6, 16
@@ -150,11 +150,11 @@ def _vllm_arg(flag: str) -> int:
 
 def kv_cache(url: str) -> tuple[int, int]:
     """(blocks, tokens per block) of the KV cache, as the server reports them."""
-    for line in http_get(f"{url}/metrics")[1].decode().splitlines():
-        if line.startswith("vllm:cache_config_info{"):
-            labels = dict(parse_labels(line[line.index("{") + 1 : line.rindex("}")]))
-            return int(labels["num_gpu_blocks"]), int(labels["block_size"])
-    raise StackError("vLLM reports no vllm:cache_config_info")
+    name = "vllm:cache_config_info"
+    for labels, _ in scan(http_get(f"{url}/metrics")[1].decode(), {name}).samples.get(name, []):
+        info = dict(parse_labels(labels))
+        return int(info["num_gpu_blocks"]), int(info["block_size"])
+    raise StackError(f"vLLM reports no {name}")
 
 
 async def _size_faults(vllm: VllmServer, spec: Spec, tokens_per_word: float) -> FaultSizes:

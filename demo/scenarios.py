@@ -178,13 +178,11 @@ class LocalStack:
                 continue
             seen = [float(v) for s in series for _, v in s["values"]]
             held = sum(cond.holds(v, self.spec) for v in seen)
-            bound = (
-                self.spec.t(cond.threshold) if isinstance(cond.threshold, str) else cond.threshold
-            )
             span = f"{min(seen):.4g} .. {max(seen):.4g}" if seen else "no data"
             verdict = "NEVER HELD" if not held else f"held {held}/{len(seen)}"
             lines.append(
-                f"  {keyword} {cond.signal} {cond.op} {bound:g}: {verdict} (values {span})"
+                f"  {keyword} {cond.signal} {cond.op} {cond.bound(self.spec):g}: {verdict} "
+                f"(values {span})"
             )
         return "\n".join(lines)
 

@@ -31,8 +31,8 @@ CACHE = REPO / ".cache"
 VLLM_PYTHON = Path(os.environ.get("INFERWATCH_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
 MODEL_NAME = "tiny"
 
-# A KV cache of 160 blocks of 32 tokens (5120, a full context and a little): a batch of 16 requests of
-# a few hundred tokens each overflows it and the scheduler preempts.
+# A KV cache of 160 blocks of 32 tokens (5120: a full 4096-token context and a little): a
+# batch of 16 requests of a few hundred tokens each overflows it and the scheduler preempts.
 VLLM_ARGS = (
     "--num-gpu-blocks-override", "160",
     "--block-size", "32",

@@ -143,14 +143,10 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value:.3g}"
 
 
-def _bound(cond: Cond, spec: Spec) -> float:
-    return spec.t(cond.threshold) if isinstance(cond.threshold, str) else float(cond.threshold)
-
-
 def _evidence_text(alert: Alert, cond: Cond, value: float | None, spec: Spec) -> str:
     signal = SIGNALS[cond.signal]
     keyword = "unless " if cond in alert.unless else ("or " if cond in alert.any_of[1:] else "")
-    bound = fmt(_bound(cond, spec), signal.unit)
+    bound = fmt(cond.bound(spec), signal.unit)
     return f"{keyword}{signal.label} {fmt(value, signal.unit)} {cond.op} {bound}"
 
 

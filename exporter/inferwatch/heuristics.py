@@ -727,8 +727,12 @@ class Cond:
         # Comparisons bind tighter than and/or/unless, looser than arithmetic.
         return f"{signal} {self.op} {bound}"
 
+    def bound(self, spec: Spec) -> float:
+        """The number the signal is compared with under ``spec``."""
+        return spec.t(self.threshold) if isinstance(self.threshold, str) else float(self.threshold)
+
     def holds(self, value: float, spec: Spec) -> bool:
-        bound = spec.t(self.threshold) if isinstance(self.threshold, str) else self.threshold
+        bound = self.bound(spec)
         return {
             ">": value > bound,
             ">=": value >= bound,
