@@ -93,7 +93,7 @@ async def test_llamacpp_model_from_v1_models_and_build_from_props(serve) -> None
     await poller.poll_once()
     sample = poller.snapshot.backend
     assert (sample.model, sample.version) == ("tiny", "b11434-0c1e570")
-    assert sample.signals["engine_steps"] == {(("model", "tiny"),): 739.0}
+    assert sample.values["engine_steps"] == {(("model", "tiny"),): 739.0}
 
 
 async def test_info_is_asked_again_after_the_server_comes_back(serve) -> None:
@@ -141,7 +141,7 @@ async def test_auto_detects_triton_which_labels_its_models(serve) -> None:
     fake, poller = await serve(fixture_text("triton-2.51.0-pytriton-cpu-4-pending.prom"), {})
     await poller.poll_once()
     assert poller.backend is TRITON
-    assert poller.snapshot.backend.signals["requests_waiting"] == {(("model", "tiny"),): 4.0}
+    assert poller.snapshot.backend.values["requests_waiting"] == {(("model", "tiny"),): 4.0}
     assert set(fake.hits) == {"/metrics"}  # no info endpoint to ask
 
 
@@ -169,6 +169,6 @@ async def test_sglang_negotiation_answers_classic_text_to_the_exporter(aiohttp_s
     finally:
         await upstream.close()
     assert poller.backend is SGLANG
-    assert poller.snapshot.backend.signals["requests_waiting"] == {(("model", "m"),): 3.0}
+    assert poller.snapshot.backend.values["requests_waiting"] == {(("model", "m"),): 3.0}
     assert choose_encoder(seen[0][0])[1].startswith("text/plain")
     assert seen[0][1] == "identity"

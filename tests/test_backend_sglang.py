@@ -117,7 +117,7 @@ def test_scheduler_idle_counter_and_retractions_are_read_where_published() -> No
         f"sglang:num_retracted_requests_total{{{labels}}} 3.0\n"
         f"sglang:num_retracted_reqs{{{labels}}} 1.0\n"
     )
-    assert sample.signals["scheduler_idle_seconds"] == {(("model", "m"),): 12.5}
+    assert sample.values["scheduler_idle_seconds"] == {(("model", "m"),): 12.5}
     assert sample.values["preemptions"] == {(("model", "m"),): 3.0}
 
 

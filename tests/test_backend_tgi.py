@@ -13,9 +13,9 @@ M = (("model", "meta-llama/Llama-3.1-8B-Instruct"),)  # GET /info -> model_id
 def test_values_read_off_the_page() -> None:
     sample = TGI.normalize(PAGE, model_hint="meta-llama/Llama-3.1-8B-Instruct")
     assert sample.model == "meta-llama/Llama-3.1-8B-Instruct"
-    assert sample.signals["requests_waiting"] == {M: 3.0}
-    assert sample.signals["requests_running"] == {M: 4.0}
-    assert sample.signals["engine_steps"] == {M: 1386.0}  # prefill 9 + decode 1377
+    assert sample.values["requests_waiting"] == {M: 3.0}
+    assert sample.values["requests_running"] == {M: 4.0}
+    assert sample.values["engine_steps"] == {M: 1386.0}  # prefill 9 + decode 1377
     assert sample.values["prompt_tokens"] == {M: 4096.0}  # tgi_request_input_length_sum
     assert sample.values["generation_tokens"] == {M: 384.0}
     queue = sample.histograms["request_queue_time_seconds"][M]

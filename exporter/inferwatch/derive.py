@@ -64,7 +64,7 @@ ENGINE_STALL_MIN = 1.0
 
 def engines(sample: BackendSample) -> list[Labels]:
     """The engines of a page: the label sets of its queue series (the page's model if none)."""
-    waiting = sample.signals.get("requests_waiting")
+    waiting = sample.values.get("requests_waiting")
     return list(waiting) if waiting else [(("model", sample.model),)]
 
 
@@ -183,7 +183,7 @@ class QueuedWhileIdle:
         gpus_of: Mapping[Labels, range],
     ) -> bool:
         """Whether engine ``unit`` is queued while idle now; adds the time to its total."""
-        waiting = (sample.signals.get("requests_waiting") or {}).get(unit, 0.0)
+        waiting = (sample.values.get("requests_waiting") or {}).get(unit, 0.0)
         believed = now - self._idle_reported_at.get(key, -math.inf) > IDLE_REPORT_WINDOW
         gpu_idle = self._gpus_idle(gpus, gpus_of.get(unit))
         idle = gpu_idle if gpu_idle is not None else _engine_stalled(sample, previous, unit)
@@ -196,7 +196,7 @@ class QueuedWhileIdle:
         # A backend that reports its idle time gets the time to report it: a report in
         # the meantime proves the queue gauge stale and ends the stall uncounted.
         wait = ENGINE_STALL_MIN if gpu_idle is None else 0.0
-        if sample.signals.get("scheduler_idle_seconds"):
+        if sample.values.get("scheduler_idle_seconds"):
             wait = max(wait, IDLE_REPORT_WINDOW)
         if now - since <= wait:
             return False
@@ -221,8 +221,8 @@ class QueuedWhileIdle:
         self, now: float, sample: BackendSample, previous: BackendSample
     ) -> None:
         """Remember when each engine's own idle counter last grew."""
-        idle = sample.signals.get("scheduler_idle_seconds")
-        before = previous.signals.get("scheduler_idle_seconds")
+        idle = sample.values.get("scheduler_idle_seconds")
+        before = previous.values.get("scheduler_idle_seconds")
         if not idle or not before:
             return
         for labels, seconds in idle.items():
@@ -232,8 +232,8 @@ class QueuedWhileIdle:
 
 def _engine_stalled(sample: BackendSample, previous: BackendSample, unit: Labels) -> bool:
     """True when engine ``unit`` made no step since the last poll (as far as it says)."""
-    steps = sample.signals.get("engine_steps") or {}
-    before = previous.signals.get("engine_steps") or {}
+    steps = sample.values.get("engine_steps") or {}
+    before = previous.values.get("engine_steps") or {}
     return unit in steps and unit in before and steps[unit] == before[unit]
 
 

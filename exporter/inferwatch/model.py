@@ -94,11 +94,6 @@ class BackendSample:
     histograms: Mapping[str, HistogramValues] = field(default_factory=lambda: EMPTY)
     dropped: tuple[Dropped, ...] = ()
 
-    @property
-    def signals(self) -> Mapping[str, SeriesValues]:
-        """The series the poll loop derives its signals from (queue depth, progress)."""
-        return self.values
-
     def total(self, key: str) -> float | None:
         """Sum of a signal over all its series, or None when not provided."""
         series = self.values.get(key)
