@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from inferwatch.model import BackendSample, Labels
-from inferwatch.settings import ConfigError
+from inferwatch.settings import ConfigError, read_text
 
 FORMAT_VERSION = 1
 QUANTILES = ("p50", "p95", "p99")
@@ -246,11 +246,11 @@ def _cell_doc(cell: Cell) -> dict[str, Any]:
 def load(path: Path) -> Baseline:
     """Read and validate a baseline file; ConfigError names the file and what is wrong."""
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"baseline {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"baseline {path}: not UTF-8 text (byte {exc.start})") from None
+        text = read_text(path)
+    except ConfigError as exc:
+        raise ConfigError(f"baseline {exc}") from None
+    try:
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"baseline {path}: not YAML ({getattr(exc, 'problem', exc)})") from None
     try:

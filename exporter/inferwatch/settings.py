@@ -215,16 +215,23 @@ def existing_dir(text: str) -> Path:
     return path
 
 
-def load_config_file(path: Path | None) -> dict[str, Any]:
-    """The YAML mapping in ``path`` (empty when None); errors name the file."""
-    if path is None:
-        return {}
+def read_text(path: Path) -> str:
+    """The UTF-8 text of ``path``; ConfigError naming the file when it cannot be read."""
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def load_config_file(path: Path | None) -> dict[str, Any]:
+    """The YAML mapping in ``path`` (empty when None); errors name the file."""
+    if path is None:
+        return {}
+    text = read_text(path)
+    try:
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}:" if mark is not None else ""
