@@ -3,12 +3,15 @@ prometheus_client's full text parser (an independent reading of the same page)."
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import signal
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,6 +25,7 @@ from inferwatch.poller import Poller, PollSettings
 from inferwatch.upstream import Upstream
 
 FIXTURES = Path(__file__).parent / "fixtures"
+ALERT_SCENARIOS = Path(__file__).parents[1] / "alerts" / "tests" / "scenarios.py"
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -263,3 +267,13 @@ async def poller_for():
     yield make
     for poller in made:
         await poller.upstream.close()
+
+
+def alert_scenarios() -> ModuleType:
+    """``alerts/tests/scenarios.py``: the promtool scenarios and their series builder."""
+    spec = importlib.util.spec_from_file_location("scenarios", ALERT_SCENARIOS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["scenarios"] = module  # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module

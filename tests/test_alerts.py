@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -14,6 +13,8 @@ import yaml
 from inferwatch.generate import artifacts
 from inferwatch.heuristics import ALERTS, THRESHOLDS, recording_rules, seconds, spec_from_config
 from inferwatch.settings import ConfigError
+
+from conftest import alert_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 ALERTS_DIR = REPO / "alerts"
@@ -36,16 +37,6 @@ CONTRACT = {
     "InferenceGPUThrottling",
     "InferenceExporterGPUMissing",
 }
-
-
-def scenarios_module():
-    spec = importlib.util.spec_from_file_location(
-        "scenarios", ALERTS_DIR / "tests" / "scenarios.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["scenarios"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_promtool_check_rules() -> None:
@@ -73,7 +64,7 @@ def test_promtool_unit_tests() -> None:
 def test_committed_artifacts_are_what_generate_writes() -> None:
     for relative, content in artifacts(spec_from_config({})).items():
         assert (REPO / relative).read_text() == content, f"{relative} is stale: run `make generate`"
-    for name, content in scenarios_module().render().items():
+    for name, content in alert_scenarios().render().items():
         assert (ALERTS_DIR / "tests" / name).read_text() == content, f"alerts/tests/{name} is stale"
     runbooks = {p.name for p in (ALERTS_DIR / "runbooks").glob("*.md")}
     assert runbooks == {f"{a}.md" for a in CONTRACT}, "a runbook without an alert (or the reverse)"
@@ -115,7 +106,7 @@ def test_every_alert_has_a_firing_scenario_and_a_near_miss() -> None:
 
 def test_rate_window_covers_four_scrapes_of_the_tests() -> None:
     spec = spec_from_config({})
-    assert seconds(spec.timing.window) >= 4 * scenarios_module().STEP
+    assert seconds(spec.timing.window) >= 4 * alert_scenarios().STEP
     assert seconds(spec.timing.window) >= 4 * 15  # Prometheus' default 15 s scrape
 
 

@@ -22,19 +22,15 @@ from inferwatch.heuristics import THRESHOLDS, spec_from_config
 from inferwatch.quantile import histogram_quantile
 from inferwatch.settings import load_config_file
 
+from conftest import alert_scenarios
+
 FIXTURES = Path(__file__).parent / "fixtures"
 SWEEP = FIXTURES / "baseline-vllm-0.32.0-cpu-tiny.yaml"
-ALERTS_TESTS = Path(__file__).parents[1] / "alerts" / "tests"
 
 
 @pytest.fixture(scope="module")
 def scenarios():
-    sys.path.insert(0, str(ALERTS_TESTS))
-    try:
-        import scenarios  # the promtool scenarios' series builder
-    finally:
-        sys.path.remove(str(ALERTS_TESTS))
-    return scenarios
+    return alert_scenarios()
 
 
 def calibrated(path: Path, given: dict | None = None) -> Path:
