@@ -14,12 +14,50 @@ import yaml
 from demo.scenarios import alertmanager_config
 from demo.stack import Alertmanager, WebhookReceiver
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "alerts" / "alertmanager.example.yml"
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "alerts" / "alertmanager.example.yml"
+# Where each severity goes: a page, a ticket, a channel.
+RECEIVER = {"critical": "page", "warning": "ticket", "info": "info"}
 
 
 def test_amtool_accepts_the_example() -> None:
     out = subprocess.run(["amtool", "check-config", str(EXAMPLE)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _generated_alerts() -> list[dict]:
+    """Every alert rule the committed rules and the SLO example's rules hold."""
+    rules = []
+    for path in (REPO / "alerts" / "inferwatch-rules.yaml", *REPO.glob("alerts/tests/rules/*")):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            rules += [r for r in group["rules"] if "alert" in r]
+    return rules
+
+
+@pytest.mark.parametrize(
+    "rule", _generated_alerts(), ids=lambda r: f"{r['alert']}-{r['labels'].get('slo', '')}"
+)
+def test_every_alert_reaches_the_receiver_of_its_severity(rule: dict) -> None:
+    """`amtool config routes test` for each alert: a routing change cannot orphan one."""
+    labels = {**rule["labels"], "alertname": rule["alert"]}
+    labels |= {"instance": "10.0.0.1:9477", "namespace": "prod", "backend": "vllm", "model": "m"}
+    out = subprocess.run(
+        [
+            "amtool",
+            "config",
+            "routes",
+            "test",
+            f"--config.file={EXAMPLE}",
+            "--tree",
+            f"--verify.receivers={RECEIVER[labels['severity']]}",
+            *(f"{k}={v}" for k, v in labels.items()),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    if rule["alert"] == "InferenceBackendDown":  # its own route: one notification per pod
+        assert '{alertname="InferenceBackendDown",severity="critical"}' in out.stdout
 
 
 @pytest.fixture
@@ -117,7 +155,10 @@ def test_routing_by_severity(alertmanager) -> None:
     am, receiver = alertmanager
     post(
         am,
-        {"alertname": "InferenceRequestErrors", "severity": "critical", "model": "m"},
+        {"alertname": "InferenceSLOFastBurn", "severity": "critical", "slo": "ttft", "model": "m"},
+        # The page for the same objective inhibits its ticket; another objective's stays.
+        {"alertname": "InferenceSLOSlowBurn", "severity": "warning", "slo": "ttft", "model": "m"},
+        {"alertname": "InferenceSLOSlowBurn", "severity": "warning", "slo": "itl", "model": "m"},
         {
             "alertname": "InferenceDecodeAtHardwareFloor",
             "severity": "info",
@@ -133,14 +174,26 @@ def test_routing_by_severity(alertmanager) -> None:
     )
     received(
         receiver,
-        {"InferenceRequestErrors", "InferenceDecodeAtHardwareFloor", "InferenceKVCachePressure"},
+        {
+            "InferenceSLOFastBurn",
+            "InferenceSLOSlowBurn",
+            "InferenceDecodeAtHardwareFloor",
+            "InferenceKVCachePressure",
+        },
     )
-    routes = {
-        body["receiver"]: {a["labels"]["alertname"] for a in body["alerts"]}
-        for _, body in receiver.notifications
+    slow = {
+        a["labels"]["slo"]
+        for _, a in receiver.firing()
+        if a["labels"]["alertname"].endswith("SlowBurn")
     }
+    assert slow == {"itl"}
+    routes: dict[str, set[str]] = {}
+    for _, body in receiver.notifications:  # one notification per group
+        routes.setdefault(body["receiver"], set()).update(
+            a["labels"]["alertname"] for a in body["alerts"]
+        )
     assert routes == {
-        "critical": {"InferenceRequestErrors"},
+        "page": {"InferenceSLOFastBurn"},
         "info": {"InferenceDecodeAtHardwareFloor"},
-        "warning": {"InferenceKVCachePressure"},
+        "ticket": {"InferenceKVCachePressure", "InferenceSLOSlowBurn"},
     }

@@ -12,7 +12,9 @@ import yaml
 
 from inferwatch.generate import artifacts
 from inferwatch.heuristics import ALERTS, THRESHOLDS, recording_rules, seconds, spec_from_config
+from inferwatch.rules import slo_rules
 from inferwatch.settings import ConfigError
+from inferwatch.slo import ALERT_NAMES as SLO_ALERTS
 
 from conftest import alert_scenarios
 
@@ -37,20 +39,21 @@ CONTRACT = {
     "InferenceGPUThrottling",
     "InferenceExporterGPUMissing",
 }
+# The SLO alerts (an `errors` objective by default: no latency objective to be unmeasured).
+DEFAULT_SLO_ALERTS = {"InferenceSLOFastBurn", "InferenceSLOSlowBurn"}
 
 
 def test_promtool_check_rules() -> None:
     out = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert (
-        f"SUCCESS: {len(recording_rules(spec_from_config({}))) + len(ALERTS)} rules found"
-        in out.stdout
-    )
+    spec = spec_from_config({})
+    count = len(recording_rules(spec)) + len(ALERTS) + len(slo_rules(spec))
+    assert f"SUCCESS: {count} rules found" in out.stdout
 
 
 def test_promtool_unit_tests() -> None:
     files = sorted(str(p.name) for p in (ALERTS_DIR / "tests").glob("*.yaml"))
-    assert len(files) >= 6
+    assert len(files) >= 8
     out = subprocess.run(
         ["promtool", "test", "rules", *files],
         cwd=ALERTS_DIR / "tests",
@@ -67,13 +70,15 @@ def test_committed_artifacts_are_what_generate_writes() -> None:
     for name, content in alert_scenarios().render().items():
         assert (ALERTS_DIR / "tests" / name).read_text() == content, f"alerts/tests/{name} is stale"
     runbooks = {p.name for p in (ALERTS_DIR / "runbooks").glob("*.md")}
-    assert runbooks == {f"{a}.md" for a in CONTRACT}, "a runbook without an alert (or the reverse)"
+    assert runbooks == {f"{a}.md" for a in CONTRACT | set(SLO_ALERTS)}, (
+        "a runbook without an alert (or the reverse)"
+    )
 
 
 def test_every_contract_alert_is_complete() -> None:
     doc = yaml.safe_load(RULES.read_text())
     alerts = {r["alert"]: r for g in doc["groups"] for r in g["rules"] if "alert" in r}
-    assert set(alerts) == CONTRACT
+    assert set(alerts) == CONTRACT | DEFAULT_SLO_ALERTS
     for name, rule in alerts.items():
         assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
         annotations = rule["annotations"]
@@ -85,10 +90,13 @@ def test_every_contract_alert_is_complete() -> None:
 
 
 def test_recording_rules_follow_level_metric_operations() -> None:
-    for rule in recording_rules(spec_from_config({})):
-        assert re.fullmatch(r"(instance|model):inferwatch_[a-z_]+:[a-z0-9_]+", rule.record), (
-            rule.record
-        )
+    config = yaml.safe_load((ALERTS_DIR / "slos.example.yaml").read_text())
+    spec = spec_from_config(config)
+    records = [r.record for r in recording_rules(spec)]
+    records += [r["record"] for r in slo_rules(spec) if "record" in r]
+    assert any(r == "model:inferwatch_slo_ttft:burnrate1h" for r in records)
+    for record in records:
+        assert re.fullmatch(r"(instance|model):inferwatch_[a-z0-9_]+:[a-z0-9_]+", record), record
 
 
 def test_every_alert_has_a_firing_scenario_and_a_near_miss() -> None:
@@ -98,10 +106,17 @@ def test_every_alert_has_a_firing_scenario_and_a_near_miss() -> None:
         for group in yaml.safe_load(path.read_text())["tests"]:
             for check in group.get("alert_rule_test", []):
                 (fires if check.get("exp_alerts") else silent).add(check["alertname"])
+            for check in group.get("promql_expr_test", []):
+                # ALERTS{alertname="X",alertstate="firing"}: what fires at that time, or nothing
+                found = re.fullmatch(
+                    r'ALERTS\{alertname="(\w+)",alertstate="firing"\}', check["expr"]
+                )
+                if found:
+                    (fires if check["exp_samples"] else silent).add(found.group(1))
             # Realistic shapes: several replicas' histograms, not constants.
             assert any("_bucket{" in s["series"] for s in group["input_series"]), group["name"]
-    assert fires == CONTRACT, CONTRACT - fires
-    assert silent == CONTRACT, CONTRACT - silent
+    assert fires == CONTRACT | set(SLO_ALERTS), CONTRACT - fires
+    assert silent == CONTRACT | set(SLO_ALERTS), CONTRACT - silent
 
 
 def test_rate_window_covers_four_scrapes_of_the_tests() -> None:
@@ -142,6 +157,25 @@ def test_thresholds_and_timing_come_from_the_config() -> None:
         ({"alerting": {"rate_window": "5 minutes"}}, "is not a duration"),
         ({"alerting": {"for": {"InferenceFoo": "1m"}}}, "unknown key 'InferenceFoo'"),
         ({"alerting": {"windw": "1m"}}, "unknown key 'windw'"),
+        ({"alerting": {"paging": "never"}}, "is not one of slo, causes"),
+        ({"slos": {"objectives": {"tft": {"target": 0.99}}}}, "unknown objective 'tft'"),
+        ({"slos": {"objectives": {"errors": {"target": 99}}}}, "not a share between 0 and 1"),
+        ({"slos": {"objectives": {"errors": {"target": 0.9}}}}, "use at least 0.9256"),
+        ({"slos": {"objectives": {"ttft": {"target": 0.99}}}}, "ttft.seconds: None is not"),
+        ({"slos": {"objectives": {"errors": {"target": 0.99, "seconds": 1}}}}, "'seconds'"),
+        ({"slos": {"window": "1d"}}, "of 3d or more"),
+        ({"slos": {"scope": "pod"}}, "not one of model, instance"),
+        ({"slos": {"models": ["a"]}}, "slos.models: expected a mapping"),
+        (
+            {"backend": "vllm", "slos": {"objectives": {"ttft": {"target": 0.99, "seconds": 0.3}}}},
+            r"slos.objectives.ttft.seconds: 0.3 is not a bucket bound of the server's time to "
+            r"first token histogram; bounds vllm: 0.001 0.005 0.01 0.02 0.04 0.06 0.08 0.1 0.25 "
+            r"0.5 ",
+        ),
+        (
+            {"slos": {"objectives": {"e2e": {"target": 0.99, "seconds": 2.5}}}},
+            r"\(set `backend:` to check one server's\); bounds sglang: .* \| 5 10 20 40 ",
+        ),
     ],
 )
 def test_bad_spec_config_names_the_problem(config: dict, message: str) -> None:
@@ -177,6 +211,42 @@ def test_generate_cli(tmp_path: Path) -> None:
     bad = generate(tmp_path, config)
     assert bad.returncode == 2 and "unknown key 'itl_p95_secs'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_slo_objectives_per_model_and_scope() -> None:
+    """Each model group gets its own matcher, so two objectives never judge one series."""
+    spec = spec_from_config(yaml.safe_load((ALERTS_DIR / "slos.example.yaml").read_text()))
+    ttft = [r for r in slo_rules(spec) if r.get("record") == "model:inferwatch_slo_ttft:burnrate1h"]
+    assert len(ttft) == 2
+    assert "model!~`llama\\-3\\-70b`" in ttft[0]["expr"] and "le=~`0\\.5`" in ttft[0]["expr"]
+    assert "model=`llama-3-70b`" in ttft[1]["expr"] and "le=~`2\\.5`" in ttft[1]["expr"]
+    assert "by (namespace, backend, model)" in ttft[0]["expr"]
+    pods = spec_from_config({"slos": {"scope": "instance"}})
+    errors = [r for r in slo_rules(pods) if r.get("record", "").endswith(":burnrate5m")]
+    assert [r["record"] for r in errors] == ["instance:inferwatch_slo_errors:burnrate5m"]
+    assert "without (engine)" in errors[0]["expr"] and "reason=`error`" in errors[0]["expr"]
+    assert not slo_rules(spec_from_config({"slos": {"objectives": {}}}))
+
+
+def test_cause_alerts_page_only_without_slos() -> None:
+    severities = {
+        paging: {
+            r["alert"]: r["labels"]["severity"]
+            for g in rules_doc(spec_from_config({"alerting": {"paging": paging}}))
+            for r in g["rules"]
+            if "alert" in r
+        }
+        for paging in ("slo", "causes")
+    }
+    assert severities["slo"]["InferenceRequestErrors"] == "warning"
+    assert severities["slo"]["InferenceSLOFastBurn"] == "critical"
+    assert severities["slo"]["InferenceBackendDown"] == "critical"
+    assert severities["causes"]["InferenceRequestErrors"] == "critical"
+    assert severities["causes"]["InferenceSLOFastBurn"] == "warning"
+
+
+def rules_doc(spec) -> list[dict]:
+    return yaml.safe_load(artifacts(spec)["alerts/inferwatch-rules.yaml"])["groups"]
 
 
 def test_every_threshold_is_documented_and_used() -> None:

@@ -419,8 +419,9 @@ def test_group(s: Scenario) -> dict:
         "alert_rule_test": checks,
         "promql_expr_test": [
             {
-                # Nothing but the expected alerts fires (pending ones are not counted).
-                "expr": 'count by (alertname) (ALERTS{alertstate="firing"})',
+                # Nothing but the expected cause alerts fires (pending ones are not counted;
+                # the SLO alerts these errors and latencies burn are judged in slos-*.yaml).
+                "expr": 'count by (alertname) (ALERTS{alertstate="firing",layer!="slo"})',
                 "eval_time": s.eval_time,
                 "exp_samples": [
                     {"labels": f'{{alertname="{a}"}}', "value": len(s.fires[a])} for a in firing
@@ -811,11 +812,11 @@ AVAILABILITY = [
             "InferenceRequestErrors": [
                 model_alert(
                     "InferenceRequestErrors",
-                    "critical",
+                    "warning",  # with SLOs paging (the default) a cause alert is a ticket
                     "any",
                     "availability",
-                    f"7.333% of the requests of {MODEL} finished with an error or abort over 5m "
-                    "(threshold 5 %), out of 6 requests/s.",
+                    f"7.333% of the requests of {MODEL} finished with a server error over 5m "
+                    "(threshold 5 %; client aborts are not counted), out of 6 requests/s.",
                     f"{MODEL}: 7.333% of requests fail",
                 )
             ]
@@ -922,6 +923,278 @@ FILES = {
     "baseline.yaml": BASELINE,
 }
 
+# ---------------------------------------------------------------------------------------
+# SLOs: the example config's objectives, burning fast, slowly, for a blip; minutes to days.
+
+SLO_CONFIG = HERE.parent / "slos.example.yaml"
+SLO_RULES = "rules/slos-example.yaml"  # the example config's rules, written beside the tests
+SLO_MODEL, SLO_LARGE = "llama-3-8b", "llama-3-70b"  # 0.5 s and 2.5 s TTFT objectives
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of traffic: its length, request rate and which shares miss or end badly."""
+
+    minutes: int
+    requests_per_s: float = 2.0
+    slow_share: float = 0.0  # first token after 2.5-5 s instead of 0.25-0.5 s
+    medium_share: float = 0.0  # first token after 0.5-2.5 s
+    error_share: float = 0.0
+    abort_share: float = 0.0
+
+
+def _piecewise(step: int, phases: tuple[Phase, ...], per_request) -> str:
+    """A counter's promtool values growing at ``per_request(phase) x rate`` per phase."""
+    parts, value, first = [], 0.0, True
+    for p in phases:
+        samples = p.minutes * 60 // step
+        inc = per_request(p) * p.requests_per_s * step
+        if first:
+            parts.append(f"{value:g}+{inc:g}x{samples}")
+            value += inc * samples
+            first = False
+        else:
+            parts.append(f"{value + inc:g}+{inc:g}x{samples - 1}")
+            value += inc * samples
+    return " ".join(parts)
+
+
+def slo_series(
+    step: int,
+    phases: tuple[Phase, ...],
+    model: str = SLO_MODEL,
+    namespace: str = "prod",
+    instance: str = A,
+    bounds: tuple[float, ...] = TTFT_LE,
+) -> list[dict]:
+    """TTFT histogram and finished requests by reason of one replica over ``phases``."""
+    engine = {"instance": instance, "job": "inferwatch", "namespace": namespace}
+    engine |= {"backend": "vllm", "model": model, "engine": "0"}
+    metric = "inferwatch_time_to_first_token_seconds"
+    out = []
+    for le in (*bounds, "+Inf"):
+
+        def below(p: Phase, le=le) -> float:
+            fast = 1 - p.slow_share - p.medium_share
+            if le == "+Inf" or le >= 5.0:
+                return 1.0
+            return fast * (le >= 0.5) + p.medium_share * (le >= 2.5)
+
+        out.append(
+            {
+                "series": f"{metric}_bucket" + _labels(**engine, le=str(le)),
+                "values": _piecewise(step, phases, below),
+            }
+        )
+    out.append(
+        {
+            "series": f"{metric}_count" + _labels(**engine),
+            "values": _piecewise(step, phases, lambda p: 1.0),
+        }
+    )
+    for reason, share in (
+        ("stop", lambda p: 1 - p.error_share - p.abort_share),
+        ("error", lambda p: p.error_share),
+        ("abort", lambda p: p.abort_share),
+    ):
+        out.append(
+            {
+                "series": "inferwatch_requests_finished_total" + _labels(**engine, reason=reason),
+                "values": _piecewise(step, phases, share),
+            }
+        )
+    return out
+
+
+def firing(alert: str, slo: str, model: str = SLO_MODEL, namespace: str = "prod") -> dict:
+    """The alert's series in ``ALERTS`` (labels only: promql_expr_test shows no annotations)."""
+    severity = "critical" if alert == "InferenceSLOFastBurn" else "warning"
+    labels = {"alertname": alert, "alertstate": "firing", "severity": severity, "slo": slo}
+    labels |= {"layer": "slo", "namespace": namespace, "backend": "vllm", "model": model}
+    return {"labels": "ALERTS" + _labels(**labels), "value": 1}
+
+
+def slo_checks(
+    at: str, fast: tuple[dict, ...] | None = (), slow: tuple[dict, ...] | None = ()
+) -> list[dict]:
+    """What fires at ``at``: the fast and slow burns expected (None: not checked)."""
+    checks = []
+    for alert, expected in (("InferenceSLOFastBurn", fast), ("InferenceSLOSlowBurn", slow)):
+        if expected is None:
+            continue
+        checks.append(
+            {
+                "expr": f'ALERTS{{alertname="{alert}",alertstate="firing"}}',
+                "eval_time": at,
+                "exp_samples": list(expected),
+            }
+        )
+    return checks
+
+
+# Long windows hold only the history there is: healthy traffic first, as long as the
+# longest window a scenario judges apart from the short ones (6 h), so that each window
+# means what it says.
+SIX_HOURS = Phase(6 * 60)
+ONSET = 6 * 60  # minutes
+
+
+def _at(minutes: int, onset: int = ONSET) -> str:
+    return f"{onset + minutes}m"
+
+
+SLO_FAST = [
+    {
+        "name": "fast burn: every request of llama-3-8b fails (99.9 % objective): page in 1 min",
+        "interval": "1m",
+        "input_series": slo_series(60, (SIX_HOURS, Phase(20, error_share=1.0))),
+        "promql_expr_test": [
+            *slo_checks(_at(0), slow=None),
+            *slo_checks(_at(1), fast=(firing("InferenceSLOFastBurn", "errors"),), slow=None),
+        ],
+        # Six minutes in: 1 h burn 6/60 / 0.1 % = 100x; the 5 min error rates recorded so far
+        # (0.4, 0.8, ... 2, 2 req/s) against 2 req/s over 6 h hold 11x the 28 d budget; the
+        # cause alert has held for its 5 min.
+        "alert_rule_test": [
+            {
+                "eval_time": _at(6),
+                "alertname": "InferenceSLOFastBurn",
+                "exp_alerts": [
+                    {
+                        "exp_labels": {
+                            "severity": "critical",
+                            "slo": "errors",
+                            "layer": "slo",
+                            "namespace": "prod",
+                            "backend": "vllm",
+                            "model": SLO_MODEL,
+                        },
+                        "exp_annotations": {
+                            "summary": f"{SLO_MODEL}: the server errors objective burns its "
+                            "error budget fast",
+                            "description": "Objective: 99.9 % of finished requests end without "
+                            "a server error over 28d. The budget burns at 100x the sustainable "
+                            "rate (threshold 13.4x over 1h and 5m or 5.6x over 6h and 30m); "
+                            "-998.9% of the 28d budget is left. Cause alerts of this model: "
+                            "InferenceRequestErrors (firing).",
+                            "runbook_url": f"{RUNBOOKS}InferenceSLOFastBurn.md",
+                        },
+                    }
+                ],
+            }
+        ],
+    },
+    {
+        "name": "fast burn: every first token of llama-3-8b misses 0.5 s (99 %): page in 9 min",
+        # 1h share of bad events 8/60 = 13.3 % < 2 % x 28 d / 1 h x 1 % = 13.44 %; 9/60 above.
+        "interval": "1m",
+        "input_series": slo_series(60, (SIX_HOURS, Phase(20, slow_share=1.0))),
+        "promql_expr_test": [
+            *slo_checks(_at(8), slow=None),
+            *slo_checks(_at(9), fast=(firing("InferenceSLOFastBurn", "ttft"),), slow=None),
+        ],
+    },
+    {
+        # 1 h share 2/60 = 3.3 % (< 13.44 %), 30 min 6.7 % but 6 h 0.56 % (< 5.6 %), 2 h
+        # 1.7 % (< 2.8 %), 6 h below 0.93 %: no window pair burns.
+        "name": "blip: two minutes of slow first tokens after six healthy hours: silent",
+        "interval": "1m",
+        "input_series": slo_series(60, (SIX_HOURS, Phase(2, slow_share=1.0), Phase(30))),
+        "promql_expr_test": [*slo_checks(_at(2)), *slo_checks(_at(5)), *slo_checks(_at(30))],
+    },
+    {
+        "name": "aborts are the clients': half the requests aborted burn no error budget",
+        "interval": "1m",
+        "input_series": slo_series(60, (SIX_HOURS, Phase(20, abort_share=0.5))),
+        "promql_expr_test": [*slo_checks(_at(10), slow=None), *slo_checks(_at(20), slow=None)],
+        "alert_rule_test": [
+            {"eval_time": _at(20), "alertname": "InferenceRequestErrors", "exp_alerts": []}
+        ],
+    },
+    {
+        "name": "namespaces: llama-3-8b fails in staging only; prod is not paged",
+        "interval": "1m",
+        "input_series": slo_series(60, (SIX_HOURS, Phase(20)))
+        + slo_series(60, (SIX_HOURS, Phase(20, error_share=1.0)), namespace="staging", instance=B),
+        "promql_expr_test": [
+            *slo_checks(
+                _at(5),
+                fast=(firing("InferenceSLOFastBurn", "errors", namespace="staging"),),
+                slow=None,
+            ),
+        ],
+    },
+    {
+        "name": "per-model objectives: first tokens in 0.5-2.5 s miss llama-3-8b's, not llama-3-70b's",
+        "interval": "1m",
+        "input_series": slo_series(60, (SIX_HOURS, Phase(20, medium_share=1.0)))
+        + slo_series(60, (SIX_HOURS, Phase(20, medium_share=1.0)), model=SLO_LARGE, instance=B),
+        "promql_expr_test": [
+            *slo_checks(_at(20), fast=(firing("InferenceSLOFastBurn", "ttft"),), slow=None)
+        ],
+    },
+    {
+        "name": "unmeasured: a server without a 0.5 s bucket",
+        "interval": "1m",
+        "input_series": slo_series(
+            60, (Phase(20),), bounds=(0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0)
+        ),
+        "alert_rule_test": [
+            {"eval_time": "5m", "alertname": "InferenceSLOUnmeasured", "exp_alerts": []},
+            {
+                "eval_time": "20m",
+                "alertname": "InferenceSLOUnmeasured",
+                "exp_alerts": [
+                    {
+                        "exp_labels": {
+                            "severity": "warning",
+                            "slo": "ttft",
+                            "layer": "slo",
+                            "namespace": "prod",
+                            "backend": "vllm",
+                            "model": SLO_MODEL,
+                        },
+                        "exp_annotations": {
+                            "summary": f"{SLO_MODEL}: the time to first token objective cannot "
+                            "be measured",
+                            "description": "Objective: 99 % of requests within 0.5 s (time to "
+                            "first token). Requests arrive but "
+                            "inferwatch_time_to_first_token_seconds has no bucket at 0.5 s; the "
+                            "server's bounds are 0.1 0.2 0.4 0.6 0.8 1.0 2.0 4.0 6.0 . Set the "
+                            "objective's seconds to one of them (or give the server that bucket) "
+                            "and regenerate the rules.",
+                            "runbook_url": f"{RUNBOOKS}InferenceSLOUnmeasured.md",
+                        },
+                    }
+                ],
+            },
+        ],
+    },
+]
+SLO_SLOW = [
+    {
+        "name": "slow burn: 1.5 % of first tokens late for days (1.5x): ticket after ~45 h, no page",
+        # 3 d share 1.5 % x t / 72 h > 0.9333 x 1 % once t > 44.8 h; 1.5x never reaches 2.8x.
+        "interval": "10m",
+        "input_series": slo_series(600, (Phase(3 * 24 * 60), Phase(3 * 24 * 60, slow_share=0.015))),
+        "promql_expr_test": [
+            *slo_checks(f"{72 + 44}h"),
+            *slo_checks(f"{72 + 46}h", slow=(firing("InferenceSLOSlowBurn", "ttft"),)),
+            *slo_checks("144h", slow=(firing("InferenceSLOSlowBurn", "ttft"),)),
+        ],
+    },
+]
+
+
+def slo_rules() -> str:
+    """The example config's rules file (what `inferwatch generate --config` writes)."""
+    from inferwatch.heuristics import spec_from_config
+    from inferwatch.rules import GENERATED, dump_yaml, rules_document
+
+    config = yaml.safe_load(SLO_CONFIG.read_text())
+    return GENERATED + dump_yaml(rules_document(spec_from_config(config)))
+
+
 HEADER = (
     "# Generated by alerts/tests/scenarios.py (the scenarios are readable there); do not edit.\n"
 )
@@ -937,9 +1210,17 @@ def render() -> dict[str, str]:
             "tests": [test_group(s) for s in scenarios],
         }
         out[name] = HEADER + yaml.safe_dump(doc, sort_keys=False, width=120)
+    for name, interval, tests in (
+        ("slos-fast.yaml", "1m", SLO_FAST),
+        ("slos-slow.yaml", "10m", SLO_SLOW),
+    ):
+        doc = {"rule_files": [SLO_RULES], "evaluation_interval": interval, "tests": tests}
+        out[name] = HEADER + yaml.safe_dump(doc, sort_keys=False, width=120)
+    out[SLO_RULES] = slo_rules()
     return out
 
 
 if __name__ == "__main__":
     for name, content in render().items():
+        (HERE / name).parent.mkdir(exist_ok=True)
         (HERE / name).write_text(content)

@@ -63,7 +63,7 @@ def _setup_logging(level: str) -> None:
 
 
 # Config-file sections read by `generate` and `diagnose` (the heuristics spec's overrides).
-SPEC_SECTIONS = ("thresholds", "alerting")
+SPEC_SECTIONS = ("thresholds", "alerting", "slos")
 
 
 def _config_keys() -> set[str]:

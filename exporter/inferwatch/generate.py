@@ -25,17 +25,21 @@ from inferwatch.rules import (
     dump_yaml,
     rules_document,
     runbook_markdown,
+    slo_runbook_markdown,
 )
+from inferwatch.slo import ALERT_NAMES as SLO_ALERTS
 
 
 def artifacts(spec: Spec) -> dict[str, str]:
     """Relative path -> content of every generated file."""
     files = {
         "alerts/inferwatch-rules.yaml": GENERATED + dump_yaml(rules_document(spec)),
-        "alerts/alertmanager.example.yml": GENERATED + dump_yaml(alertmanager_document()),
+        "alerts/alertmanager.example.yml": GENERATED + dump_yaml(alertmanager_document(spec)),
     }
     for alert in ALERTS.values():
         files[f"alerts/runbooks/{alert.name}.md"] = runbook_markdown(spec, alert)
+    for name in SLO_ALERTS:
+        files[f"alerts/runbooks/{name}.md"] = slo_runbook_markdown(spec, name)
     for name, board in dashboards(spec).items():
         files[f"dashboards/{name}"] = json.dumps(board, indent=2, sort_keys=True) + "\n"
     files.update(kubernetes_artifacts(spec, files))

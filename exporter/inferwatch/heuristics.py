@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from inferwatch.settings import ConfigError, check_keys
+from inferwatch.slo import SLOs, slos_from_config
 
 # ---------------------------------------------------------------------------------------
 # Thresholds
@@ -118,7 +119,8 @@ THRESHOLDS: dict[str, Threshold] = {
     "error_ratio": Threshold(
         0.05,
         "ratio",
-        "More than 5 % of requests ending in error or abort is user-visible.",
+        "More than 5 % of requests ending in a server error is user-visible (aborts are "
+        "clients cancelling, shown apart).",
     ),
     "min_request_rate": Threshold(
         0.05,
@@ -188,8 +190,13 @@ class Spec:
 
     thresholds: Mapping[str, float]
     timing: Timing = Timing()
-    # Labels that identify a model across replicas (add e.g. "cluster" for multi-cluster).
-    fleet_labels: tuple[str, ...] = ("backend", "model")
+    # Labels that identify a model across replicas (add e.g. "cluster" for multi-cluster;
+    # the config's list is added to these).
+    fleet_labels: tuple[str, ...] = ("namespace", "backend", "model")
+    slos: SLOs = field(default_factory=SLOs)
+    # What pages: "slo" (burn-rate alerts page, cause alerts are tickets) or "causes" (the
+    # cause alerts' own severities, for users without SLOs).
+    paging: str = "slo"
     # Selects the exporter's own scrape job (its `up` series).
     exporter_selector: str = 'job=~".*inferwatch.*"'
     runbook_url_base: str = "https://github.com/inferwatch/inferwatch/blob/main/alerts/runbooks/"
@@ -206,6 +213,13 @@ class Spec:
     def t(self, name: str) -> float:
         return self.thresholds[name]
 
+    def severity(self, alert: Alert) -> str:
+        """The alert's severity; with SLOs paging, only a dead backend pages besides them
+        (requests that never reach the server are in no SLI)."""
+        if self.paging == "slo" and alert.severity == "critical":
+            return "critical" if alert.name == "InferenceBackendDown" else "warning"
+        return alert.severity
+
 
 _ALERTING_KEYS = {
     "rate_window",
@@ -213,6 +227,7 @@ _ALERTING_KEYS = {
     "gpu_lost_lookback",
     "for",
     "fleet_labels",
+    "paging",
     "exporter_selector",
     "runbook_url_base",
 }
@@ -260,13 +275,18 @@ def spec_from_config(
         )
     except ConfigError as exc:
         raise ConfigError(f"alerting: {exc}") from None
-    fleet = alerting.get("fleet_labels", Spec.fleet_labels)
+    fleet = alerting.get("fleet_labels", [])
     if not isinstance(fleet, (list, tuple)) or not all(isinstance(x, str) for x in fleet):
         raise ConfigError("alerting.fleet_labels: expected a list of label names")
+    paging = alerting.get("paging", Spec.paging)
+    if paging not in ("slo", "causes"):
+        raise ConfigError(f"alerting.paging: {paging!r} is not one of slo, causes")
     return Spec(
         thresholds=thresholds,
         timing=timing,
-        fleet_labels=tuple(fleet),
+        fleet_labels=tuple(dict.fromkeys((*Spec.fleet_labels, *fleet))),
+        slos=slos_from_config(config.get("slos"), str(config.get("backend", "auto"))),
+        paging=paging,
         exporter_selector=str(alerting.get("exporter_selector", Spec.exporter_selector)),
         runbook_url_base=str(alerting.get("runbook_url_base", Spec.runbook_url_base)),
     )
@@ -359,13 +379,14 @@ def recording_rules(spec: Spec) -> list[Record]:
                 f"sum {_level(spec, level, ', reason')} (rate({finished}_total[{window}]))",
             )
         )
-        out.append(
-            Record(
-                f"{level}:{finished}:error_ratio_{w}",
-                f'sum {_level(spec, level, ", reason")} (rate({finished}_total{{reason=~"error|abort"}}[{window}]))\n'
-                f"  / ({level}:{finished}:{w} > 0)",
+        for reason in ("error", "abort"):
+            out.append(
+                Record(
+                    f"{level}:{finished}:{reason}_ratio_{w}",
+                    f'sum {_level(spec, level, ", reason")} (rate({finished}_total{{reason="{reason}"}}[{window}]))\n'
+                    f"  / ({level}:{finished}:{w} > 0)",
+                )
             )
-        )
         out.append(
             Record(
                 f"{level}:inferwatch_prefix_cache_hits:ratio_{w}",
@@ -489,7 +510,8 @@ _TTFT = "time_to_first_token_seconds"
 _ITL = "inter_token_latency_seconds"
 _QUEUE = "request_queue_time_seconds"
 _BASELINE95 = '{percentile="95"}'  # the baseline's gauges carry a percentile label
-_ERRORS = {"reason": "error|abort"}
+_ERRORS = {"reason": "error"}
+_ABORTS = {"reason": "abort"}
 
 SIGNALS: dict[str, Signal] = {
     s.name: s
@@ -688,12 +710,23 @@ SIGNALS: dict[str, Signal] = {
         ),
         Signal(
             "model_error_ratio",
-            "error/abort share (fleet)",
+            "server-error share (fleet)",
             "ratio",
             MODEL,
             "model:inferwatch_requests_finished:error_ratio_%(w)s",
             Ratio(
                 Rate("inferwatch_requests_finished_total", _ERRORS),
+                Rate("inferwatch_requests_finished_total"),
+            ),
+        ),
+        Signal(
+            "model_abort_ratio",
+            "abort share (fleet): clients cancelling",
+            "ratio",
+            MODEL,
+            "model:inferwatch_requests_finished:abort_ratio_%(w)s",
+            Ratio(
+                Rate("inferwatch_requests_finished_total", _ABORTS),
                 Rate("inferwatch_requests_finished_total"),
             ),
         ),
@@ -820,7 +853,8 @@ def _q(selector: str, level: str, fmt: str = "humanize", match_model: bool = Tru
         labels = 'instance="%%s",job="%%s"' + (',model="%%s"' if match_model else "")
         args = "$labels.instance $labels.job" + (" $labels.model" if match_model else "")
     else:
-        labels, args = 'backend="%%s",model="%%s"', "$labels.backend $labels.model"
+        labels = 'namespace="%%s",backend="%%s",model="%%s"'
+        args = "$labels.namespace $labels.backend $labels.model"
     query = selector[: match.start()] + f"{name}{{{labels}{extra}}}" + selector[match.end() :]
     return (
         f"{{{{ with printf `{query}` {args} | query }}}}"
@@ -1058,7 +1092,8 @@ def _alerts() -> list[Alert]:
             "5m",
             "{{ $labels.model }}: {{ $value | humanizePercentage }} of requests fail",
             "{{ $value | humanizePercentage }} of the requests of {{ $labels.model }} finished "
-            "with an error or abort over %(window)s (threshold %(pct.error_ratio)s), out of "
+            "with a server error over %(window)s (threshold %(pct.error_ratio)s; client aborts "
+            "are not counted), out of "
             + _q("model:inferwatch_requests_finished:%(w)s", M, NUM)
             + " requests/s.",
             when=(
@@ -1142,6 +1177,8 @@ INHIBITIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
         ("instance",),
     ),
     ("InferenceQueuedWhileIdle", ("InferenceQueueingDelay",), ("model",)),
+    # The page says it; the ticket for the same objective would say it again.
+    ("InferenceSLOFastBurn", ("InferenceSLOSlowBurn",), ("slo", "namespace", "backend", "model")),
 )
 
 
@@ -1167,7 +1204,7 @@ def render_alert(spec: Spec, alert: Alert) -> dict[str, Any]:
         "alert": alert.name,
         "expr": alert.promql(values),
         "for": spec.timing.for_alert(alert),
-        "labels": {"severity": alert.severity, "phase": alert.phase, "layer": alert.layer},
+        "labels": {"severity": spec.severity(alert), "phase": alert.phase, "layer": alert.layer},
         "annotations": {
             "summary": alert.summary % values,
             "description": alert.description % values,

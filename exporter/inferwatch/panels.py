@@ -42,6 +42,10 @@ class Panel(str, Enum):
     TOKEN_THROUGHPUT = "Token throughput"
     FINISHED_BY_REASON = "Finished requests by reason"
     PREFIX_CACHE = "Prefix cache hit ratio"
+    # Service level objectives
+    SLO_BUDGET = "Error budget remaining"
+    SLO_BURN = "Burn rate by window"
+    SLO_SLI = "SLI vs objective"
     # Baseline
     TTFT_VS_BASELINE = "TTFT p95: live vs baseline"
     ITL_VS_BASELINE = "ITL p95: live vs baseline"
