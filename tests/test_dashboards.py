@@ -13,6 +13,8 @@ from inferwatch.heuristics import recording_rules, spec_from_config
 from inferwatch.metrics import ALL, Kind
 from inferwatch.panels import Panel
 from inferwatch.runbooks import RUNBOOKS
+from inferwatch.slo import BURNS
+from inferwatch.slo import recording_rules as slo_rules
 
 BOARDS = dashboards(spec_from_config({}))
 COMMITTED = Path(__file__).resolve().parents[1] / "dashboards"
@@ -67,16 +69,59 @@ def test_every_panel_explains_itself_and_has_a_unit(name: str) -> None:
             assert p["description"].startswith("GPU-only"), p["title"]
 
 
+def rule_names(spec) -> set[str]:
+    return {r.record for r in recording_rules(spec)} | {
+        r.record for r in slo_rules(spec.slos, spec.fleet_labels)
+    }
+
+
 @pytest.mark.parametrize("name", sorted(BOARDS))
 def test_every_metric_is_in_the_contract_or_a_recording_rule(name: str) -> None:
-    known = (
-        contract_names() | {r.record for r in recording_rules(spec_from_config({}))} | {"ALERTS"}
-    )
+    known = contract_names() | rule_names(spec_from_config({})) | {"ALERTS"}
     for expr in exprs(BOARDS[name]):
+        # Name regexes (the SLO panels read every objective at once) must match a rule.
+        for regex in re.findall(r'__name__=~"([^"]+)"', expr):
+            assert any(re.fullmatch(regex, n) for n in known), f"{regex} in {expr}"
+        expr = re.sub(r'__name__=~"[^"]+"', "", expr)
         for metric in re.findall(
             r"\b(?:instance:|model:)?inferwatch_[a-z_]+(?::[a-z0-9_]+)?|\bALERTS\b", expr
         ):
             assert metric in known, f"{metric} in {expr}"
+
+
+@pytest.mark.parametrize("scope", ["model", "instance"])
+def test_slo_panels_read_every_objective_kind(scope: str) -> None:
+    """Each SLO query's name regex matches its series for every kind, and nothing else."""
+    objectives = {
+        "errors": {"target": 0.999},
+        "ttft": {"target": 0.99, "seconds": 0.5},
+        "itl": {"target": 0.99, "seconds": 0.1},
+        "e2e": {"target": 0.99, "seconds": 10.0},
+    }
+    spec = spec_from_config({"backend": "vllm", "slos": {"scope": scope, "objectives": objectives}})
+    records = rule_names(spec)
+    slo_records = {n for n in records if "inferwatch_slo_" in n}
+    board = dashboards(spec)["inferwatch-triage.json"]
+    titles = {Panel.SLO_BUDGET, Panel.SLO_BURN, Panel.SLO_SLI}
+    matched = set()
+    for p in panels(board):
+        if p["title"] not in titles:
+            continue
+        for t in p["targets"]:
+            regexes = re.findall(r'__name__=~"([^"]+)"', t["expr"])
+            assert regexes, t["expr"]
+            for regex in regexes:
+                assert regex.startswith(f"{scope}:"), regex
+                hits = {n for n in records if re.fullmatch(regex, n)}
+                assert {n.split("_slo_")[1].split(":")[0].split("_")[0] for n in hits} == set(
+                    objectives
+                ), regex
+                matched |= hits
+            if scope == "instance":
+                assert 'instance=~"$instance"' in t["expr"], t["expr"]
+    # Every series but the burn rates, and the burn rates of every alert's long window.
+    longs = tuple(f":burnrate{b.long}" for b in BURNS)
+    assert {n for n in slo_records if ":burnrate" not in n or n.endswith(longs)} <= matched
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
@@ -116,6 +161,7 @@ def test_triage_top_row_answers_phase_and_layer() -> None:
     ]
     rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
     assert [r.split(":")[0] for r in rows] == [
+        "Service level objectives",
         "Latency by phase",
         "Scheduler",
         "GPU",

@@ -3,7 +3,8 @@
 Two dashboards:
 
 - **Inference triage**: the top row answers "prefill or decode, and which layer?" at a
-  glance; the rows below follow the method (latency by phase, scheduler, GPU, system,
+  glance; the service level objectives below it say what users feel (error budget, burn
+  rates, SLI); the rows below follow the method (latency by phase, scheduler, GPU, system,
   baseline).
 - **Fleet**: per-model and per-instance drill-down across replicas.
 
@@ -25,6 +26,7 @@ from grafanalib._gen import DashboardEncoder
 
 from inferwatch.heuristics import THROTTLE_REASONS, Spec
 from inferwatch.panels import Panel as P
+from inferwatch.slo import BURNS
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # Series labels chosen by the variables.
@@ -35,6 +37,7 @@ NODE = 'instance=~"$instance"'  # GPU series carry no backend/model labels
 NOT_PROVIDED = "not provided by this backend"
 GPU_ONLY = "GPU-only: no NVML data"
 NO_BASELINE = "no baseline: start inferwatch with --baseline"
+NO_SLO = "no SLO data: no objectives configured, or no traffic yet"
 
 # The panels that need NVML (empty on machines without a GPU) and a baseline file.
 GPU_ONLY_PANELS = {
@@ -93,6 +96,74 @@ def _mean(metric: str, w: str, selector: str = TARGET) -> str:
 
 def _limit(value: float) -> list[tuple[float | None, str]]:
     return [(None, "green"), (value, "red")]
+
+
+def _slo_series(spec: Spec, suffix: str) -> str:
+    """Every objective's recorded series ``<level>:inferwatch_slo_<kind><suffix>`` at once.
+
+    A name regex, so that the panels show whichever objectives the config has.
+    """
+    level = spec.slos.scope
+    selector = MODEL if level == "model" else TARGET
+    return f'{{__name__=~"{level}:inferwatch_slo_[a-z0-9]+{suffix}", {selector}}}'
+
+
+def slo_panels(spec: Spec) -> list[PanelSpec]:
+    """Error budget, burn rates and SLI of every objective (``slos:`` in the config)."""
+    slos = spec.slos
+    who = "{{model}}" if slos.scope == "model" else "{{model}} {{instance}}"
+    kinds = ", ".join(dict.fromkeys(o.kind for g in slos.groups for o in g.objectives))
+    # The burn-rate alerts' long windows (each with its threshold) and the shortest one.
+    windows = ["5m", *dict.fromkeys(b.long for b in BURNS)]
+    factors = sorted({(float(f"{b.factor(slos.window):.4g}"), b.severity) for b in BURNS})
+    said = ", ".join(f"{b.factor(slos.window):.3g}x over {b.long}" for b in BURNS)
+    per = "model" if slos.scope == "model" else "instance"
+    return [
+        PanelSpec(
+            P.SLO_BUDGET,
+            f"Share of each objective's {slos.window} error budget still left, per objective "
+            f"({kinds or 'none configured'}) and {per}. 100 %: no bad events yet; 0 %: the "
+            "budget is spent; below 0 the objective is missed.",
+            [Query(_slo_series(spec, ":error_budget_remaining"), f"{{{{slo}}}} {who}")],
+            unit="percentunit",
+            kind="stat",
+            width=6,
+            no_value=NO_SLO,
+            thresholds=[(None, "red"), (0, "yellow"), (0.25, "green")],
+        ),
+        PanelSpec(
+            P.SLO_BURN,
+            "How fast each objective spends its budget: bad-event share over the window "
+            "divided by the budget (1x spends it exactly over "
+            f"{slos.window}). The dashed lines are the burn-rate alerts' thresholds ({said}); "
+            "an alert also needs its short window (a twelfth of the long one) above the line.",
+            [
+                Query(_slo_series(spec, f":burnrate{window}"), f"{{{{slo}}}} {window} {who}")
+                for window in windows
+            ],
+            width=10,
+            no_value=NO_SLO,
+            thresholds=[(None, "green")]
+            + [(f, "red" if sev == "critical" else "orange") for f, sev in factors],
+        ),
+        PanelSpec(
+            P.SLO_SLI,
+            "The SLI: share of good events over the last 5 minutes (requests or tokens within "
+            "the latency bound, requests finished without a server error), next to the "
+            "objective's target. Below the target line, the budget burns.",
+            [
+                Query(
+                    f"1 - {_slo_series(spec, '_bad_events:rate5m')}\n"
+                    f"  / ({_slo_series(spec, '_events:rate5m')} > 0)",
+                    f"{{{{slo}}}} SLI {who}",
+                ),
+                Query(_slo_series(spec, ":objective"), f"{{{{slo}}}} objective {who}"),
+            ],
+            unit="percentunit",
+            width=8,
+            no_value=NO_SLO,
+        ),
+    ]
 
 
 def triage_panels(spec: Spec) -> list[tuple[str | None, list[PanelSpec]]]:
@@ -504,6 +575,7 @@ def triage_panels(spec: Spec) -> list[tuple[str | None, list[PanelSpec]]]:
     ]
     return [
         (None, top),
+        ("Service level objectives: what do users feel?", slo_panels(spec)),
         ("Latency by phase: prefill or decode?", latency),
         ("Scheduler: is continuous batching working?", scheduler),
         ("GPU: compute and memory", gpu),
@@ -515,38 +587,48 @@ def triage_panels(spec: Spec) -> list[tuple[str | None, list[PanelSpec]]]:
 def fleet_panels(spec: Spec) -> list[tuple[str | None, list[PanelSpec]]]:
     w = spec.w
     q95 = 'quantile="0.95"'
+    # A model across its replicas: the labels the model: rules keep (namespace, backend,
+    # model and the config's fleet_labels).
+    by = f"by ({', '.join(spec.fleet_labels)})"
     per_model = [
         PanelSpec(
             "Models",
-            "One row per model across its replicas: traffic, TTFT and ITL p95, error share. "
-            "Sort by a column to find the model in trouble.",
+            "One row per model across its replicas: traffic, TTFT and ITL p95, the share of "
+            "requests ending in a server error and the share clients aborted. Sort by a column "
+            "to find the model in trouble.",
             [
                 Query(
-                    f"sum by (backend, model) (model:inferwatch_requests_finished:{w}{{{MODEL}}})",
+                    f"sum {by} (model:inferwatch_requests_finished:{w}{{{MODEL}}})",
                     "req/s",
                     True,
                     True,
                 ),
                 Query(
-                    f"max by (backend, model) (model:inferwatch_time_to_first_token_seconds:quantile_{w}{{{MODEL}, {q95}}})",
+                    f"max {by} (model:inferwatch_time_to_first_token_seconds:quantile_{w}{{{MODEL}, {q95}}})",
                     "TTFT p95",
                     True,
                     True,
                 ),
                 Query(
-                    f"max by (backend, model) (model:inferwatch_inter_token_latency_seconds:quantile_{w}{{{MODEL}, {q95}}})",
+                    f"max {by} (model:inferwatch_inter_token_latency_seconds:quantile_{w}{{{MODEL}, {q95}}})",
                     "ITL p95",
                     True,
                     True,
                 ),
                 Query(
-                    f"max by (backend, model) (model:inferwatch_requests_finished:error_ratio_{w}{{{MODEL}}})",
-                    "error share",
+                    f"max {by} (model:inferwatch_requests_finished:error_ratio_{w}{{{MODEL}}})",
+                    "server error share",
                     True,
                     True,
                 ),
                 Query(
-                    f"count by (backend, model) (inferwatch_backend_info{{{MODEL}}})",
+                    f"max {by} (model:inferwatch_requests_finished:abort_ratio_{w}{{{MODEL}}})",
+                    "abort share",
+                    True,
+                    True,
+                ),
+                Query(
+                    f"count {by} (inferwatch_backend_info{{{MODEL}}})",
                     "instances",
                     True,
                     True,
@@ -567,7 +649,7 @@ def fleet_panels(spec: Spec) -> list[tuple[str | None, list[PanelSpec]]]:
                 )
             ],
             unit="s",
-            width=12,
+            width=8,
             thresholds=_limit(spec.t("ttft_p95_seconds")),
         ),
         PanelSpec(
@@ -581,8 +663,27 @@ def fleet_panels(spec: Spec) -> list[tuple[str | None, list[PanelSpec]]]:
                 )
             ],
             unit="s",
-            width=12,
+            width=8,
             thresholds=_limit(spec.t("itl_p95_seconds")),
+        ),
+        PanelSpec(
+            "Server errors and aborts by model",
+            "Share of finished requests that ended in a server error (the server's fault, "
+            f"InferenceRequestErrors above {spec.t('error_ratio') * 100:g} %) and share that "
+            "clients aborted (cancelled or timed out, often because the server was slow).",
+            [
+                Query(
+                    f"model:inferwatch_requests_finished:error_ratio_{w}{{{MODEL}}}",
+                    "errors {{model}}",
+                ),
+                Query(
+                    f"model:inferwatch_requests_finished:abort_ratio_{w}{{{MODEL}}}",
+                    "aborts {{model}}",
+                ),
+            ],
+            unit="percentunit",
+            width=8,
+            thresholds=_limit(spec.t("error_ratio")),
         ),
     ]
     per_instance = [
