@@ -17,9 +17,11 @@ import sys
 import pytest
 from aiohttp import web
 
+from inferwatch import slo
 from inferwatch.backends import VLLM
 from inferwatch.diagnose import (
     EXIT_UNREADABLE,
+    Burn,
     Finding,
     Report,
     Window,
@@ -112,6 +114,66 @@ def test_findings_alertmanager_inhibits_are_ranked_after_their_cause() -> None:
     ]
 
 
+def test_a_burning_slo_without_a_cause_says_so_and_counts_for_the_exit_status() -> None:
+    spec = spec_from_config({})
+    tiny = {"namespace": "prod", "backend": "vllm", "model": "tiny"}
+    errors = Burn("errors", tiny, [slo.SLOW], "warning", dict.fromkeys(("1h", "6h"), None))
+    other = Finding(ALERTS["InferenceKVCachePressure"], {"instance": "b:9477", "model": "other"})
+    report = Report("x", "5m", spec, {"ttft_p95": None, "itl_p95": None}, [other], [errors])
+    text = render(report)
+    assert text.split("\n")[2:7] == [
+        "SLO burning: backend=vllm model=tiny namespace=prod",
+        "WARNING  InferenceSLOSlowBurn  errors (server errors)",
+        "         burn rate n/a over 1h, n/a over 6h; error budget remaining n/a",
+        "         runbook: alerts/runbooks/InferenceSLOSlowBurn.md",
+        "  causes: no alert condition of the heuristics spec holds for this model (see the "
+        "triage dashboard)",
+    ]
+    assert text.index("SLO burning") < text.index("phase: ") < text.index("KVCachePressure")
+    assert report.exit_code() == 3  # the slow burn's warning; the finding alone: also 3
+    alone = Report("x", "5m", spec, {}, [], [errors])
+    assert alone.exit_code() == 3 and "healthy" not in render(alone)
+    assert report_json(report)["slos"] == [
+        {
+            "labels": tiny,
+            "objectives": [
+                {
+                    "slo": "errors",
+                    "severity": "warning",
+                    "alerts": [slo.SLOW],
+                    "burn_rates": {"1h": None, "6h": None},
+                    "error_budget_remaining": None,
+                    "runbook": "alerts/runbooks/InferenceSLOSlowBurn.md",
+                }
+            ],
+            "causes": [],
+        }
+    ]
+    assert [f["alert"] for f in report_json(report)["findings"]] == ["InferenceKVCachePressure"]
+
+
+def test_burning_objectives_are_ranked_worst_first_per_model() -> None:
+    spec = spec_from_config({})
+    a, b = ({"backend": "vllm", "model": m} for m in ("a", "b"))
+    burns = [
+        Burn("errors", a, [slo.SLOW], "warning"),
+        Burn("e2e", b, [slo.SLOW], "warning"),
+        Burn("ttft", b, [slo.FAST, slo.SLOW], "critical"),
+        Burn("itl", b, [slo.FAST], "critical"),
+    ]
+    report = Report("x", "5m", spec, {"ttft_p95": None, "itl_p95": None}, [], burns)
+    heads = [line for line in render(report).split("\n") if line[:1].isupper()]
+    assert heads[:6] == [
+        "SLO burning: backend=vllm model=b",
+        "CRITICAL InferenceSLOFastBurn, InferenceSLOSlowBurn  ttft (time to first token)",
+        "CRITICAL InferenceSLOFastBurn  itl (inter-token latency)",
+        "WARNING  InferenceSLOSlowBurn  e2e (end-to-end latency)",
+        "SLO burning: backend=vllm model=a",
+        "WARNING  InferenceSLOSlowBurn  errors (server errors)",
+    ]
+    assert report.exit_code() == 4
+
+
 def test_a_quiet_window_is_healthy() -> None:
     quiet = Window(parse_page(AFTER), parse_page(AFTER), seconds=10.0)
     spec = spec_from_config({})
@@ -121,6 +183,7 @@ def test_a_quiet_window_is_healthy() -> None:
     assert report.findings == []
     assert report.exit_code() == 0
     assert "healthy: no alert condition of the heuristics spec holds" in render(report)
+    assert report_json(report)["slos"] == []  # the key is always there
 
 
 def diagnose(*args: str) -> subprocess.CompletedProcess:

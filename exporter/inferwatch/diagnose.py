@@ -7,6 +7,12 @@ finding that Alertmanager would inhibit (the example config's inhibitions: a sta
 the queueing it causes, a dead backend its pod's latency) is ranked after the finding that
 explains it and says so.
 
+With ``--prometheus``, an SLO whose burn-rate alert fires (``InferenceSLOFastBurn``,
+``InferenceSLOSlowBurn``) comes first: per model, the burning objectives (what users feel:
+the burn rate over each burn condition's long window, the error budget left), then the
+findings of that model under them, most likely first (why). Findings of other models
+follow as without SLOs.
+
 Two sources:
 
 - ``--prometheus URL``: a Prometheus that scrapes inferwatch and runs its recording rules.
@@ -23,6 +29,14 @@ Sample::
 
     inferwatch diagnose: http://prometheus:9090 (window 5m)
 
+    SLO burning: backend=vllm model=llama-3-8b namespace=prod
+    CRITICAL InferenceSLOFastBurn  ttft (time to first token)
+             burn rate 15x over 1h, 6x over 6h, 2x over 1d, 0.8x over 3d; error budget remaining 72 %
+             runbook: alerts/runbooks/InferenceSLOFastBurn.md
+      causes, most likely first:
+      WARNING  InferencePrefillBottleneck  prefill / compute  backend=vllm model=llama-3-8b ...
+               ...
+
     phase: prefill  (TTFT p95 4.88 s > 2 s; ITL p95 48.8 ms <= 100 ms)
     layer: compute
 
@@ -32,7 +46,7 @@ Sample::
              runbook: alerts/runbooks/InferencePrefillBottleneck.md
 
 Exit code: 0 nothing holds, 1 only info findings, 3 warning, 4 critical (2 is bad input,
-5 the source cannot be read).
+5 the source cannot be read); a burning SLO counts with its alert's severity.
 """
 
 from __future__ import annotations
@@ -49,6 +63,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferwatch import slo
 from inferwatch.heuristics import (
     ALERTS,
     INHIBITIONS,
@@ -72,6 +87,10 @@ EXIT = {"none": 0, "info": 1, "warning": 3, "critical": 4}
 EXIT_UNREADABLE = 5
 SEVERITY_ORDER = ("critical", "warning", "info")
 RUNBOOKS = "alerts/runbooks/"
+# The burn-rate alerts (slo.UNMEASURED says nothing burns) and the long windows of their
+# conditions, in slo.BURNS order: 1h, 6h (the page), 1d, 3d (the ticket).
+BURN_ALERTS = (slo.FAST, slo.SLOW)
+BURN_WINDOWS = tuple(dict.fromkeys(b.long for b in slo.BURNS))
 
 
 class SourceError(Exception):
@@ -88,17 +107,52 @@ class Finding:
     explained_by: str | None = None  # the finding that inhibits it in Alertmanager
     holds: bool = True  # its condition holds now
     firing: bool = False  # Prometheus holds it as firing (``--prometheus`` only)
+    severity: str = ""  # as the rules label it (Spec.severity); the alert's own when empty
+
+    def __post_init__(self) -> None:
+        self.severity = self.severity or self.alert.severity
 
     @property
     def rank(self) -> tuple[int, bool, bool, str]:
         """Severity, then causes before what they explain, then a regression against the
         baseline (what got worse) after the causes (why), then the name."""
         return (
-            SEVERITY_ORDER.index(self.alert.severity),
+            SEVERITY_ORDER.index(self.severity),
             bool(self.explained_by),
             self.alert.layer == "baseline",
             self.alert.name,
         )
+
+
+@dataclass
+class Burn:
+    """An objective whose burn-rate alert(s) Prometheus holds as firing, for one model."""
+
+    kind: str  # ttft, itl, e2e, errors (slo.KINDS)
+    labels: Mapping[str, str]  # the model's (scope instance: the instance's), without slo
+    alerts: list[str]  # firing, in BURN_ALERTS order
+    severity: str
+    burn_rates: dict[str, float | None] = field(default_factory=dict)  # by BURN_WINDOWS
+    budget_remaining: float | None = None  # share of the compliance window's budget left
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        kinds = list(slo.KINDS)
+        return (
+            SEVERITY_ORDER.index(self.severity),
+            kinds.index(self.kind) if self.kind in kinds else len(kinds),
+        )
+
+
+def _belongs(finding: Finding, labels: Mapping[str, str]) -> bool:
+    """Whether a finding is about the model (or instance) of a burning objective: the same
+    model, and the same value for every label both carry (the SLO alerts' own match)."""
+    model = labels.get("model")
+    return (
+        model is not None
+        and finding.labels.get("model") == model
+        and all(finding.labels[k] == v for k, v in labels.items() if k in finding.labels)
+    )
 
 
 @dataclass
@@ -108,6 +162,7 @@ class Report:
     spec: Spec
     phase_signals: dict[str, float | None]
     findings: list[Finding]
+    burns: list[Burn] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for source, targets, equal in INHIBITIONS:
@@ -118,11 +173,26 @@ class Report:
                     ):
                         finding.explained_by = source
         self.findings.sort(key=lambda f: f.rank)
+        self.burns.sort(key=lambda b: b.rank)
+
+    def burning(self) -> list[tuple[dict[str, str], list[Burn], list[Finding]]]:
+        """Per model with a burning SLO, worst first: its labels, its burning objectives and
+        the findings about it (ranked)."""
+        models: dict[tuple, list[Burn]] = {}
+        for burn in self.burns:  # ranked: a model's first burn is its worst
+            models.setdefault(tuple(sorted(burn.labels.items())), []).append(burn)
+        return [
+            (dict(key), burns, [f for f in self.findings if _belongs(f, dict(key))])
+            for key, burns in models.items()
+        ]
+
+    def others(self) -> list[Finding]:
+        """The findings about no model with a burning SLO."""
+        return [f for f in self.findings if not any(_belongs(f, b.labels) for b in self.burns)]
 
     def worst(self) -> str:
-        return min(
-            (f.alert.severity for f in self.findings), key=SEVERITY_ORDER.index, default="none"
-        )
+        severities = [f.severity for f in self.findings] + [b.severity for b in self.burns]
+        return min(severities, key=SEVERITY_ORDER.index, default="none")
 
     def exit_code(self) -> int:
         return EXIT[self.worst()]
@@ -169,31 +239,67 @@ def phase_verdict(report: Report) -> str:
     return f"phase: {phase}  ({detail})"
 
 
+def _where(labels: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _finding_lines(finding: Finding, spec: Spec) -> list[str]:
+    alert = finding.alert
+    lines = [
+        f"{finding.severity.upper():8} {alert.name}  {alert.phase} / {alert.layer}  "
+        f"{_where(finding.labels)}".rstrip()
+    ]
+    evidence = "; ".join(_evidence_text(alert, c, v, spec) for c, v in finding.evidence)
+    lines.append(f"         {evidence}")
+    if finding.firing and not finding.holds:
+        lines.append("         firing in Prometheus; its condition no longer holds now")
+    if finding.explained_by:
+        lines.append(f"         explained by {finding.explained_by} (inhibited in Alertmanager)")
+    lines.append(f"         runbook: {RUNBOOKS}{alert.name}.md")
+    return lines
+
+
+def _burn_lines(burn: Burn) -> list[str]:
+    kind = slo.KINDS.get(burn.kind)
+    rates = ", ".join(f"{fmt(v, 'factor')} over {w}" for w, v in burn.burn_rates.items())
+    return [
+        f"{burn.severity.upper():8} {', '.join(burn.alerts)}  {burn.kind}"
+        + (f" ({kind.title})" if kind else ""),
+        f"         burn rate {rates or 'n/a'}; error budget remaining "
+        + fmt(burn.budget_remaining, "ratio"),
+        f"         runbook: {RUNBOOKS}{burn.alerts[0]}.md",
+    ]
+
+
 def render(report: Report) -> str:
     lines = [f"inferwatch diagnose: {report.source} (window {report.window})", ""]
+    # What users feel first, then why: each model's burning objectives, its findings under them.
+    for labels, burns, causes in report.burning():
+        lines.append(f"SLO burning: {_where(labels)}")
+        for burn in burns:
+            lines += _burn_lines(burn)
+        if causes:
+            lines.append("  causes, most likely first:")
+            for finding in causes:
+                lines += ["  " + line for line in _finding_lines(finding, report.spec)]
+        else:
+            lines.append(
+                "  causes: no alert condition of the heuristics spec holds for this model "
+                "(see the triage dashboard)"
+            )
+        lines.append("")
     lines.append(phase_verdict(report))
     layers = []
     for finding in report.findings:
         if finding.explained_by is None and finding.alert.layer not in layers:
             layers.append(finding.alert.layer)
     lines.append("layer: " + (", ".join(layers) if layers else "no alert condition holds"))
-    lines.append("")
-    for finding in report.findings:
-        alert = finding.alert
-        where = " ".join(f"{k}={v}" for k, v in sorted(finding.labels.items()))
-        lines.append(
-            f"{alert.severity.upper():8} {alert.name}  {alert.phase} / {alert.layer}  {where}".rstrip()
-        )
-        evidence = "; ".join(_evidence_text(alert, c, v, report.spec) for c, v in finding.evidence)
-        lines.append(f"         {evidence}")
-        if finding.firing and not finding.holds:
-            lines.append("         firing in Prometheus; its condition no longer holds now")
-        if finding.explained_by:
-            lines.append(
-                f"         explained by {finding.explained_by} (inhibited in Alertmanager)"
-            )
-        lines.append(f"         runbook: {RUNBOOKS}{alert.name}.md")
-    if not report.findings:
+    others = report.others()
+    if others or not report.burns:
+        lines.append("")
+    for finding in others:
+        lines += _finding_lines(finding, report.spec)
+    if not report.findings and not report.burns:
         lines.append("healthy: no alert condition of the heuristics spec holds")
     return "\n".join(lines)
 
@@ -215,7 +321,18 @@ async def _query(upstream: Upstream, expr: str) -> list[tuple[dict[str, str], fl
 
 
 # Labels Prometheus adds to an alert's ``ALERTS`` series (the rule's own labels included).
-_ALERT_LABELS = ("alertname", "alertstate", "severity", "phase", "layer")
+_ALERT_LABELS = ("alertname", "alertstate", "severity", "phase", "layer", "slo")
+
+
+def _slo_records(scope: str, kind: str) -> dict[str, str]:
+    """The names slo.py gives the records of an objective of ``kind`` at ``scope``, by their
+    last part: ``burnrate1h``, ``error_budget_remaining``... (the same for any target)."""
+    if kind not in slo.KINDS:
+        return {}
+    seconds = None if slo.KINDS[kind].histogram is None else 1.0
+    probe = slo.Objective(kind, 0.99, seconds)
+    slos = slo.SLOs(scope=scope, groups=(slo.ModelObjectives((), (probe,)),))
+    return {r.record.rpartition(":")[2]: r.record for r in slo.recording_rules(slos, ())}
 
 
 def _own(labels: Mapping[str, str]) -> dict[str, str]:
@@ -252,7 +369,7 @@ async def from_prometheus(url: str, spec: Spec, timeout: float = 10.0) -> Report
             return signal_values[name]
 
         async def finding(alert: Alert, labels: Mapping[str, str], holds: bool) -> Finding:
-            found = Finding(alert, labels, holds=holds)
+            found = Finding(alert, labels, holds=holds, severity=spec.severity(alert))
             for cond in alert.conditions():
                 matches = [v for series, v in await signal(cond.signal) if _covers(series, labels)]
                 found.evidence.append((cond, matches[0] if matches else None))
@@ -278,9 +395,43 @@ async def from_prometheus(url: str, spec: Spec, timeout: float = 10.0) -> Report
         for name in ("ttft_p95", "itl_p95"):
             known = [v for _, v in await signal(name) if not math.isnan(v)]
             phase[name] = max(known) if known else None
+        burns = await _burns(upstream, spec)
     finally:
         await upstream.close()
-    return Report(redact_url(url), spec.timing.window, spec, phase, findings)
+    return Report(redact_url(url), spec.timing.window, spec, phase, findings, burns)
+
+
+async def _burns(upstream: Upstream, spec: Spec) -> list[Burn]:
+    """The objectives whose burn-rate alerts fire, with their burn rates and budget left."""
+    burning = f'ALERTS{{alertstate="firing", alertname=~"{"|".join(BURN_ALERTS)}"}}'
+    burns: dict[tuple, Burn] = {}
+    for labels, _ in await _query(upstream, burning):
+        own = {k: v for k, v in _own(labels).items() if k not in _ALERT_LABELS}
+        kind = labels.get("slo", "")
+        severity = labels.get("severity", "warning")
+        severity = severity if severity in SEVERITY_ORDER else "warning"
+        burn = burns.setdefault((kind, tuple(sorted(own.items()))), Burn(kind, own, [], severity))
+        burn.alerts.append(labels["alertname"])
+        burn.alerts.sort(key=BURN_ALERTS.index)
+        burn.severity = min(burn.severity, severity, key=SEVERITY_ORDER.index)
+    answers: dict[str, list[tuple[dict[str, str], float]]] = {}
+
+    async def record(kind: str, name: str, labels: Mapping[str, str]) -> float | None:
+        """The record's value for the objective's own series; None when it has none."""
+        expr = _slo_records(spec.slos.scope, kind).get(name)
+        if expr is None:
+            return None
+        if expr not in answers:
+            answers[expr] = await _query(upstream, expr)
+        want = {**labels, "slo": kind}
+        values = [v for series, v in answers[expr] if _own(series) == want]
+        return values[0] if values and not math.isnan(values[0]) else None
+
+    for burn in burns.values():
+        for window in BURN_WINDOWS:
+            burn.burn_rates[window] = await record(burn.kind, f"burnrate{window}", burn.labels)
+        burn.budget_remaining = await record(burn.kind, "error_budget_remaining", burn.labels)
+    return list(burns.values())
 
 
 # --- from one exporter ---------------------------------------------------------------------
@@ -410,7 +561,12 @@ def evaluate(window: Window, spec: Spec, labels: Mapping[str, str]) -> list[Find
             fires = all(holds(c) for c in alert.when) and not any(holds(c) for c in alert.unless)
         if fires:
             findings.append(
-                Finding(alert, labels, [(c, values[c.signal]) for c in alert.conditions()])
+                Finding(
+                    alert,
+                    labels,
+                    [(c, values[c.signal]) for c in alert.conditions()],
+                    severity=spec.severity(alert),
+                )
             )
     return findings
 
@@ -440,17 +596,41 @@ async def from_exporter(
     return Report(redact_url(url), f"{seconds:.1f}s", spec, phase, evaluate(window, spec, labels))
 
 
+def _number(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
 def report_json(report: Report) -> dict[str, Any]:
-    """The report as JSON (for scripts)."""
+    """The report as JSON (for scripts). ``slos``: one entry per model with a burning SLO,
+    worst first, always present (empty when none burns); its ``causes`` are findings of
+    ``findings``, which lists every finding as without SLOs."""
     return {
         "source": report.source,
         "window": report.window,
         "worst": report.worst(),
         "phase_signals": report.phase_signals,
+        "slos": [
+            {
+                "labels": labels,
+                "objectives": [
+                    {
+                        "slo": b.kind,
+                        "severity": b.severity,
+                        "alerts": list(b.alerts),
+                        "burn_rates": {w: _number(v) for w, v in b.burn_rates.items()},
+                        "error_budget_remaining": _number(b.budget_remaining),
+                        "runbook": f"{RUNBOOKS}{b.alerts[0]}.md",
+                    }
+                    for b in burns
+                ],
+                "causes": [{"alert": f.alert.name, "labels": dict(f.labels)} for f in causes],
+            }
+            for labels, burns, causes in report.burning()
+        ],
         "findings": [
             {
                 "alert": f.alert.name,
-                "severity": f.alert.severity,
+                "severity": f.severity,
                 "phase": f.alert.phase,
                 "layer": f.alert.layer,
                 "labels": dict(f.labels),
