@@ -9,6 +9,7 @@ whose TTFT (then ITL) p95, as ``histogram_quantile`` reads it from vLLM's own bu
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferwatch.baseline import load, thresholds_from
+from inferwatch.backends import BACKENDS
+from inferwatch.baseline import load, objectives_from, thresholds_from
 from inferwatch.calibrate import config_text
 from inferwatch.heuristics import THRESHOLDS, spec_from_config
 from inferwatch.quantile import histogram_quantile
@@ -147,3 +149,45 @@ def test_calibrated_rules_fire_on_a_2x_regression_and_not_at_1_2x(
     path.write_text(yaml.safe_dump(tests))
     out = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_calibrate_proposes_objectives_on_the_servers_bucket_bounds(tmp_path: Path) -> None:
+    """A latency objective's bound is the server's first bucket bound at or above 1.5 x the
+    measured p99 (here vLLM 0.32's own bounds, from a real capture); the rules count it."""
+    page = (FIXTURES / "vllm-0.32.0-cpu-loaded-kv-full.prom").read_text()
+    histograms = BACKENDS["vllm"].normalize(page).histograms
+    bounds = {
+        kind: [float(le) for le, _ in next(iter(histograms[name].values())).buckets[:-1]]
+        for kind, name in (
+            ("ttft", "time_to_first_token_seconds"),
+            ("itl", "inter_token_latency_seconds"),
+        )
+    }
+    stored = load(SWEEP)
+    baseline = dataclasses.replace(
+        stored, metadata={**stored.metadata, "server_bucket_bounds": bounds}
+    )
+    spec = spec_from_config({})
+    objectives = objectives_from(baseline, spec.t("regression_factor"))
+    busiest = baseline.busiest()[0]
+    for kind, measured in (
+        ("ttft", busiest.server_ttft_seconds),
+        ("itl", busiest.server_itl_seconds),
+    ):
+        seconds = objectives[kind][0]["seconds"]
+        below = [b for b in bounds[kind] if b < seconds]
+        assert seconds in bounds[kind] and seconds >= 1.5 * measured.p99 > max(below)
+    assert objectives["errors"][0] == {"target": 0.999}
+    derived = thresholds_from(baseline, spec.t("regression_factor"), spec.window_seconds)
+    path = tmp_path / "inferwatch.yaml"
+    path.write_text(config_text(baseline, SWEEP, derived, {}, "base.yaml", objectives))
+    config = load_config_file(path)
+    assert config["backend"] == "vllm"
+    slos = spec_from_config(config).slos  # the bounds pass generate's check for vLLM
+    assert {o.kind: o.seconds for o in slos.groups[0].objectives} == {
+        "ttft": objectives["ttft"][0]["seconds"],
+        "itl": objectives["itl"][0]["seconds"],
+        "errors": None,
+    }
+    # Without the server's bounds (a client-side sweep) only the errors objective is proposed.
+    assert set(objectives_from(stored, 1.5)) == {"errors"}

@@ -216,6 +216,46 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
     return out
 
 
+# Objectives calibrate proposes: this share of events within a bound above what the service
+# measured at its busiest (the same factor as the thresholds: its normal tail meets it).
+PROPOSED_TARGET = 0.99
+PROPOSED_ERRORS_TARGET = 0.999
+_OBJECTIVES = (("ttft", "TTFT p99", Cell.ttft), ("itl", "ITL p99", Cell.itl))
+
+
+def objectives_from(baseline: Baseline, factor: float) -> dict[str, tuple[dict, str]]:
+    """SLO objectives (the config's ``slos.objectives`` entries) and where each came from.
+
+    A latency bound is the server's smallest histogram bucket bound at or above ``factor`` x
+    the p99 measured at the highest concurrency: an SLI counts good events per bucket, so no
+    other number can be measured. Without the server's bounds in the baseline (a sweep of
+    the client side only) no latency objective is proposed.
+    """
+    out: dict[str, tuple[dict, str]] = {}
+    bounds = baseline.metadata.get("server_bucket_bounds") or {}
+    busiest = baseline.busiest()
+    for kind, label, latency in _OBJECTIVES:
+        if not busiest or not bounds.get(kind):
+            continue
+        values, side, cell = max(((*latency(c), c) for c in busiest), key=lambda m: m[0].p99)
+        wanted = factor * values.p99
+        above = [b for b in sorted(bounds[kind]) if b >= wanted]
+        if side != "server" or values.p99 <= 0 or not above:
+            continue
+        out[kind] = (
+            {"target": PROPOSED_TARGET, "seconds": above[0]},
+            f"the server's smallest {kind.upper()} bucket bound at or above {factor:g} x "
+            f"{values.p99:.4g} s, its {label} at {_where(cell)}",
+        )
+    out["errors"] = (
+        {"target": PROPOSED_ERRORS_TARGET},
+        "no measure: one request in a thousand may fail; the sweep saw "
+        f"{sum(c.errors for c in baseline.cells)} errors in "
+        f"{sum(c.requests for c in baseline.cells)} requests",
+    )
+    return out
+
+
 def _rate(cell: Cell) -> float:
     return cell.requests_per_second
 

@@ -8,7 +8,10 @@ server, and from what it measured a complete, commented inferwatch config (see
   highest measured concurrency, from the server's own histograms (what the rules evaluate);
 - the minimum traffic under which latency quantiles are not judged, from the rate window and
   the throughput measured at the lowest concurrency;
-- ``baseline:`` the baseline file it wrote, for ``serve`` (``inferwatch_baseline_*``).
+- ``baseline:`` the baseline file it wrote, for ``serve`` (``inferwatch_baseline_*``);
+- ``slos:`` objectives users can be promised (see :func:`inferwatch.baseline.objectives_from`):
+  99 % of first tokens and of output tokens within the server's bucket bound above the
+  measured p99 (times ``regression_factor``), 99.9 % of requests without a server error.
 
 The other thresholds are ratios of the server to itself (queue share, KV use...) and keep
 their defaults; keys of ``--config`` (timing, exporter settings, thresholds set there) are
@@ -34,7 +37,8 @@ from typing import Any
 import yaml
 
 from inferwatch import __version__, sweep
-from inferwatch.baseline import Baseline, Derived, thresholds_from, to_yaml
+from inferwatch.backends import BACKENDS
+from inferwatch.baseline import Baseline, Derived, objectives_from, thresholds_from, to_yaml
 from inferwatch.heuristics import THRESHOLDS, spec_from_config
 from inferwatch.settings import ConfigError, Option, resolve
 
@@ -84,6 +88,7 @@ def config_text(
     derived: Mapping[str, Derived],
     given: Mapping[str, Any],
     given_name: str,
+    objectives: Mapping[str, tuple[dict, str]] | None = None,
 ) -> str:
     """The config file: header, ``baseline:``, the carried-over settings, every threshold."""
     cells = baseline.cells
@@ -105,9 +110,13 @@ def config_text(
     )
     text += "\n# serve: expose the comparable cell of the sweep as inferwatch_baseline_* gauges.\n"
     text += yaml.safe_dump({"baseline": str(baseline_path)})
-    carried = {k: v for k, v in given.items() if k not in ("baseline", "thresholds", "alerting")}
+    sections = ("baseline", "thresholds", "alerting", "slos")
+    carried = {k: v for k, v in given.items() if k not in sections}
     if carried:
         text += f"\n# carried over from {given_name}\n" + yaml.safe_dump(carried, sort_keys=False)
+    if "backend" not in given and meta.get("backend") in BACKENDS:
+        # serve needs no detection, and generate checks objectives against its buckets
+        text += f"\n# measured: the server swept\nbackend: {meta['backend']}\n"
     set_here = given.get("thresholds") or {}
     text += "\nthresholds:\n"
     for name, threshold in THRESHOLDS.items():
@@ -121,6 +130,18 @@ def config_text(
     if given.get("alerting"):
         text += f"\n# carried over from {given_name}\n"
         text += yaml.safe_dump({"alerting": given["alerting"]}, sort_keys=False)
+    if given.get("slos"):
+        text += f"\n# carried over from {given_name}\n"
+        text += yaml.safe_dump({"slos": given["slos"]}, sort_keys=False)
+    elif objectives:
+        text += (
+            "\n# Proposed objectives: what this service can promise its users, to agree on "
+            "before\n# relying on them (the burn-rate alerts page on them; see README, SLOs).\n"
+            "slos:\n  window: 28d\n  objectives:\n"
+        )
+        for kind, (objective, why) in objectives.items():
+            text += f"{_comment(why)}\n".replace("  # ", "    # ")
+            text += f"    {kind}: {yaml.safe_dump(objective, default_flow_style=True).strip()}\n"
     return text
 
 
@@ -143,11 +164,15 @@ def main(flags: Mapping[str, Any], config: Mapping[str, Any], config_name: str) 
         return failed.code
     baseline = measured.baseline()
     derived = thresholds_from(baseline, spec.t("regression_factor"), spec.window_seconds)
-    text = config_text(baseline, baseline_path, derived, config, config_name)
+    objectives = objectives_from(baseline, spec.t("regression_factor"))
+    text = config_text(baseline, baseline_path, derived, config, config_name, objectives)
     spec_from_config(yaml.safe_load(text))  # what was written reads back under the same rules
     sweep.write_file(baseline_path, to_yaml(baseline))
     sweep.write_file(out, text)
     for name, found in derived.items():
         print(f"inferwatch: {name} {found.value:g} ({found.source})", file=sys.stderr)
+    if not config.get("slos"):
+        for kind, (objective, why) in objectives.items():
+            print(f"inferwatch: slo {kind} {objective} ({why})", file=sys.stderr)
     print(f"inferwatch: wrote {out} and {baseline_path}", file=sys.stderr)
     return 0

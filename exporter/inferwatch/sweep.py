@@ -876,8 +876,12 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
         api_key=plan.api_key,
     )
     server = ServerHistograms(plan.metrics_url, plan.root, plan.model, progress.note)
+    bounds: dict[str, list[float]] = {}
     try:
         before = await server.start()
+        for kind, name in (("ttft", TTFT), ("itl", ITL)):
+            if before and name in before:
+                bounds[kind] = [float(le) for le, _ in before[name].buckets if le != "+Inf"]
         prompts = Prompts(plan.api, plan.seed, file=plan.file_prompts)
         probe_cell = len(plan.keys())  # tagged as one more cell: no prefix shared with a request
         if plan.file_prompts:
@@ -920,6 +924,8 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
         "inferwatch": __version__,
         "duration_seconds": round(time.monotonic() - started, 1),
     }
+    if bounds:  # where an objective's latency bound can go (see calibrate)
+        metadata["server_bucket_bounds"] = bounds
     if prompts.calibration is not None:
         metadata["prompt_calibration"] = {
             "fixed_tokens": round(prompts.calibration.fixed, 2),
