@@ -51,6 +51,9 @@ from demo.traffic import Burst, burst, complete_many
 from inferwatch.generate import write
 from inferwatch.heuristics import ALERTS, SIGNALS, placeholders, seconds, spec_from_config
 from inferwatch.settings import load_config_file
+from inferwatch.slo import ALERT_NAMES as SLO_ALERTS
+from inferwatch.slo import BURNS
+from inferwatch.slo import FAST as SLO_PAGE
 
 CONFIG = REPO / "demo" / "inferwatch.yaml"  # timing; thresholds come from `calibrate`
 INTERVAL = "1s"  # scrape and rule evaluation
@@ -186,6 +189,28 @@ class LocalStack:
             )
         return "\n".join(lines)
 
+    def explain_slo(self, kind: str, start: float, end: float) -> str:
+        """The objective's burn rates over [start, end] against the page's factors."""
+        assert self.prometheus is not None
+        level = self.spec.slos.scope
+        lines = [f"{kind} objective burn rates from {start:.0f} to {end:.0f}:"]
+        for burn in BURNS:
+            factor = burn.factor(self.spec.slos.window)
+            for window in (burn.long, burn.short):
+                query = f"{level}:inferwatch_slo_{kind}:burnrate{window}"
+                try:
+                    seen = [
+                        float(v)
+                        for s in self.prometheus.query_range(query, start, end)
+                        for _, v in s["values"]
+                    ]
+                except StackError as exc:
+                    lines.append(f"  {query}: query failed: {exc}")
+                    continue
+                span = f"{min(seen):.4g} .. {max(seen):.4g}" if seen else "no data"
+                lines.append(f"  {query} (page above {factor:.4g}): {span}")
+        return "\n".join(lines)
+
 
 Fault = Callable[[LocalStack, asyncio.Event], Awaitable[None]]
 
@@ -199,6 +224,9 @@ class Scenario:
     fault: Fault
     also_allowed: frozenset[str] = field(default_factory=frozenset)
     story: str = ""
+    # The objective this fault must page for (an SLO burn), besides raising its cause alert.
+    # Any scenario may burn a budget: the SLO alerts are never unexpected.
+    pages: str | None = None
 
 
 # --- background traffic ------------------------------------------------------------------
@@ -299,7 +327,9 @@ SCENARIOS = (
         "InferenceQueueingDelay",
         overload,
         also_allowed=frozenset({REGRESSION}),
-        story="4x the batch in clients: requests wait to be scheduled; TTFT is queue time.",
+        story="4x the batch in clients: requests wait to be scheduled; TTFT is queue time; "
+        "the TTFT objective's budget burns: a page.",
+        pages="ttft",
     ),
     Scenario(
         "long prompts",
@@ -348,6 +378,12 @@ class Outcome:
         at = self.received.get(self.scenario.expect)
         return None if at is None else at - self.onset
 
+    def done(self, hold: float) -> bool:
+        """The cause alert (and the page, where one is expected) arrived ``hold`` s ago."""
+        wanted = [self.scenario.expect] + ([SLO_PAGE] if self.scenario.pages else [])
+        arrived = [self.received.get(name) for name in wanted]
+        return None not in arrived and time.monotonic() > max(arrived) + hold
+
 
 async def run_scenario(
     stack: LocalStack,
@@ -370,15 +406,17 @@ async def run_scenario(
                 outcome.received.setdefault(alert["labels"]["alertname"], arrived)
             if scenario.expect in outcome.received and on_alert is not None:
                 outcome.on_alert, on_alert = await on_alert(), None
-            if scenario.expect in outcome.received and time.monotonic() > (
-                outcome.received[scenario.expect] + hold
-            ):
+            if outcome.done(hold):
                 break
             await asyncio.sleep(0.2)
     finally:
         stop.set()
         await task
     return outcome
+
+
+def _slo(alert: dict) -> bool:
+    return alert["labels"]["alertname"] in SLO_ALERTS
 
 
 async def settle(stack: LocalStack, timeout: float) -> None:
@@ -388,10 +426,12 @@ async def settle(stack: LocalStack, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            if not await asyncio.to_thread(stack.prometheus_alerts):
+            # An SLO alert says how much budget the past burned; it clears with its windows
+            # (minutes to days), not with the fault.
+            if not [a for a in await asyncio.to_thread(stack.prometheus_alerts) if not _slo(a)]:
                 return
             await asyncio.sleep(1)
-        names = sorted({a["labels"]["alertname"] for a in stack.prometheus_alerts()})
+        names = sorted({a["labels"]["alertname"] for a in stack.prometheus_alerts() if not _slo(a)})
         raise StackError(f"alerts did not clear within {timeout:g} s: {', '.join(names)}")
     finally:
         stop.set()
