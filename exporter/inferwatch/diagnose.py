@@ -324,17 +324,6 @@ async def _query(upstream: Upstream, expr: str) -> list[tuple[dict[str, str], fl
 _ALERT_LABELS = ("alertname", "alertstate", "severity", "phase", "layer", "slo")
 
 
-def _slo_records(scope: str, kind: str) -> dict[str, str]:
-    """The names slo.py gives the records of an objective of ``kind`` at ``scope``, by their
-    last part: ``burnrate1h``, ``error_budget_remaining``... (the same for any target)."""
-    if kind not in slo.KINDS:
-        return {}
-    seconds = None if slo.KINDS[kind].histogram is None else 1.0
-    probe = slo.Objective(kind, 0.99, seconds)
-    slos = slo.SLOs(scope=scope, groups=(slo.ModelObjectives((), (probe,)),))
-    return {r.record.rpartition(":")[2]: r.record for r in slo.recording_rules(slos, ())}
-
-
 def _own(labels: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k != "__name__"}
 
@@ -418,9 +407,9 @@ async def _burns(upstream: Upstream, spec: Spec) -> list[Burn]:
 
     async def record(kind: str, name: str, labels: Mapping[str, str]) -> float | None:
         """The record's value for the objective's own series; None when it has none."""
-        expr = _slo_records(spec.slos.scope, kind).get(name)
-        if expr is None:
+        if kind not in slo.KINDS:
             return None
+        expr = slo.record(spec.slos.scope, kind, name)
         if expr not in answers:
             answers[expr] = await _query(upstream, expr)
         want = {**labels, "slo": kind}

@@ -194,7 +194,7 @@ def runbook_markdown(spec: Spec, alert: Alert) -> str:
 
 def slo_runbook_markdown(spec: Spec, name: str) -> str:
     """``alerts/runbooks/<Alert>.md`` for an SLO alert: the objectives and burn windows."""
-    rules = [r for r in slo_alert_rules(spec.slos, spec.runbook_url_base, spec.paging)]
+    rules = slo_alert_rules(spec.slos, spec.runbook_url_base, spec.paging)
     mine = [r for r in rules if r["alert"] == name]
     severity = mine[0]["labels"]["severity"] if mine else "warning"
     window = spec.slos.window

@@ -300,6 +300,12 @@ def _events(o: Objective, by: str, sel: str, window: str) -> tuple[str, str]:
     return total, f"({total} - {good})"
 
 
+def record(scope: str, kind: str, operation: str, events: str = "") -> str:
+    """A recording rule's name: ``model:inferwatch_slo_ttft:burnrate1h``; with ``events``
+    (``events``, ``bad_events``) an event rate's: ``model:inferwatch_slo_ttft_events:rate5m``."""
+    return f"{scope}:inferwatch_slo_{kind}{'_' + events if events else ''}:{operation}"
+
+
 @dataclass(frozen=True)
 class Rule:
     """A recording rule; every one carries its objective's kind as ``slo``."""
@@ -317,41 +323,51 @@ def recording_rules(slos: SLOs, fleet_labels: tuple[str, ...]) -> list[Rule]:
     for group in slos.groups:
         sel = _model_matcher(group, slos)
         for o in group.objectives:
-            name = f"{level}:inferwatch_slo_{o.kind}"
             total, bad = _events(o, by, sel, "5m")
-            out.append(Rule(f"{name}_events:rate5m", total, o.kind))
-            out.append(Rule(f"{name}_bad_events:rate5m", bad, o.kind))
+            events = record(level, o.kind, "rate5m", "events")
+            bad_events = record(level, o.kind, "rate5m", "bad_events")
+            out.append(Rule(events, total, o.kind))
+            out.append(Rule(bad_events, bad, o.kind))
             for window in WINDOWS:
                 total, bad = _events(o, by, sel, window)
                 out.append(
                     Rule(
-                        f"{name}:burnrate{window}",
+                        record(level, o.kind, f"burnrate{window}"),
                         f"{bad}\n  / ({total} > 0)\n  / {o.budget:g}",
                         o.kind,
                     )
                 )
-            w = slos.window
-            events = f"{name}_events:rate5m{_selector(sel)}"
-            bad_events = f"{name}_bad_events:rate5m{_selector(sel)}"
+            w, only = slos.window, _selector(sel)
             out.append(
                 Rule(
-                    f"{name}:error_budget_remaining",
-                    f"1 - sum_over_time({bad_events}[{w}])\n"
-                    f"  / (sum_over_time({events}[{w}]) > 0)\n  / {o.budget:g}",
+                    record(level, o.kind, "error_budget_remaining"),
+                    f"1 - sum_over_time({bad_events}{only}[{w}])\n"
+                    f"  / (sum_over_time({events}{only}[{w}]) > 0)\n  / {o.budget:g}",
                     o.kind,
                 )
             )
-            out.append(Rule(f"{name}:objective", f"0 * {events} + {o.target:g}", o.kind))
+            out.append(
+                Rule(
+                    record(level, o.kind, "objective"),
+                    f"0 * {events}{only} + {o.target:g}",
+                    o.kind,
+                )
+            )
     return out
+
+
+def _same_series(scope: str) -> tuple[str, str]:
+    """(matchers, printf arguments) selecting the alert's own model (and pod) in a query."""
+    if scope == "instance":
+        return 'model="%s",namespace="%s",instance="%s"', (
+            "$labels.model $labels.namespace $labels.instance"
+        )
+    return 'model="%s",namespace="%s"', "$labels.model $labels.namespace"
 
 
 def _causes(scope: str) -> str:
     """Go template: the cause alerts of the alert's model (any state), or a word that none."""
-    match = 'model="%s",namespace="%s"'
-    args = "$labels.model $labels.namespace"
-    if scope == "instance":
-        match += ',instance="%s"'
-        args += " $labels.instance"
+    match, args = _same_series(scope)
     query = f'ALERTS{{{match},slo=""}}'
     return (
         f"{{{{ with printf `{query}` {args} | query }}}}"
@@ -368,20 +384,17 @@ def alert_rules(slos: SLOs, runbook_url_base: str, paging: str = "slo") -> list[
     where = "{{ $labels.model }}" + (" on {{ $labels.instance }}" if level == "instance" else "")
     page = "critical" if paging == "slo" else "warning"
     rules = []
-    for alert, severity in ((FAST, page), (SLOW, "warning")):
-        burns = [b for b in BURNS if b.severity == "critical" and alert == FAST]
-        burns += [b for b in BURNS if b.severity == "warning" and alert == SLOW]
+    # BURNS' severity names the tier (page or ticket); the page's label follows ``paging``.
+    for alert, tier, severity in ((FAST, "critical", page), (SLOW, "warning", "warning")):
+        burns = [b for b in BURNS if b.severity == tier]
         for group in slos.groups:
             sel = _selector(_model_matcher(group, slos))
             for o in group.objectives:
-                name = f"{level}:inferwatch_slo_{o.kind}"
                 parts = []
                 for b in burns:
                     f = f"{b.factor(slos.window):.4g}"
-                    parts.append(
-                        f"(\n  {name}:burnrate{b.long}{sel} > {f}\n"
-                        f"  and {name}:burnrate{b.short}{sel} > {f}\n)"
-                    )
+                    long, short = (record(level, o.kind, f"burnrate{w}") for w in (b.long, b.short))
+                    parts.append(f"(\n  {long}{sel} > {f}\n  and {short}{sel} > {f}\n)")
                 said = " or ".join(
                     f"{b.factor(slos.window):.3g}x over {b.long} and {b.short}" for b in burns
                 )
@@ -396,7 +409,11 @@ def alert_rules(slos: SLOs, runbook_url_base: str, paging: str = "slo") -> list[
                             "description": f"Objective: {o.text()} over {slos.window}. The "
                             'budget burns at {{ $value | printf "%.3g" }}x the sustainable rate '
                             f"(threshold {said}); "
-                            + _value(f"{name}:error_budget_remaining", level, "humanizePercentage")
+                            + _value(
+                                record(level, o.kind, "error_budget_remaining"),
+                                level,
+                                "humanizePercentage",
+                            )
                             + f" of the {slos.window} budget is left. Cause alerts of this "
                             "model: " + _causes(level) + ".",
                             "runbook_url": runbook_url_base + alert + ".md",
@@ -408,13 +425,13 @@ def alert_rules(slos: SLOs, runbook_url_base: str, paging: str = "slo") -> list[
         for o in group.objectives:
             if o.kind == "errors":
                 continue
-            name = f"{level}:inferwatch_slo_{o.kind}"
             hist = KINDS[o.kind].histogram
+            events = record(level, o.kind, "rate5m", "events")
             rules.append(
                 {
                     "alert": UNMEASURED,
-                    "expr": f"{name}_events:rate5m{_selector(sel)} > 0\n"
-                    f"unless {name}:burnrate5m{_selector(sel)}",
+                    "expr": f"{events}{_selector(sel)} > 0\n"
+                    f"unless {record(level, o.kind, 'burnrate5m')}{_selector(sel)}",
                     "for": "10m",
                     "labels": {"severity": "warning", "slo": o.kind, "layer": "slo"},
                     "annotations": {
@@ -433,14 +450,11 @@ def alert_rules(slos: SLOs, runbook_url_base: str, paging: str = "slo") -> list[
     return rules
 
 
-def _value(record: str, level: str, fmt: str) -> str:
-    match = 'model="%s",namespace="%s"'
-    args = "$labels.model $labels.namespace"
-    if level == "instance":
-        match += ',instance="%s"'
-        args += " $labels.instance"
+def _value(name: str, level: str, fmt: str) -> str:
+    """Go template: the value of record ``name`` for the alert's own model (and pod)."""
+    match, args = _same_series(level)
     return (
-        f"{{{{ with printf `{record}{{{match}}}` {args} | query }}}}"
+        f"{{{{ with printf `{name}{{{match}}}` {args} | query }}}}"
         f"{{{{ . | first | value | {fmt} }}}}{{{{ else }}}}n/a{{{{ end }}}}"
     )
 
