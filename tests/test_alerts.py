@@ -147,6 +147,9 @@ def test_thresholds_and_timing_come_from_the_config() -> None:
     )
 
 
+inf, nan = float("inf"), float("nan")
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [
@@ -164,6 +167,16 @@ def test_thresholds_and_timing_come_from_the_config() -> None:
         ({"slos": {"objectives": {"ttft": {"target": 0.99}}}}, "ttft.seconds: None is not"),
         ({"slos": {"objectives": {"errors": {"target": 0.99, "seconds": 1}}}}, "'seconds'"),
         ({"slos": {"window": "1d"}}, "of 3d or more"),
+        # A server whose buckets inferwatch does not know still gets no NaN or infinite bound.
+        (
+            {"backend": "tgi", "slos": {"objectives": {"e2e": {"target": 0.99, "seconds": inf}}}},
+            "e2e.seconds: inf is not a positive number",
+        ),
+        (
+            {"backend": "tgi", "slos": {"objectives": {"e2e": {"target": 0.99, "seconds": nan}}}},
+            "e2e.seconds: nan is not a positive number",
+        ),
+        ({"slos": {"objectives": {"errors": {"target": nan}}}}, "not a share between 0 and 1"),
         ({"slos": {"scope": "pod"}}, "not one of model, instance"),
         ({"slos": {"models": ["a"]}}, "slos.models: expected a mapping"),
         (

@@ -33,6 +33,7 @@ alerts explain the page.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -188,7 +189,12 @@ def _objective(kind: str, value: Any, where: str, backend: str) -> Objective:
         raise ConfigError(f"{where}.{kind}.target: {target!r} is not a share between 0 and 1")
     seconds = value.get("seconds")
     if latency:
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds)
+            or seconds <= 0
+        ):
             raise ConfigError(f"{where}.{kind}.seconds: {seconds!r} is not a positive number")
         _check_bound(kind, float(seconds), backend, f"{where}.{kind}.seconds")
     return Objective(kind, float(target), None if seconds is None else float(seconds))
