@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from demo.scenarios import SCENARIOS, LocalStack, normal_traffic, run_scenario, settle
 from demo.stack import REPO, StackError, metric_value
+from inferwatch.slo import FAST as SLO_PAGE
 
 RESET = "\x1b[H\x1b[2J"
 
@@ -202,8 +203,11 @@ def main() -> int:
         latency = outcome.latency
         took = f"{latency:5.1f} s" if latency is not None else "  not received"
         print(f"  {outcome.scenario.name:20} {outcome.scenario.expect:32} {took}")
-    return 0 if all(o.latency is not None for o in outcomes) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        if outcome.scenario.pages:
+            paged = outcome.page_latency
+            took = f"{paged:5.1f} s" if paged is not None else "  not received"
+            page = f"{SLO_PAGE} ({outcome.scenario.pages})"
+            print(f"  {'':20} {page:32} {took}")
+    received = all(o.latency is not None for o in outcomes)
+    paged = all(o.page_latency is not None for o in outcomes if o.scenario.pages)
+    return 0 if received and paged else 1

@@ -378,6 +378,12 @@ class Outcome:
         at = self.received.get(self.scenario.expect)
         return None if at is None else at - self.onset
 
+    @property
+    def page_latency(self) -> float | None:
+        """Seconds from onset to the SLO page, where the scenario expects one."""
+        at = self.received.get(SLO_PAGE) if self.scenario.pages else None
+        return None if at is None else at - self.onset
+
     def done(self, hold: float) -> bool:
         """The cause alert (and the page, where one is expected) arrived ``hold`` s ago."""
         wanted = [self.scenario.expect] + ([SLO_PAGE] if self.scenario.pages else [])

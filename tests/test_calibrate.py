@@ -177,6 +177,7 @@ def test_calibrate_proposes_objectives_on_the_servers_bucket_bounds(tmp_path: Pa
         seconds = objectives[kind][0]["seconds"]
         below = [b for b in bounds[kind] if b < seconds]
         assert seconds in bounds[kind] and seconds >= 1.5 * measured.p99 > max(below)
+    assert objectives["ttft"][0]["target"] == objectives["itl"][0]["target"] == 0.95
     assert objectives["errors"][0] == {"target": 0.999}
     derived = thresholds_from(baseline, spec.t("regression_factor"), spec.window_seconds)
     path = tmp_path / "inferwatch.yaml"

@@ -72,6 +72,11 @@ async def diagnose(stack: LocalStack) -> tuple[int, dict]:
     return process.returncode, json.loads(out)
 
 
+def _page(alert: dict, scenario: Scenario) -> bool:
+    labels = alert["labels"]
+    return labels["alertname"] == SLO_PAGE and labels.get("slo") == scenario.pages
+
+
 def check_page(stack: LocalStack, scenario: Scenario, outcome: Outcome) -> None:
     """The objective's burn reached the page receiver, its description naming the cause."""
     pages = [
@@ -84,16 +89,14 @@ def check_page(stack: LocalStack, scenario: Scenario, outcome: Outcome) -> None:
     if SLO_PAGE not in outcome.received or not pages:
         why = stack.explain_slo(scenario.pages, outcome.began_at, time.time())
         pytest.fail(f"no {scenario.pages} SLO page reached the page receiver\n{why}")
-    took = outcome.received[SLO_PAGE] - outcome.onset
+    took = outcome.page_latency
     print(f"\n{scenario.name}: {SLO_PAGE} ({scenario.pages}) paged {took:.1f} s after onset")
     # Prometheus renders the description at each evaluation: the cause alert is listed
     # while it fires (or is pending) for the same model.
     deadline = time.monotonic() + 30
     while True:
         described = [
-            a["annotations"]["description"]
-            for a in stack.prometheus_alerts()
-            if a["labels"]["alertname"] == SLO_PAGE and a["labels"].get("slo") == scenario.pages
+            a["annotations"]["description"] for a in stack.prometheus_alerts() if _page(a, scenario)
         ]
         if any(scenario.expect in d for d in described) or time.monotonic() > deadline:
             break
@@ -105,6 +108,12 @@ def check_page(stack: LocalStack, scenario: Scenario, outcome: Outcome) -> None:
 def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Scenario) -> None:
     async def run() -> tuple:
         await settle(stack, timeout=240)
+        if scenario.pages:  # no page under the load the objectives were calibrated for
+            burning = [a["labels"] for a in stack.prometheus_alerts() if _page(a, scenario)]
+            if burning:
+                now = time.time()
+                why = stack.explain_slo(scenario.pages, now - 600, now)
+                raise AssertionError(f"the objective pages before the fault: {burning}\n{why}")
         stop = asyncio.Event()
         watch = asyncio.create_task(first_pending(stack, scenario.expect, stop))
         outcome = await run_scenario(

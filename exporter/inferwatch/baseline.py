@@ -217,8 +217,12 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
 
 
 # Objectives calibrate proposes: this share of events within a bound above what the service
-# measured at its busiest (the same factor as the thresholds: its normal tail meets it).
-PROPOSED_TARGET = 0.99
+# measured at its busiest (the same factor as the thresholds). Not 99 %: a p99 from a sweep's
+# few hundred requests under-samples the tail, so a 99 % promise at that bound leaves the
+# service at its budget in normal operation (vLLM on CPU here: 1-4 % of first tokens past
+# 1.5 x the sweep's p99, scheduler hiccups at 80-100 ms). 95 % keeps the normal burn well
+# under the slowest alert's; tighten it once the service's tail is known.
+PROPOSED_TARGET = 0.95
 PROPOSED_ERRORS_TARGET = 0.999
 _OBJECTIVES = (("ttft", "TTFT p99", Cell.ttft), ("itl", "ITL p99", Cell.itl))
 

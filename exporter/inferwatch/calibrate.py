@@ -10,7 +10,7 @@ server, and from what it measured a complete, commented inferwatch config (see
   the throughput measured at the lowest concurrency;
 - ``baseline:`` the baseline file it wrote, for ``serve`` (``inferwatch_baseline_*``);
 - ``slos:`` objectives users can be promised (see :func:`inferwatch.baseline.objectives_from`):
-  99 % of first tokens and of output tokens within the server's bucket bound above the
+  95 % of first tokens and of output tokens within the server's bucket bound above the
   measured p99 (times ``regression_factor``), 99.9 % of requests without a server error.
 
 The other thresholds are ratios of the server to itself (queue share, KV use...) and keep
