@@ -211,3 +211,7 @@ def main() -> int:
     received = all(o.latency is not None for o in outcomes)
     paged = all(o.page_latency is not None for o in outcomes if o.scenario.pages)
     return 0 if received and paged else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
