@@ -87,7 +87,7 @@ def render(stack: LocalStack, phase: str, story: str, started: float) -> str:
         labels, notes = alert["labels"], alert["annotations"]
         lines.append(
             f"    [{labels.get('severity', '?')}] {labels['alertname']} "
-            f"({labels.get('phase', '?')} / {labels.get('layer', '?')}): {notes.get('summary', '')}"
+            f"({_place(labels)}): {notes.get('summary', '')}"
         )
         runbook = REPO / "alerts" / "runbooks" / f"{labels['alertname']}.md"
         lines.append(f"        runbook: {runbook}")
@@ -96,19 +96,30 @@ def render(stack: LocalStack, phase: str, story: str, started: float) -> str:
     return "\n".join(lines)
 
 
+def _place(labels: dict) -> str:
+    """An alert's place in the method (phase / layer), or the objective it burns."""
+    if "slo" in labels:
+        return f"objective {labels['slo']}"
+    return f"{labels.get('phase', '?')} / {labels.get('layer', '?')}"
+
+
 def verdict(stack: LocalStack) -> str:
-    """Phase and layer named by the alerts Prometheus evaluates (pending ones too)."""
+    """Phase and layer named by the cause alerts Prometheus evaluates (pending ones too), and
+    the objectives whose budget burns."""
     order = {"critical": 0, "warning": 1, "info": 2}
     alerts = sorted(
         stack.prometheus_alerts(), key=lambda a: order.get(a["labels"].get("severity", ""), 3)
     )
+    causes = [a for a in alerts if "slo" not in a["labels"]]
+    burning = sorted({a["labels"]["slo"] for a in alerts if "slo" in a["labels"]})
+    users = f"; objectives burning: {', '.join(burning)}" if burning else ""
     if not alerts:
         return "healthy: no inferwatch alert pending or firing"
-    top = alerts[0]["labels"]
-    state = alerts[0]["state"]
-    return f"{top['alertname']} ({state}): phase {top.get('phase')}, layer {top.get('layer')}" + (
-        f" (+{len(alerts) - 1} more)" if len(alerts) > 1 else ""
-    )
+    if not causes:
+        return "no cause alert pending or firing" + users
+    top = causes[0]["labels"]
+    more = f" (+{len(causes) - 1} more)" if len(causes) > 1 else ""
+    return f"{top['alertname']} ({causes[0]['state']}): {_place(top)}{more}{users}"
 
 
 async def show(stack: LocalStack, state: dict, stop: asyncio.Event) -> None:
@@ -155,7 +166,8 @@ async def demo(stack: LocalStack, quick: bool) -> list:
             await settle(stack, timeout=240)
         state.update(
             phase="recovered",
-            story="Every fault undone: normal traffic, no alert pending or firing.",
+            story="Every fault undone: normal traffic, no cause alert pending or firing (an "
+            "SLO alert stays until its windows pass the faults).",
             since=time.monotonic(),
         )
         await normal_for(stack, 10)
