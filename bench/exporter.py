@@ -42,10 +42,10 @@ sys.path.insert(0, str(REPO))
 
 from demo.stack import Process, VllmServer, free_port  # noqa: E402
 from demo.traffic import complete, prompt  # noqa: E402
-from inferwatch.backends import VLLM  # noqa: E402
-from inferwatch.exposition import Renderer, render  # noqa: E402
-from inferwatch.poller import Poller, PollSettings  # noqa: E402
-from inferwatch.upstream import Upstream  # noqa: E402
+from inferwatch.collect.backends import VLLM  # noqa: E402
+from inferwatch.collect.poller import Poller, PollSettings  # noqa: E402
+from inferwatch.collect.upstream import Upstream  # noqa: E402
+from inferwatch.serve.exposition import Renderer, render  # noqa: E402
 
 CAPTURES = sorted((REPO / "tests" / "fixtures").glob("vllm-0.32.0-cpu-*.prom"))
 

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from demo.stack import free_port, http_get  # noqa: E402
-from inferwatch.gpu import GpuSource  # noqa: E402
+from inferwatch.collect.gpu import GpuSource  # noqa: E402
 
 # A vLLM page with requests waiting and none running: whether they wait "while idle" is
 # then the GPU's to say.

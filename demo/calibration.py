@@ -28,11 +28,11 @@ import aiohttp
 
 from demo.stack import MODEL_NAME, VLLM_ARGS, StackError, VllmServer, http_get
 from demo.traffic import complete, prompt
-from inferwatch.heuristics import Spec, spec_from_config
-from inferwatch.quantile import histogram_quantile
+from inferwatch.collect.textparse import parse_labels, scan
+from inferwatch.method.heuristics import Spec, spec_from_config
+from inferwatch.method.quantile import histogram_quantile
 from inferwatch.settings import load_config_file
-from inferwatch.sweep import TTFT, ServerHistograms
-from inferwatch.textparse import parse_labels, scan
+from inferwatch.tools.sweep import TTFT, ServerHistograms
 
 # The demo's normal traffic: two clients, short prompts, short answers (see normal_traffic).
 NORMAL_CLIENTS, NORMAL_WORDS, NORMAL_OUTPUT = 2, 6, 16

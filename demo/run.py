@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from demo.scenarios import SCENARIOS, LocalStack, normal_traffic, run_scenario, settle
 from demo.stack import REPO, StackError, metric_value
-from inferwatch.slo import FAST as SLO_PAGE
+from inferwatch.method.slo import FAST as SLO_PAGE
 
 RESET = "\x1b[H\x1b[2J"
 

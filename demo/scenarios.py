@@ -48,12 +48,12 @@ from demo.stack import (
     tiny_model,
 )
 from demo.traffic import Burst, burst, complete_many
-from inferwatch.generate import write
-from inferwatch.heuristics import ALERTS, SIGNALS, placeholders, seconds, spec_from_config
+from inferwatch.method.heuristics import ALERTS, SIGNALS, placeholders, seconds, spec_from_config
+from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
+from inferwatch.method.slo import BURNS
+from inferwatch.method.slo import FAST as SLO_PAGE
 from inferwatch.settings import load_config_file
-from inferwatch.slo import ALERT_NAMES as SLO_ALERTS
-from inferwatch.slo import BURNS
-from inferwatch.slo import FAST as SLO_PAGE
+from inferwatch.tools.generate import write
 
 CONFIG = REPO / "demo" / "inferwatch.yaml"  # timing; thresholds come from `calibrate`
 INTERVAL = "1s"  # scrape and rule evaluation

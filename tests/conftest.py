@@ -17,12 +17,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from demo.stack import VllmServer
-from inferwatch.backends import VLLM, Backend
-from inferwatch.backends.base import LABEL_ORDER
-from inferwatch.gpu import GpuSource
+from inferwatch.collect.backends import VLLM, Backend
+from inferwatch.collect.backends.base import LABEL_ORDER
+from inferwatch.collect.gpu import GpuSource
+from inferwatch.collect.poller import Poller, PollSettings
+from inferwatch.collect.upstream import Upstream
 from inferwatch.metrics import Kind
-from inferwatch.poller import Poller, PollSettings
-from inferwatch.upstream import Upstream
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ALERT_SCENARIOS = Path(__file__).parents[1] / "alerts" / "tests" / "scenarios.py"

@@ -10,11 +10,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferwatch.generate import artifacts
-from inferwatch.heuristics import ALERTS, THRESHOLDS, recording_rules, seconds, spec_from_config
-from inferwatch.rules import slo_rules
+from inferwatch.method.heuristics import (
+    ALERTS,
+    THRESHOLDS,
+    recording_rules,
+    seconds,
+    spec_from_config,
+)
+from inferwatch.method.rules import slo_rules
+from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
 from inferwatch.settings import ConfigError
-from inferwatch.slo import ALERT_NAMES as SLO_ALERTS
+from inferwatch.tools.generate import artifacts
 
 from conftest import alert_scenarios
 

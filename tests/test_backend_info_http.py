@@ -11,10 +11,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import choose_encoder
 
-from inferwatch.backends import LLAMACPP, SGLANG, TGI, TRITON
-from inferwatch.poller import Poller, PollSettings
-from inferwatch.upstream import Upstream
-from inferwatch.web import make_app
+from inferwatch.collect.backends import LLAMACPP, SGLANG, TGI, TRITON
+from inferwatch.collect.poller import Poller, PollSettings
+from inferwatch.collect.upstream import Upstream
+from inferwatch.serve.web import make_app
 
 from conftest import TGI_PAGE, fixture_text, page_value
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from inferwatch.backends import LLAMACPP, detect
-from inferwatch.textparse import ExpositionError
+from inferwatch.collect.backends import LLAMACPP, detect
+from inferwatch.collect.textparse import ExpositionError
 
 from conftest import FIXTURES, assert_matches_oracle, fixture_text
 

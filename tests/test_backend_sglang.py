@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from inferwatch.backends import SGLANG, detect
+from inferwatch.collect.backends import SGLANG, detect
 
 from conftest import FIXTURES, assert_matches_oracle, fixture_text
 

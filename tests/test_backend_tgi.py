@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferwatch.backends import TGI, detect
+from inferwatch.collect.backends import TGI, detect
 
 from conftest import TGI_PAGE as PAGE
 from conftest import assert_matches_oracle

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferwatch.backends import TRITON, detect
+from inferwatch.collect.backends import TRITON, detect
 
 from conftest import FIXTURES, assert_matches_oracle, fixture_text
 

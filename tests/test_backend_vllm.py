@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from inferwatch.backends import VLLM, detect
+from inferwatch.collect.backends import VLLM, detect
+from inferwatch.collect.textparse import ExpositionError
 from inferwatch.metrics import BACKEND
-from inferwatch.textparse import ExpositionError
 
 from conftest import FIXTURES, assert_matches_oracle, fixture_text
 

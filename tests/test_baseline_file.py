@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferwatch.backends import VLLM
 from inferwatch.baseline import Baseline, load, parse, series, thresholds_from, to_yaml
+from inferwatch.collect.backends import VLLM
 from inferwatch.settings import ConfigError
 
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferwatch.backends import BACKENDS
 from inferwatch.baseline import load, objectives_from, thresholds_from
-from inferwatch.calibrate import config_text
-from inferwatch.heuristics import THRESHOLDS, spec_from_config
-from inferwatch.quantile import histogram_quantile
+from inferwatch.collect.backends import BACKENDS
+from inferwatch.method.heuristics import THRESHOLDS, spec_from_config
+from inferwatch.method.quantile import histogram_quantile
 from inferwatch.settings import load_config_file
+from inferwatch.tools.calibrate import config_text
 
 from conftest import alert_scenarios
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from demo.stack import free_port
-from inferwatch.serve import OPTIONS
+from inferwatch.serve.command import OPTIONS
 from inferwatch.settings import ConfigError, resolve
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from inferwatch.dashboards import GPU_ONLY_PANELS, dashboards
-from inferwatch.heuristics import recording_rules, spec_from_config
+from inferwatch.dashboards.build import GPU_ONLY_PANELS, dashboards
+from inferwatch.method.heuristics import recording_rules, spec_from_config
+from inferwatch.method.panels import Panel
+from inferwatch.method.runbooks import RUNBOOKS
+from inferwatch.method.slo import BURNS
+from inferwatch.method.slo import recording_rules as slo_rules
 from inferwatch.metrics import ALL, Kind
-from inferwatch.panels import Panel
-from inferwatch.runbooks import RUNBOOKS
-from inferwatch.slo import BURNS
-from inferwatch.slo import recording_rules as slo_rules
 
 BOARDS = dashboards(spec_from_config({}))
 COMMITTED = Path(__file__).resolve().parents[1] / "dashboards"

@@ -19,9 +19,9 @@ from demo.calibration import kv_cache, tokens_per_word
 from demo.stack import Inferwatch, Prometheus, VllmServer, tiny_model
 from demo.traffic import Burst, burst
 from inferwatch.baseline import parse, to_yaml
-from inferwatch.dashboards import GPU_ONLY_PANELS, dashboards
-from inferwatch.generate import write
-from inferwatch.heuristics import spec_from_config
+from inferwatch.dashboards.build import GPU_ONLY_PANELS, dashboards
+from inferwatch.method.heuristics import spec_from_config
+from inferwatch.tools.generate import write
 
 pytestmark = pytest.mark.vllm
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from inferwatch.backends import SGLANG, VLLM
-from inferwatch.derive import EngineLayout, QueuedWhileIdle, decode_floor, weights_bytes_in
-from inferwatch.exposition import render
-from inferwatch.gpu import GpuSource
+from inferwatch.collect.backends import SGLANG, VLLM
+from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor, weights_bytes_in
+from inferwatch.collect.gpu import GpuSource
+from inferwatch.collect.poller import Poller, PollSettings
+from inferwatch.collect.upstream import Upstream
 from inferwatch.model import BackendSample, GpuSample
-from inferwatch.poller import Poller, PollSettings
-from inferwatch.upstream import Upstream
+from inferwatch.serve.exposition import render
 
 from conftest import page_value
 from fake_nvml import FakeGpu, FakeNvml

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from inferwatch.backends import BACKENDS, UnknownBackend, detect
+from inferwatch.collect.backends import BACKENDS, UnknownBackend, detect
 
 from conftest import FIXTURES, TGI_PAGE, fixture_text
 

@@ -17,9 +17,12 @@ import sys
 import pytest
 from aiohttp import web
 
-from inferwatch import slo
-from inferwatch.backends import VLLM
-from inferwatch.diagnose import (
+from inferwatch.collect.backends import VLLM
+from inferwatch.method import slo
+from inferwatch.method.heuristics import ALERTS, SIGNALS, spec_from_config
+from inferwatch.model import CollectorStatus, Snapshot
+from inferwatch.serve.exposition import render as render_page
+from inferwatch.tools.diagnose import (
     EXIT_UNREADABLE,
     Burn,
     Finding,
@@ -30,9 +33,6 @@ from inferwatch.diagnose import (
     render,
     report_json,
 )
-from inferwatch.exposition import render as render_page
-from inferwatch.heuristics import ALERTS, SIGNALS, spec_from_config
-from inferwatch.model import CollectorStatus, Snapshot
 
 from conftest import fixture_text
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import yaml
 
 from demo.stack import Prometheus
-from inferwatch import diagnose, slo
-from inferwatch.heuristics import ALERTS, spec_from_config
+from inferwatch.method import slo
+from inferwatch.method.heuristics import ALERTS, spec_from_config
+from inferwatch.tools import diagnose
 
 SPEC = spec_from_config({})
 

@@ -23,8 +23,8 @@ import pytest
 
 from demo.scenarios import SCENARIOS, LocalStack, Outcome, Scenario, run_scenario, settle
 from demo.stack import VllmServer
-from inferwatch.slo import ALERT_NAMES as SLO_ALERTS
-from inferwatch.slo import FAST as SLO_PAGE
+from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
+from inferwatch.method.slo import FAST as SLO_PAGE
 
 pytestmark = pytest.mark.e2e
 

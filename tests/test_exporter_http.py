@@ -9,9 +9,9 @@ import logging
 import pytest
 from aiohttp import web
 
-from inferwatch.backends import VLLM
-from inferwatch.gpu import GpuSource
-from inferwatch.web import make_app
+from inferwatch.collect.backends import VLLM
+from inferwatch.collect.gpu import GpuSource
+from inferwatch.serve.web import make_app
 
 from conftest import fixture_text, page_value
 from fake_nvml import FakeGpu, FakeNvml
@@ -221,6 +221,6 @@ async def test_healthz_and_landing_page(poller_for, backend, aiohttp_client) -> 
 
 
 def test_credentials_in_the_backend_url_never_reach_logs_or_pages() -> None:
-    from inferwatch.upstream import redact_url
+    from inferwatch.collect.upstream import redact_url
 
     assert redact_url("http://user:s3cret@vllm:8000/metrics") == "http://vllm:8000/metrics"

@@ -6,14 +6,14 @@ import subprocess
 
 import pytest
 
-from inferwatch.backends import VLLM
 from inferwatch.baseline import parse as parse_baseline
 from inferwatch.baseline import series as baseline_series
-from inferwatch.derive import derived
-from inferwatch.exposition import render
-from inferwatch.gpu import GpuSource
+from inferwatch.collect.backends import VLLM
+from inferwatch.collect.derive import derived
+from inferwatch.collect.gpu import GpuSource
 from inferwatch.metrics import ALL
 from inferwatch.model import CollectorStatus, Snapshot
+from inferwatch.serve.exposition import render
 
 from conftest import FIXTURES, fixture_text, oracle_samples
 from fake_nvml import FakeGpu, FakeNvml

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from inferwatch.exposition import render
-from inferwatch.gpu import GpuSource, GpuUnavailable
+from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.model import CollectorStatus, Snapshot
+from inferwatch.serve.exposition import render
 
 from conftest import page_value
 from fake_nvml import FakeGpu, FakeNvml

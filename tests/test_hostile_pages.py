@@ -27,14 +27,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferwatch.backends import BACKENDS, VLLM, detect
-from inferwatch.exposition import render
+from inferwatch.collect.backends import BACKENDS, VLLM, detect
+from inferwatch.collect.poller import DEFAULT_MAX_SERIES, CauseLog, Poller, PollSettings
+from inferwatch.collect.textparse import scan
+from inferwatch.collect.upstream import Upstream
 from inferwatch.metrics import BACKEND
 from inferwatch.model import Snapshot
-from inferwatch.poller import DEFAULT_MAX_SERIES, CauseLog, Poller, PollSettings
-from inferwatch.textparse import scan
-from inferwatch.upstream import Upstream
-from inferwatch.web import make_app
+from inferwatch.serve.exposition import render
+from inferwatch.serve.web import make_app
 
 from conftest import FIXTURES, fixture_text, page_value
 

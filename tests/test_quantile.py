@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from inferwatch.method.quantile import histogram_quantile, increase, sample_quantile
 from inferwatch.model import Histogram
-from inferwatch.quantile import histogram_quantile, increase, sample_quantile
 
 # vLLM's TTFT bucket bounds (0.32), as its page writes them.
 VLLM_TTFT = [

@@ -20,8 +20,8 @@ import aiohttp
 import pytest
 
 from demo.stack import Process, free_port
-from inferwatch.backends import TRITON
-from inferwatch.poller import Poller
+from inferwatch.collect.backends import TRITON
+from inferwatch.collect.poller import Poller
 
 from conftest import auto_poller, page_value
 

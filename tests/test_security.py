@@ -29,8 +29,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from demo.stack import Inferwatch, Process, StackError, free_port, http_get
-from inferwatch import webconfig
-from inferwatch.serve import OPTIONS, ServeConfig
+from inferwatch.serve import webconfig
+from inferwatch.serve.command import OPTIONS, ServeConfig
 from inferwatch.settings import ConfigError, header_line, read_secret, resolve
 
 from conftest import fixture_text

@@ -1,7 +1,7 @@
 """Every signal means the same in its two forms: the PromQL of the rules and the local recipe.
 
 ``diagnose --exporter`` computes each signal of the heuristics spec from two scrapes of one
-exporter (``Signal.local``, evaluated by :class:`inferwatch.diagnose.Window`); the rules and
+exporter (``Signal.local``, evaluated by :class:`inferwatch.tools.diagnose.Window`); the rules and
 ``diagnose --prometheus`` compute it in PromQL over the recording rules (``Signal.promql``).
 Here both run over the same series: the pages of one exporter in front of a data-parallel
 server (two engines) on two GPUs, every engine and GPU with its own values, rendered by the
@@ -25,9 +25,8 @@ from typing import Any
 
 import pytest
 
-from inferwatch.diagnose import Samples, Window, parse_page
-from inferwatch.exposition import render
-from inferwatch.heuristics import SIGNALS, placeholders, spec_from_config
+from inferwatch.method.heuristics import SIGNALS, placeholders, spec_from_config
+from inferwatch.method.rules import dump_yaml, rules_document
 from inferwatch.model import (
     BackendSample,
     CollectorStatus,
@@ -37,7 +36,8 @@ from inferwatch.model import (
     Labels,
     Snapshot,
 )
-from inferwatch.rules import dump_yaml, rules_document
+from inferwatch.serve.exposition import render
+from inferwatch.tools.diagnose import Samples, Window, parse_page
 
 STEP_SECONDS = 10
 STEPS = 5  # six pages, at 0, 10, ..., 50 s

@@ -26,10 +26,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from inferwatch import sweep
 from inferwatch.baseline import Baseline, Cell, Quantiles, load, to_yaml
 from inferwatch.cli import main
 from inferwatch.settings import ConfigError, resolve
+from inferwatch.tools import sweep
 
 MODEL = "m"
 FIXED_TOKENS = 3

@@ -29,12 +29,12 @@ from pathlib import Path
 import pytest
 
 from demo.stack import Inferwatch, VllmServer, http_get, metric_value
-from inferwatch import sweep
-from inferwatch.backends import VLLM
 from inferwatch.baseline import load, to_yaml
 from inferwatch.cli import main
-from inferwatch.quantile import sample_quantile
+from inferwatch.collect.backends import VLLM
+from inferwatch.method.quantile import sample_quantile
 from inferwatch.settings import resolve
+from inferwatch.tools import sweep
 
 pytestmark = pytest.mark.vllm
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferwatch.textparse import ExpositionError, PageScanner, Scan, parse_labels, scan
+from inferwatch.collect.textparse import ExpositionError, PageScanner, Scan, parse_labels, scan
 
 from conftest import FIXTURES, fixture_text, oracle_samples
 

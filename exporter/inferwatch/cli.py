@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from inferwatch import __version__, calibrate, diagnose, generate, serve, sweep
+from inferwatch import __version__
 from inferwatch.baseline import load as load_baseline
 from inferwatch.baseline import thresholds_from
-from inferwatch.heuristics import Spec, spec_from_config
+from inferwatch.method.heuristics import Spec, spec_from_config
+from inferwatch.serve import command as serve
 from inferwatch.settings import (
     ConfigError,
     Option,
@@ -32,6 +33,7 @@ from inferwatch.settings import (
     positive_float,
     resolve,
 )
+from inferwatch.tools import calibrate, diagnose, generate, sweep
 
 EXIT_USAGE = 2
 

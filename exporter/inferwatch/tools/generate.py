@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inferwatch.dashboards import dashboards
-from inferwatch.heuristics import ALERTS, Spec
-from inferwatch.rules import (
+from inferwatch.dashboards.build import dashboards
+from inferwatch.method.heuristics import ALERTS, Spec
+from inferwatch.method.rules import (
     GENERATED,
     alertmanager_document,
     dump_yaml,
@@ -27,7 +27,7 @@ from inferwatch.rules import (
     runbook_markdown,
     slo_runbook_markdown,
 )
-from inferwatch.slo import ALERT_NAMES as SLO_ALERTS
+from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
 
 
 def artifacts(spec: Spec) -> dict[str, str]:

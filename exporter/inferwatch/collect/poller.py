@@ -17,14 +17,14 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from inferwatch.backends import Backend, UnknownBackend, detect
 from inferwatch.baseline import Baseline
 from inferwatch.baseline import series as baseline_series
-from inferwatch.derive import EngineLayout, QueuedWhileIdle, decode_floor, derived
-from inferwatch.gpu import GpuSource
+from inferwatch.collect.backends import Backend, UnknownBackend, detect
+from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor, derived
+from inferwatch.collect.gpu import GpuSource
+from inferwatch.collect.textparse import ExpositionError
+from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.model import BackendSample, CollectorStatus, GpuSample, Snapshot
-from inferwatch.textparse import ExpositionError
-from inferwatch.upstream import Upstream, UpstreamError
 
 log = logging.getLogger("inferwatch.poller")
 

@@ -19,7 +19,7 @@ Renames across releases are listed newest first in each feed: ``kv_cache_usage_p
 label (multiprocess mode, 0.9.2-0.11) is dropped and its series merged.
 """
 
-from inferwatch.backends.base import Backend, feed
+from inferwatch.collect.backends.base import Backend, feed
 
 VLLM = Backend(
     name="vllm",

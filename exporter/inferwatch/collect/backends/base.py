@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from inferwatch.collect.textparse import ExpositionError, PageScanner, Samples, Scan, parse_labels
 from inferwatch.metrics import BACKEND, Kind
 from inferwatch.model import (
     BackendSample,
@@ -23,7 +24,6 @@ from inferwatch.model import (
     Labels,
     SeriesValues,
 )
-from inferwatch.textparse import ExpositionError, PageScanner, Samples, Scan, parse_labels
 
 # The contract keys the poll loop derives its signals from (queued-while-idle) and reads the
 # page's model from: a page where one of these is malformed is rejected, not trimmed.

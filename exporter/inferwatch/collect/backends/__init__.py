@@ -7,13 +7,13 @@ into ``tests/fixtures/``.
 
 from __future__ import annotations
 
-from inferwatch.backends.base import Backend, Feed, Source, feed
-from inferwatch.backends.llamacpp import LLAMACPP
-from inferwatch.backends.sglang import SGLANG
-from inferwatch.backends.tgi import TGI
-from inferwatch.backends.triton import TRITON
-from inferwatch.backends.vllm import VLLM
-from inferwatch.textparse import ExpositionError
+from inferwatch.collect.backends.base import Backend, Feed, Source, feed
+from inferwatch.collect.backends.llamacpp import LLAMACPP
+from inferwatch.collect.backends.sglang import SGLANG
+from inferwatch.collect.backends.tgi import TGI
+from inferwatch.collect.backends.triton import TRITON
+from inferwatch.collect.backends.vllm import VLLM
+from inferwatch.collect.textparse import ExpositionError
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (VLLM, TGI, SGLANG, LLAMACPP, TRITON)}
 

@@ -78,12 +78,14 @@ from typing import Any, TextIO
 import aiohttp
 
 from inferwatch import __version__
-from inferwatch.backends import Backend, detect, feed
 from inferwatch.baseline import Baseline, Cell, Quantiles, to_yaml
 from inferwatch.baseline import load as load_baseline
-from inferwatch.heuristics import spec_from_config
+from inferwatch.collect.backends import Backend, detect, feed
+from inferwatch.collect.textparse import parse_labels, scan
+from inferwatch.collect.upstream import Upstream, UpstreamError, redact_url
+from inferwatch.method.heuristics import spec_from_config
+from inferwatch.method.quantile import histogram_quantile, increase, sample_quantile
 from inferwatch.model import Histogram
-from inferwatch.quantile import histogram_quantile, increase, sample_quantile
 from inferwatch.settings import (
     ConfigError,
     Option,
@@ -94,8 +96,6 @@ from inferwatch.settings import (
     positive_int,
     resolve,
 )
-from inferwatch.textparse import parse_labels, scan
-from inferwatch.upstream import Upstream, UpstreamError, redact_url
 
 EXIT_FAILED = 1
 EXIT_REGRESSION = 3
@@ -575,7 +575,7 @@ Histograms = dict[str, Histogram]  # histogram name -> the model's histogram
 class ServerHistograms:
     """The server's TTFT and inter-token latency histograms for ``model``, from a metrics page.
 
-    The page is recognised once (a server's own page via :func:`inferwatch.backends.detect`,
+    The page is recognised once (a server's own page via :func:`inferwatch.collect.backends.detect`,
     or inferwatch's); ``backend`` and ``version`` name the server for the file's metadata.
     A page of no use at the start (unreadable, unknown, no TTFT histogram for the model)
     leaves the server side out of the whole sweep, ``problem`` saying why; a failed read

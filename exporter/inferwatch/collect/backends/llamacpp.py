@@ -48,8 +48,8 @@ per-request distributions); ``preemptions``, ``requests_finished``,
 
 import json
 
-from inferwatch.backends.base import Backend, feed
-from inferwatch.textparse import ExpositionError
+from inferwatch.collect.backends.base import Backend, feed
+from inferwatch.collect.textparse import ExpositionError
 
 
 def unescape_quoted_body(text: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferwatch.panels import Panel
+from inferwatch.method.panels import Panel
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from inferwatch.method.slo import SLOs, slos_from_config
 from inferwatch.settings import ConfigError, check_keys
-from inferwatch.slo import SLOs, slos_from_config
 
 # ---------------------------------------------------------------------------------------
 # Thresholds

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from inferwatch import __version__
-from inferwatch.exposition import CONTENT_TYPE, Renderer
-from inferwatch.poller import Poller
-from inferwatch.upstream import redact_url
-from inferwatch.webconfig import WebConfig
+from inferwatch.collect.poller import Poller
+from inferwatch.collect.upstream import redact_url
+from inferwatch.serve.exposition import CONTENT_TYPE, Renderer
+from inferwatch.serve.webconfig import WebConfig
 
 POLLER = web.AppKey("poller", Poller)
 RENDERER = web.AppKey("renderer", Renderer)
@@ -83,7 +83,7 @@ def make_app(
     """The exporter's app; with ``run_poller`` its lifetime owns the poll loop.
 
     ``web_config`` (from ``--web.config.file``) adds basic auth and response headers; TLS is
-    the listener's business (``ssl_context`` in :func:`inferwatch.serve.run`).
+    the listener's business (``ssl_context`` in :func:`inferwatch.serve.command.run`).
     """
     security = web_config or WebConfig()
     app = web.Application(middlewares=security.middlewares())

@@ -45,7 +45,7 @@ blocks), ``engine_step_tokens`` and ``frontend_cpu_seconds`` are not exposed; Tr
 metrics port, so ``backend_info`` carries no version.
 """
 
-from inferwatch.backends.base import Backend, Source, feed
+from inferwatch.collect.backends.base import Backend, Source, feed
 
 
 def _trt(family: str, category: str, value: str) -> Source:

@@ -24,9 +24,9 @@ from typing import Any
 from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
-from inferwatch.heuristics import THROTTLE_REASONS, Spec
-from inferwatch.panels import Panel as P
-from inferwatch.slo import BURNS
+from inferwatch.method.heuristics import THROTTLE_REASONS, Spec
+from inferwatch.method.panels import Panel as P
+from inferwatch.method.slo import BURNS
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # Series labels chosen by the variables.

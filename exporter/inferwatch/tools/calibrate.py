@@ -36,11 +36,12 @@ from typing import Any
 
 import yaml
 
-from inferwatch import __version__, sweep
-from inferwatch.backends import BACKENDS
+from inferwatch import __version__
 from inferwatch.baseline import Baseline, Derived, objectives_from, thresholds_from, to_yaml
-from inferwatch.heuristics import THRESHOLDS, spec_from_config
+from inferwatch.collect.backends import BACKENDS
+from inferwatch.method.heuristics import THRESHOLDS, spec_from_config
 from inferwatch.settings import ConfigError, Option, resolve
+from inferwatch.tools import sweep
 
 # The sweep's options less those of the baseline file, with defaults for a short run: the
 # user names the concurrency and lengths of the traffic the service is for.

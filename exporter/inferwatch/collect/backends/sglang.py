@@ -40,7 +40,7 @@ waits. Two counters make the signal honest:
   therefore uses it the other way round: an engine whose idle counter grew within the last
   two seconds is not "queued", whatever its stale queue gauge says, and a stall counts only
   once it has gone two seconds without such a report (then from its start; see
-  ``inferwatch.derive``). ``forward_execution_seconds_total`` (busy GPU time) would be the
+  ``inferwatch.collect.derive``). ``forward_execution_seconds_total`` (busy GPU time) would be the
   better progress signal, but SGLang only records it with
   ``SGLANG_ENABLE_METRICS_DEVICE_TIMER=1``, so it is not relied on.
 
@@ -63,7 +63,7 @@ aborts are counted apart); ``request_decode_time_seconds`` (no family); ``engine
 ``requests_waiting``.
 """
 
-from inferwatch.backends.base import Backend, Feed, Source, feed
+from inferwatch.collect.backends.base import Backend, Feed, Source, feed
 
 
 def _sglang(key: str, name: str, **where: str) -> Feed:

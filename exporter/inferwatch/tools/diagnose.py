@@ -63,8 +63,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferwatch import slo
-from inferwatch.heuristics import (
+from inferwatch.collect.upstream import Upstream, UpstreamError, redact_url
+from inferwatch.method import slo
+from inferwatch.method.heuristics import (
     ALERTS,
     INHIBITIONS,
     SIGNALS,
@@ -80,8 +81,7 @@ from inferwatch.heuristics import (
     Spec,
     placeholders,
 )
-from inferwatch.quantile import histogram_quantile
-from inferwatch.upstream import Upstream, UpstreamError, redact_url
+from inferwatch.method.quantile import histogram_quantile
 
 EXIT = {"none": 0, "info": 1, "warning": 3, "critical": 4}
 EXIT_UNREADABLE = 5

@@ -11,11 +11,14 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from inferwatch.backends import BACKENDS
 from inferwatch.baseline import load as load_baseline
-from inferwatch.derive import weights_bytes_in
-from inferwatch.gpu import GpuSource, GpuUnavailable
-from inferwatch.poller import DEFAULT_MAX_SERIES, Poller, PollSettings
+from inferwatch.collect.backends import BACKENDS
+from inferwatch.collect.derive import weights_bytes_in
+from inferwatch.collect.gpu import GpuSource, GpuUnavailable
+from inferwatch.collect.poller import DEFAULT_MAX_SERIES, Poller, PollSettings
+from inferwatch.collect.upstream import Upstream, redact_url
+from inferwatch.serve.web import make_app
+from inferwatch.serve.webconfig import load as load_web_config
 from inferwatch.settings import (
     ConfigError,
     Option,
@@ -30,9 +33,6 @@ from inferwatch.settings import (
     ratio,
     read_secret,
 )
-from inferwatch.upstream import Upstream, redact_url
-from inferwatch.web import make_app
-from inferwatch.webconfig import load as load_web_config
 
 log = logging.getLogger("inferwatch")
 

@@ -47,7 +47,7 @@ Absent, and why:
   not exposed (``tgi_batch_next_size`` counts requests per new batch, not tokens per step).
 """
 
-from inferwatch.backends.base import Backend, feed
+from inferwatch.collect.backends.base import Backend, feed
 
 TGI = Backend(
     name="tgi",
