@@ -29,8 +29,8 @@ import aiohttp
 from demo.stack import MODEL_NAME, VLLM_ARGS, StackError, VllmServer, http_get
 from demo.traffic import complete, prompt
 from inferwatch.collect.textparse import parse_labels, scan
-from inferwatch.method.heuristics import Spec, spec_from_config
 from inferwatch.method.quantile import histogram_quantile
+from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.settings import load_config_file
 from inferwatch.tools.sweep import TTFT, ServerHistograms
 

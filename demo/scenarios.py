@@ -48,10 +48,12 @@ from demo.stack import (
     tiny_model,
 )
 from demo.traffic import Burst, burst, complete_many
-from inferwatch.method.heuristics import ALERTS, SIGNALS, placeholders, seconds, spec_from_config
+from inferwatch.method.alerts import ALERTS, placeholders
+from inferwatch.method.signals import SIGNALS
 from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
 from inferwatch.method.slo import BURNS
 from inferwatch.method.slo import FAST as SLO_PAGE
+from inferwatch.method.spec import seconds, spec_from_config
 from inferwatch.settings import load_config_file
 from inferwatch.tools.generate import write
 

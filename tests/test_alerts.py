@@ -10,15 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferwatch.method.heuristics import (
-    ALERTS,
-    THRESHOLDS,
-    recording_rules,
-    seconds,
-    spec_from_config,
-)
+from inferwatch.method.alerts import ALERTS
+from inferwatch.method.recording import recording_rules
 from inferwatch.method.rules import slo_rules
 from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
+from inferwatch.method.spec import seconds, spec_from_config
+from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.settings import ConfigError
 from inferwatch.tools.generate import artifacts
 

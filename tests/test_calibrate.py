@@ -19,8 +19,9 @@ import yaml
 
 from inferwatch.baseline import load, objectives_from, thresholds_from
 from inferwatch.collect.backends import BACKENDS
-from inferwatch.method.heuristics import THRESHOLDS, spec_from_config
 from inferwatch.method.quantile import histogram_quantile
+from inferwatch.method.spec import spec_from_config
+from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.settings import load_config_file
 from inferwatch.tools.calibrate import config_text
 

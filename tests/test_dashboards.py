@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from inferwatch.dashboards.build import GPU_ONLY_PANELS, dashboards
-from inferwatch.method.heuristics import recording_rules, spec_from_config
 from inferwatch.method.panels import Panel
+from inferwatch.method.recording import recording_rules
 from inferwatch.method.runbooks import RUNBOOKS
 from inferwatch.method.slo import BURNS
 from inferwatch.method.slo import recording_rules as slo_rules
+from inferwatch.method.spec import spec_from_config
 from inferwatch.metrics import ALL, Kind
 
 BOARDS = dashboards(spec_from_config({}))

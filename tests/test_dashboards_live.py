@@ -20,7 +20,7 @@ from demo.stack import Inferwatch, Prometheus, VllmServer, tiny_model
 from demo.traffic import Burst, burst
 from inferwatch.baseline import parse, to_yaml
 from inferwatch.dashboards.build import GPU_ONLY_PANELS, dashboards
-from inferwatch.method.heuristics import spec_from_config
+from inferwatch.method.spec import spec_from_config
 from inferwatch.tools.generate import write
 
 pytestmark = pytest.mark.vllm

@@ -19,7 +19,10 @@ from aiohttp import web
 
 from inferwatch.collect.backends import VLLM
 from inferwatch.method import slo
-from inferwatch.method.heuristics import ALERTS, SIGNALS, spec_from_config
+from inferwatch.method.alerts import ALERTS
+from inferwatch.method.local import Window, parse_page
+from inferwatch.method.signals import SIGNALS
+from inferwatch.method.spec import spec_from_config
 from inferwatch.model import CollectorStatus, Snapshot
 from inferwatch.serve.exposition import render as render_page
 from inferwatch.tools.diagnose import (
@@ -27,9 +30,7 @@ from inferwatch.tools.diagnose import (
     Burn,
     Finding,
     Report,
-    Window,
     evaluate,
-    parse_page,
     render,
     report_json,
 )

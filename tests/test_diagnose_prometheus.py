@@ -20,7 +20,8 @@ import yaml
 
 from demo.stack import Prometheus
 from inferwatch.method import slo
-from inferwatch.method.heuristics import ALERTS, spec_from_config
+from inferwatch.method.alerts import ALERTS
+from inferwatch.method.spec import spec_from_config
 from inferwatch.tools import diagnose
 
 SPEC = spec_from_config({})

@@ -1,7 +1,7 @@
 """Every signal means the same in its two forms: the PromQL of the rules and the local recipe.
 
 ``diagnose --exporter`` computes each signal of the heuristics spec from two scrapes of one
-exporter (``Signal.local``, evaluated by :class:`inferwatch.tools.diagnose.Window`); the rules and
+exporter (``Signal.local``, evaluated by :class:`inferwatch.method.local.Window`); the rules and
 ``diagnose --prometheus`` compute it in PromQL over the recording rules (``Signal.promql``).
 Here both run over the same series: the pages of one exporter in front of a data-parallel
 server (two engines) on two GPUs, every engine and GPU with its own values, rendered by the
@@ -25,8 +25,11 @@ from typing import Any
 
 import pytest
 
-from inferwatch.method.heuristics import SIGNALS, placeholders, spec_from_config
+from inferwatch.method.alerts import placeholders
+from inferwatch.method.local import Samples, Window, parse_page
 from inferwatch.method.rules import dump_yaml, rules_document
+from inferwatch.method.signals import SIGNALS
+from inferwatch.method.spec import spec_from_config
 from inferwatch.model import (
     BackendSample,
     CollectorStatus,
@@ -37,7 +40,6 @@ from inferwatch.model import (
     Snapshot,
 )
 from inferwatch.serve.exposition import render
-from inferwatch.tools.diagnose import Samples, Window, parse_page
 
 STEP_SECONDS = 10
 STEPS = 5  # six pages, at 0, 10, ..., 50 s

@@ -1189,8 +1189,8 @@ SLO_SLOW = [
 
 def slo_rules() -> str:
     """The example config's rules file (what `inferwatch generate --config` writes)."""
-    from inferwatch.method.heuristics import spec_from_config
     from inferwatch.method.rules import GENERATED, dump_yaml, rules_document
+    from inferwatch.method.spec import spec_from_config
 
     config = yaml.safe_load(SLO_CONFIG.read_text())
     return GENERATED + dump_yaml(rules_document(spec_from_config(config)))

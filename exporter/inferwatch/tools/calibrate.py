@@ -39,7 +39,8 @@ import yaml
 from inferwatch import __version__
 from inferwatch.baseline import Baseline, Derived, objectives_from, thresholds_from, to_yaml
 from inferwatch.collect.backends import BACKENDS
-from inferwatch.method.heuristics import THRESHOLDS, spec_from_config
+from inferwatch.method.spec import spec_from_config
+from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.settings import ConfigError, Option, resolve
 from inferwatch.tools import sweep
 

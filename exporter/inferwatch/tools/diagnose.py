@@ -54,34 +54,20 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from inferwatch.collect.upstream import Upstream, UpstreamError, redact_url
 from inferwatch.method import slo
-from inferwatch.method.heuristics import (
-    ALERTS,
-    INHIBITIONS,
+from inferwatch.method.alerts import ALERTS, INHIBITIONS, Alert, Cond, placeholders
+from inferwatch.method.local import Window, holding, parse_page, signal_values
+from inferwatch.method.signals import (
     SIGNALS,
-    Aggregation,
-    Alert,
-    Cond,
-    Gauge,
-    Mean,
-    Quantile,
-    Rate,
-    Ratio,
-    Recipe,
-    Spec,
-    placeholders,
 )
-from inferwatch.method.quantile import histogram_quantile
+from inferwatch.method.spec import Spec
 
 EXIT = {"none": 0, "info": 1, "warning": 3, "critical": 4}
 EXIT_UNREADABLE = 5
@@ -426,138 +412,12 @@ async def _burns(upstream: Upstream, spec: Spec) -> list[Burn]:
 # --- from one exporter ---------------------------------------------------------------------
 
 
-Samples = dict[str, list[tuple[dict[str, str], float]]]
-
-
-def parse_page(text: str) -> Samples:
-    out: Samples = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-    except ValueError as exc:
-        raise SourceError(f"not Prometheus text: {exc}") from None
-    return out
-
-
-def _matches(labels: Mapping[str, str], where: Mapping[str, str]) -> bool:
-    return all(re.fullmatch(pattern, labels.get(k, "")) for k, pattern in where.items())
-
-
-def _combine(values: list[float], how: Aggregation) -> float:
-    """The series of one exporter (its engines, its GPUs) as one value."""
-    if how == "sum":
-        return math.fsum(values)
-    if how == "mean":
-        return math.fsum(values) / len(values)
-    return max(values)
-
-
-@dataclass
-class Window:
-    """Two scrapes of one exporter ``seconds`` apart; computes signal recipes over them."""
-
-    before: Samples
-    after: Samples
-    seconds: float
-
-    def value(self, recipe: Recipe | None) -> float | None:
-        if recipe is None:
-            return None
-        if isinstance(recipe, Ratio):
-            top, bottom = self.value(recipe.numerator), self.value(recipe.denominator)
-            if top is None or not bottom:
-                return None
-            return top / bottom
-        if isinstance(recipe, Rate):
-            return self._rate(recipe)
-        if isinstance(recipe, Gauge):
-            return self._gauge(recipe)
-        if isinstance(recipe, Mean):
-            total = self._delta(f"inferwatch_{recipe.histogram}_sum")
-            count = self._delta(f"inferwatch_{recipe.histogram}_count")
-            return None if total is None or not count else total / count
-        if isinstance(recipe, Quantile):
-            return self._quantile(recipe)
-        raise TypeError(recipe)
-
-    def _series(self, samples: Samples, name: str, where: Mapping[str, str]) -> dict[tuple, float]:
-        return {
-            tuple(sorted(labels.items())): value
-            for labels, value in samples.get(name, [])
-            if _matches(labels, where)
-        }
-
-    def _increases(self, name: str, where: Mapping[str, str]) -> dict[tuple, float]:
-        """Each series' increase over the window; a reset counts from zero."""
-        before = self._series(self.before, name, where)
-        return {
-            key: value - before[key] if value >= before.get(key, math.inf) else value
-            for key, value in self._series(self.after, name, where).items()
-        }
-
-    def _delta(self, name: str, where: Mapping[str, str] | None = None) -> float | None:
-        """The increase of a counter, summed over its series."""
-        increases = self._increases(name, where or {})
-        return math.fsum(increases.values()) if increases else None
-
-    def _rate(self, rate: Rate) -> float | None:
-        increases = self._increases(rate.counter, rate.where)
-        if not increases:
-            return None
-        return _combine(list(increases.values()), rate.how) / self.seconds
-
-    def _gauge(self, gauge: Gauge) -> float | None:
-        after = self._series(self.after, gauge.metric, gauge.where)
-        if gauge.averaged:
-            # avg_over_time: each series' mean over the scrapes of the window that hold it.
-            before = self._series(self.before, gauge.metric, gauge.where)
-            values = []
-            for key in before.keys() | after.keys():
-                samples = [page[key] for page in (before, after) if key in page]
-                values.append(math.fsum(samples) / len(samples))
-        else:
-            values = list(after.values())
-        return _combine(values, gauge.how) if values else None
-
-    def _quantile(self, recipe: Quantile) -> float | None:
-        """Over the increase of every series' buckets, merged by bound (all engines)."""
-        increases = self._increases(f"inferwatch_{recipe.histogram}_bucket", {})
-        if not increases:
-            return None
-        buckets: dict[str, float] = {}
-        for key, increase in increases.items():
-            le = dict(key)["le"]
-            buckets[le] = buckets.get(le, 0.0) + increase
-        result = histogram_quantile(recipe.q, buckets.items())
-        return None if math.isnan(result) else result
-
-
 def evaluate(window: Window, spec: Spec, labels: Mapping[str, str]) -> list[Finding]:
     """The alerts whose conditions hold over the window (one exporter: one label set)."""
-    values = {name: window.value(s.local) for name, s in SIGNALS.items()}
-    values["exporter_up"] = 1.0  # it answered both scrapes
-
-    def holds(cond: Cond) -> bool:
-        value = values[cond.signal]
-        return value is not None and cond.holds(value, spec)
-
-    findings = []
-    for alert in ALERTS.values():
-        if alert.any_of:
-            fires = any(holds(c) for c in alert.any_of)
-        else:
-            fires = all(holds(c) for c in alert.when) and not any(holds(c) for c in alert.unless)
-        if fires:
-            findings.append(
-                Finding(
-                    alert,
-                    labels,
-                    [(c, values[c.signal]) for c in alert.conditions()],
-                    severity=spec.severity(alert),
-                )
-            )
-    return findings
+    return [
+        Finding(alert, labels, evidence, severity=spec.severity(alert))
+        for alert, evidence in holding(signal_values(window), spec)
+    ]
 
 
 async def from_exporter(
@@ -570,7 +430,7 @@ async def from_exporter(
         await asyncio.sleep(interval)
         second = parse_page(await upstream.get_exposition("/metrics"))
         seconds = time.monotonic() - started
-    except UpstreamError as exc:
+    except (UpstreamError, ValueError) as exc:
         raise SourceError(str(exc)) from None
     finally:
         await upstream.close()

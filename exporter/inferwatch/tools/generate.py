@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from inferwatch.dashboards.build import dashboards
-from inferwatch.method.heuristics import ALERTS, Spec
+from inferwatch.method.alerts import ALERTS
 from inferwatch.method.rules import (
     GENERATED,
     alertmanager_document,
@@ -28,6 +28,7 @@ from inferwatch.method.rules import (
     slo_runbook_markdown,
 )
 from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
+from inferwatch.method.spec import Spec
 
 
 def artifacts(spec: Spec) -> dict[str, str]:

@@ -1,0 +1,333 @@
+"""Signals: the quantities the alerts compare with thresholds, in two forms.
+
+Each has a PromQL form (over the recording rules, for the rules and ``diagnose
+--prometheus``) and a local recipe (for the exporter's own evaluation: ``diagnose
+--exporter``, computed from two scrapes of one exporter). Both forms mean the same quantity
+over the same series: a recipe combines an exporter's engines and GPUs as the PromQL does
+(tests/test_signals.py evaluates both on the same series through promtool and
+:mod:`inferwatch.method.local`). Levels say which labels a signal's series carry:
+
+  INSTANCE  target labels + backend + model      MODEL  the fleet labels
+  NODE      target labels (+ gpu labels)         (joined to others on instance, job)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from inferwatch.method.thresholds import THROTTLE_REASONS
+
+#
+# Each has a PromQL form (over the recording rules, for the rules and `diagnose
+# --prometheus`) and a local recipe (for `diagnose --exporter`, which computes it from two
+# scrapes of one exporter). Both forms mean the same quantity over the same series: a
+# recipe combines an exporter's engines and GPUs as the PromQL does (tests/test_signals.py
+# evaluates both on the same series). Levels say which labels a signal's series carry:
+#   INSTANCE  target labels + backend + model      MODEL  the fleet labels
+#   NODE      target labels (+ gpu labels)         (joined to others on instance, job)
+
+# Per instance: keep every target label (instance, job, pod, namespace...), drop the
+# backend's data-parallel rank. Per model: the fleet labels.
+INSTANCE = "instance"
+MODEL = "model"
+NODE = "node"
+
+
+@dataclass(frozen=True)
+class Quantile:
+    histogram: str
+    q: float
+
+
+@dataclass(frozen=True)
+class Mean:
+    histogram: str
+
+
+# How a recipe combines the series of one exporter (its engines, its GPUs): as the PromQL
+# form aggregates them (``sum``/``avg``/``max without (engine)`` or ``(gpu, uuid, name)``).
+Aggregation = Literal["sum", "mean", "max"]
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Per-second increase of a counter over the window, its series combined by ``how``."""
+
+    counter: str
+    where: Mapping[str, str] = field(default_factory=dict)  # label -> regex
+    how: Aggregation = "sum"
+
+
+@dataclass(frozen=True)
+class Gauge:
+    """A gauge's value, its series combined by ``how``.
+
+    ``averaged``: each series' mean over the window (PromQL's ``avg_over_time``), else its
+    last value (an instant selector).
+    """
+
+    metric: str
+    where: Mapping[str, str] = field(default_factory=dict)
+    how: Aggregation = "max"
+    averaged: bool = False
+
+
+@dataclass(frozen=True)
+class Ratio:
+    numerator: Recipe
+    denominator: Recipe
+
+
+Recipe = Quantile | Mean | Rate | Gauge | Ratio
+
+
+@dataclass(frozen=True)
+class Signal:
+    name: str
+    label: str  # how diagnose names it: "TTFT p95"
+    unit: str  # seconds, ratio, per_second, tokens, cores, factor, count
+    level: str
+    promql: str  # %-template (see Alert)
+    local: Recipe | None  # None: not computable from two scrapes of one exporter
+
+
+def _q95(level: str, hist: str, q: str = "0.95") -> str:
+    return f'max without (quantile) ({level}:inferwatch_{hist}:quantile_%(w)s{{quantile="{q}"}})'
+
+
+TTFT = "time_to_first_token_seconds"
+ITL = "inter_token_latency_seconds"
+QUEUE = "request_queue_time_seconds"
+BASELINE95 = '{percentile="95"}'  # the baseline's gauges carry a percentile label
+_ERRORS = {"reason": "error"}
+_ABORTS = {"reason": "abort"}
+
+SIGNALS: dict[str, Signal] = {
+    s.name: s
+    for s in (
+        # Latency by phase
+        Signal(
+            "ttft_p95",
+            "TTFT p95",
+            "seconds",
+            INSTANCE,
+            _q95("instance", TTFT),
+            Quantile(TTFT, 0.95),
+        ),
+        Signal(
+            "itl_p95", "ITL p95", "seconds", INSTANCE, _q95("instance", ITL), Quantile(ITL, 0.95)
+        ),
+        Signal(
+            "itl_p99",
+            "ITL p99",
+            "seconds",
+            INSTANCE,
+            _q95("instance", ITL, "0.99"),
+            Quantile(ITL, 0.99),
+        ),
+        Signal(
+            "itl_tail_ratio",
+            "ITL p99 / p50",
+            "factor",
+            INSTANCE,
+            f"{_q95('instance', ITL, '0.99')}\n  / {_q95('instance', ITL, '0.5')}",
+            Ratio(Quantile(ITL, 0.99), Quantile(ITL, 0.5)),
+        ),
+        Signal(
+            "queue_share",
+            "queue share of TTFT",
+            "ratio",
+            INSTANCE,
+            f"instance:inferwatch_{QUEUE}:mean_%(w)s / instance:inferwatch_{TTFT}:mean_%(w)s",
+            Ratio(Mean(QUEUE), Mean(TTFT)),
+        ),
+        Signal(
+            "itl_over_floor",
+            "mean ITL / decode floor",
+            "factor",
+            INSTANCE,
+            f"instance:inferwatch_{ITL}:mean_per_decode_floor_%(w)s",
+            Ratio(Mean(ITL), Gauge("inferwatch_decode_floor_seconds")),
+        ),
+        Signal(
+            "ttft_over_baseline",
+            "TTFT p95 / baseline",
+            "factor",
+            INSTANCE,
+            f"{_q95('instance', TTFT)}\n  / on (instance, job, backend, model) "
+            f"inferwatch_baseline_{TTFT}{BASELINE95}",
+            Ratio(
+                Quantile(TTFT, 0.95),
+                Gauge(f"inferwatch_baseline_{TTFT}", {"percentile": "95"}),
+            ),
+        ),
+        Signal(
+            "itl_over_baseline",
+            "ITL p95 / baseline",
+            "factor",
+            INSTANCE,
+            f"{_q95('instance', ITL)}\n  / on (instance, job, backend, model) "
+            f"inferwatch_baseline_{ITL}{BASELINE95}",
+            Ratio(Quantile(ITL, 0.95), Gauge(f"inferwatch_baseline_{ITL}", {"percentile": "95"})),
+        ),
+        # Traffic
+        Signal(
+            "request_rate",
+            "finished requests/s",
+            "per_second",
+            INSTANCE,
+            "instance:inferwatch_requests_finished:%(w)s",
+            Rate("inferwatch_requests_finished_total"),
+        ),
+        Signal(
+            "generation_rate",
+            "generated tokens/s",
+            "per_second",
+            INSTANCE,
+            "instance:inferwatch_generation_tokens:%(w)s",
+            Rate("inferwatch_generation_tokens_total"),
+        ),
+        Signal(
+            "prompt_rate",
+            "prompt tokens/s",
+            "per_second",
+            INSTANCE,
+            "instance:inferwatch_prompt_tokens:%(w)s",
+            Rate("inferwatch_prompt_tokens_total"),
+        ),
+        # Scheduler and memory
+        Signal(
+            "queued_while_idle_ratio",
+            "queued-while-idle share",
+            "ratio",
+            INSTANCE,
+            "instance:inferwatch_queued_while_idle_seconds:%(w)s",
+            Rate("inferwatch_queued_while_idle_seconds_total", how="max"),
+        ),
+        Signal(
+            "kv_usage",
+            "KV-cache use",
+            "ratio",
+            INSTANCE,
+            "max without (engine) (avg_over_time(inferwatch_kv_cache_usage_ratio[%(window)s]))",
+            Gauge("inferwatch_kv_cache_usage_ratio", averaged=True),
+        ),
+        Signal(
+            "preemption_rate",
+            "preemptions/s",
+            "per_second",
+            INSTANCE,
+            "instance:inferwatch_preemptions:%(w)s",
+            Rate("inferwatch_preemptions_total"),
+        ),
+        Signal(
+            "running",
+            "running requests",
+            "count",
+            INSTANCE,
+            "sum without (engine) (avg_over_time(inferwatch_requests_running[%(window)s]))",
+            Gauge("inferwatch_requests_running", how="sum", averaged=True),
+        ),
+        # System
+        Signal(
+            "frontend_cpu",
+            "frontend CPU",
+            "cores",
+            INSTANCE,
+            "instance:inferwatch_frontend_cpu_seconds:%(w)s",
+            Rate("inferwatch_frontend_cpu_seconds_total"),
+        ),
+        Signal(
+            "gpu_busy",
+            "GPU busy",
+            "ratio",
+            NODE,
+            "instance:inferwatch_gpu_busy_seconds:avg_%(w)s",
+            Rate("inferwatch_gpu_busy_seconds_total", how="mean"),
+        ),
+        Signal(
+            "gpu_throttled",
+            "GPU clocks throttled",
+            "ratio",
+            NODE,
+            f'avg_over_time(inferwatch_gpu_clock_throttled{{reason=~"{THROTTLE_REASONS}"}}[%(window)s])',
+            # Judged per GPU and reason (the alert names them); locally, the worst one.
+            Gauge("inferwatch_gpu_clock_throttled", {"reason": THROTTLE_REASONS}, averaged=True),
+        ),
+        # Availability
+        Signal(
+            "backend_up",
+            "backend up",
+            "count",
+            NODE,
+            "inferwatch_backend_up",
+            Gauge("inferwatch_backend_up"),
+        ),
+        Signal("exporter_up", "exporter up", "count", NODE, "up{%(exporter_selector)s}", None),
+        Signal(
+            "gpu_collection",
+            "GPU collection ok",
+            "count",
+            NODE,
+            'inferwatch_collector_success{collector="gpu"}',
+            Gauge("inferwatch_collector_success", {"collector": "gpu"}),
+        ),
+        Signal(
+            "gpu_collection_recent",
+            "GPU collection ok lately",
+            "count",
+            NODE,
+            'max_over_time(inferwatch_collector_success{collector="gpu"}[%(lookback)s])',
+            None,
+        ),
+        # Across replicas
+        Signal(
+            "model_ttft_p95",
+            "TTFT p95 (fleet)",
+            "seconds",
+            MODEL,
+            _q95("model", TTFT),
+            Quantile(TTFT, 0.95),
+        ),
+        Signal(
+            "model_queue_share",
+            "queue share of TTFT (fleet)",
+            "ratio",
+            MODEL,
+            f"model:inferwatch_{QUEUE}:mean_%(w)s / model:inferwatch_{TTFT}:mean_%(w)s",
+            Ratio(Mean(QUEUE), Mean(TTFT)),
+        ),
+        Signal(
+            "model_error_ratio",
+            "server-error share (fleet)",
+            "ratio",
+            MODEL,
+            "model:inferwatch_requests_finished:error_ratio_%(w)s",
+            Ratio(
+                Rate("inferwatch_requests_finished_total", _ERRORS),
+                Rate("inferwatch_requests_finished_total"),
+            ),
+        ),
+        Signal(
+            "model_abort_ratio",
+            "abort share (fleet): clients cancelling",
+            "ratio",
+            MODEL,
+            "model:inferwatch_requests_finished:abort_ratio_%(w)s",
+            Ratio(
+                Rate("inferwatch_requests_finished_total", _ABORTS),
+                Rate("inferwatch_requests_finished_total"),
+            ),
+        ),
+        Signal(
+            "model_request_rate",
+            "finished requests/s (fleet)",
+            "per_second",
+            MODEL,
+            "model:inferwatch_requests_finished:%(w)s",
+            Rate("inferwatch_requests_finished_total"),
+        ),
+    )
+}

@@ -1,0 +1,160 @@
+"""The spec: thresholds, timing and labels, from defaults and the config file.
+
+Everything the generated artifacts (rules, runbooks, Alertmanager example, dashboards) and
+the local evaluation depend on. The windows and ``for`` durations live in :class:`Timing`;
+both they and the thresholds can be overridden in the config file (``thresholds:`` and
+``alerting:`` sections, parsed strictly).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferwatch.method.alerts import ALERTS, Alert
+from inferwatch.method.slo import SLOs, slos_from_config
+from inferwatch.method.thresholds import THRESHOLDS
+from inferwatch.settings import ConfigError, check_keys
+
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h)$")
+
+
+def duration(text: str) -> str:
+    """A Prometheus duration such as ``30s`` or ``5m`` (one unit)."""
+    text = str(text).strip()
+    if not _DURATION.match(text):
+        raise ConfigError(f"{text!r} is not a duration like 30s, 5m or 1h")
+    return text
+
+
+def seconds(text: str) -> float:
+    value, unit = _DURATION.match(text).groups()
+    return int(value) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Rate window, evaluation interval and ``for`` durations.
+
+    The rate window must cover at least 4 scrapes (Prometheus 3 reads range selectors as
+    left-open intervals; a window of 4x the scrape interval always holds 3+ samples).
+    """
+
+    window: str = "5m"
+    evaluation_interval: str = "30s"
+    gpu_lost_lookback: str = "6h"
+    for_: Mapping[str, str] = field(default_factory=dict)
+
+    def for_alert(self, alert: Alert) -> str:
+        return self.for_.get(alert.name, alert.for_default)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Thresholds, timing and labels: everything the generated artifacts depend on."""
+
+    thresholds: Mapping[str, float]
+    timing: Timing = Timing()
+    # Labels that identify a model across replicas (add e.g. "cluster" for multi-cluster;
+    # the config's list is added to these).
+    fleet_labels: tuple[str, ...] = ("namespace", "backend", "model")
+    slos: SLOs = field(default_factory=SLOs)
+    # What pages: "slo" (burn-rate alerts page, cause alerts are tickets) or "causes" (the
+    # cause alerts' own severities, for users without SLOs).
+    paging: str = "slo"
+    # Selects the exporter's own scrape job (its `up` series).
+    exporter_selector: str = 'job=~".*inferwatch.*"'
+    runbook_url_base: str = "https://github.com/inferwatch/inferwatch/blob/main/alerts/runbooks/"
+
+    @property
+    def window_seconds(self) -> float:
+        return seconds(self.timing.window)
+
+    @property
+    def w(self) -> str:
+        """The rate window as it appears in recording-rule names: ``rate5m``."""
+        return f"rate{self.timing.window}"
+
+    def t(self, name: str) -> float:
+        return self.thresholds[name]
+
+    def severity(self, alert: Alert) -> str:
+        """The alert's severity; with SLOs paging, only a dead backend pages besides them
+        (requests that never reach the server are in no SLI)."""
+        if self.paging == "slo" and alert.severity == "critical":
+            return "critical" if alert.name == "InferenceBackendDown" else "warning"
+        return alert.severity
+
+
+_ALERTING_KEYS = {
+    "rate_window",
+    "evaluation_interval",
+    "gpu_lost_lookback",
+    "for",
+    "fleet_labels",
+    "paging",
+    "exporter_selector",
+    "runbook_url_base",
+}
+
+
+def spec_from_config(
+    config: Mapping[str, Any], baseline_thresholds: Mapping[str, float] | None = None
+) -> Spec:
+    """The spec with the config file's ``thresholds:`` and ``alerting:`` overrides.
+
+    ``baseline_thresholds`` (from a baseline file) replace the latency defaults; values set
+    explicitly in the config file win over both.
+    """
+    thresholds = {name: t.default for name, t in THRESHOLDS.items()}
+    thresholds.update(baseline_thresholds or {})
+    given = config.get("thresholds") or {}
+    if not isinstance(given, Mapping):
+        raise ConfigError("thresholds: expected a mapping of threshold names to numbers")
+    check_keys(given, THRESHOLDS, "thresholds")
+    for name, value in given.items():
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise ConfigError(f"thresholds.{name}: {value!r} is not a non-negative number")
+        thresholds[name] = float(value)
+    alerting = config.get("alerting") or {}
+    if not isinstance(alerting, Mapping):
+        raise ConfigError("alerting: expected a mapping")
+    check_keys(alerting, _ALERTING_KEYS, "alerting")
+    for_ = alerting.get("for") or {}
+    if not isinstance(for_, Mapping):
+        raise ConfigError("alerting.for: expected a mapping of alert names to durations")
+    check_keys(for_, ALERTS, "alerting.for")
+    try:
+        timing = Timing(
+            window=duration(alerting.get("rate_window", Timing.window)),
+            evaluation_interval=duration(
+                alerting.get("evaluation_interval", Timing.evaluation_interval)
+            ),
+            gpu_lost_lookback=duration(alerting.get("gpu_lost_lookback", Timing.gpu_lost_lookback)),
+            for_={name: duration(value) for name, value in for_.items()},
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"alerting: {exc}") from None
+    fleet = alerting.get("fleet_labels", [])
+    if not isinstance(fleet, (list, tuple)) or not all(isinstance(x, str) for x in fleet):
+        raise ConfigError("alerting.fleet_labels: expected a list of label names")
+    paging = alerting.get("paging", Spec.paging)
+    if paging not in ("slo", "causes"):
+        raise ConfigError(f"alerting.paging: {paging!r} is not one of slo, causes")
+    return Spec(
+        thresholds=thresholds,
+        timing=timing,
+        fleet_labels=tuple(dict.fromkeys((*Spec.fleet_labels, *fleet))),
+        slos=slos_from_config(config.get("slos"), str(config.get("backend", "auto"))),
+        paging=paging,
+        exporter_selector=str(alerting.get("exporter_selector", Spec.exporter_selector)),
+        runbook_url_base=str(alerting.get("runbook_url_base", Spec.runbook_url_base)),
+    )

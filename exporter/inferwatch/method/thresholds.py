@@ -1,0 +1,131 @@
+"""Where a threshold lives: every number the method's alerts compare with, and why.
+
+Each :class:`Threshold` carries its default and the reasoning behind it. A config file's
+``thresholds:`` section overrides any of them (see :mod:`inferwatch.method.spec`); a
+baseline file replaces the latency ones (``inferwatch calibrate``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Threshold:
+    default: float
+    unit: str
+    why: str
+
+
+THRESHOLDS: dict[str, Threshold] = {
+    "ttft_p95_seconds": Threshold(
+        2.0,
+        "s",
+        "Interactive chat feels broken past ~2 s to the first token; most serving SLOs put "
+        "TTFT p95 between 0.5 and 2 s. Set it from your baseline (`inferwatch baseline`).",
+    ),
+    "itl_p95_seconds": Threshold(
+        0.1,
+        "s",
+        "100 ms between tokens is 10 tokens/s per stream, about reading speed; a healthy GPU "
+        "decodes a 7-70B model at 15-50 ms per token.",
+    ),
+    "itl_p99_seconds": Threshold(
+        0.5,
+        "s",
+        "A half-second stall inside a streamed answer is visible to users; used for the "
+        "tail in prefill-stalls-decode.",
+    ),
+    "itl_tail_ratio": Threshold(
+        8.0,
+        "x",
+        "Decode steps take about the same time each; a p99 eight times the median means some "
+        "steps carry far more work (a prefill chunk) than the others.",
+    ),
+    "queue_share_high": Threshold(
+        0.5,
+        "ratio",
+        "When more than half of the mean TTFT is time spent waiting to be scheduled, the "
+        "server lacks capacity: prefill itself is not what is slow.",
+    ),
+    "queue_share_low": Threshold(
+        0.2,
+        "ratio",
+        "Below a fifth of TTFT spent queued, a high TTFT comes from the prefill computation.",
+    ),
+    "floor_factor_far": Threshold(
+        3.0,
+        "x",
+        "Decode at more than 3x the memory-bandwidth floor leaves room for kernel, KV-cache "
+        "and batching improvements.",
+    ),
+    "floor_factor_near": Threshold(
+        1.5,
+        "x",
+        "Within 1.5x of the floor decode is at the hardware limit (KV reads and kernel "
+        "overheads account for the rest).",
+    ),
+    "kv_usage_high": Threshold(
+        0.9,
+        "ratio",
+        "Above 90 % KV-cache use the scheduler starts to preempt or refuse to admit requests.",
+    ),
+    "preemptions_per_second": Threshold(
+        0.02,
+        "1/s",
+        "About one preemption a minute; each one throws away computed KV cache and recomputes "
+        "it later, so a steady stream of them wastes GPU time.",
+    ),
+    "queued_while_idle_ratio": Threshold(
+        0.1,
+        "ratio",
+        "Requests waiting while the GPU idles for a tenth of the time is not a blip: the "
+        "scheduler or the CPU is starving the accelerator.",
+    ),
+    "gpu_busy_low": Threshold(
+        0.3,
+        "ratio",
+        "A GPU busy less than 30 % of the time while requests run is mostly waiting.",
+    ),
+    "gpu_busy_high": Threshold(
+        0.8,
+        "ratio",
+        "Above 80 % busy the GPU is not the one waiting; a busy frontend is then not the "
+        "bottleneck.",
+    ),
+    "frontend_cpu_cores": Threshold(
+        0.9,
+        "cores",
+        "The API server/tokenizer is one Python process: at ~1 core it cannot go faster.",
+    ),
+    "error_ratio": Threshold(
+        0.05,
+        "ratio",
+        "More than 5 % of requests ending in a server error is user-visible (aborts are "
+        "clients cancelling, shown apart).",
+    ),
+    "min_request_rate": Threshold(
+        0.05,
+        "1/s",
+        "Below ~3 requests a minute quantiles rest on too few samples to page anyone.",
+    ),
+    "min_token_rate": Threshold(
+        1.0,
+        "tokens/s",
+        "Decode/prefill alerts need tokens flowing; an idle server has no latency problem.",
+    ),
+    "regression_factor": Threshold(
+        1.5,
+        "x",
+        "50 % worse than the benchmark at the same concurrency is beyond run-to-run noise.",
+    ),
+    "throttled_share": Threshold(
+        0.5,
+        "ratio",
+        "Clocks held down for thermal or hardware reasons more than half of the window.",
+    ),
+}
+
+# Throttle reasons that indicate a hardware/cooling/power problem (power capping under full
+# load, sw_power_cap, is normal and left out).
+THROTTLE_REASONS = "hw_slowdown|hw_thermal_slowdown|sw_thermal_slowdown|hw_power_brake_slowdown"
