@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from inferwatch.baseline import Baseline
 from inferwatch.baseline import series as baseline_series
-from inferwatch.collect.backends import Backend, UnknownBackend, detect
+from inferwatch.collect.backends import Backend, Mapper, UnknownBackend, detect
 from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor, derived
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.textparse import ExpositionError
@@ -121,6 +121,7 @@ class Poller:
     ) -> None:
         self.upstream = upstream
         self.backend = backend  # None until --backend auto has recognised the server
+        self._mapper: Mapper | None = None  # this poller's, for the recognised backend
         self.gpu = gpu
         self.settings = settings
         self._clock = clock
@@ -235,7 +236,9 @@ class Poller:
         if self.backend is None:
             self.backend = detect(text)
             log.info("backend recognised as %s", self.backend.name)
-        return self.backend.normalize(text, self._model_hint, self.settings.max_series)
+        if self._mapper is None or self._mapper.backend is not self.backend:
+            self._mapper = Mapper(self.backend)
+        return self._mapper.normalize(text, self._model_hint, self.settings.max_series)
 
     async def _fetch_info(self, backend: Backend) -> None:
         """Version and (for servers without model labels) model, once per connection."""

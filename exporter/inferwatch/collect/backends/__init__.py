@@ -7,7 +7,7 @@ into ``tests/fixtures/``.
 
 from __future__ import annotations
 
-from inferwatch.collect.backends.base import Backend, Feed, Source, feed
+from inferwatch.collect.backends.base import Backend, Feed, Mapper, Source, feed
 from inferwatch.collect.backends.llamacpp import LLAMACPP
 from inferwatch.collect.backends.sglang import SGLANG
 from inferwatch.collect.backends.tgi import TGI
@@ -26,6 +26,7 @@ __all__ = [
     "VLLM",
     "Backend",
     "Feed",
+    "Mapper",
     "Source",
     "detect",
     "feed",

@@ -9,7 +9,6 @@ that exposes both a new and a deprecated name is never counted twice.
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -98,23 +97,40 @@ class Backend:
     model_field: str = "model"
     # Rewrites the raw body before parsing (a server that escapes its own output).
     preprocess: Callable[[str], str] | None = None
-    wanted: frozenset[str] = field(init=False)
-    _relabel: _Relabeler = field(init=False, repr=False, compare=False)
-    _scanner: PageScanner = field(init=False, repr=False, compare=False)
-    _histogram_memo: dict = field(init=False, repr=False, compare=False)
-    _lock: threading.Lock = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        names = {n for f in self.feeds for s in f.sources for n in s.sample_names(f.kind)}
-        object.__setattr__(self, "wanted", frozenset(names))
-        object.__setattr__(self, "_relabel", _Relabeler(self.labels))
-        object.__setattr__(self, "_scanner", PageScanner(names))
-        object.__setattr__(self, "_histogram_memo", {})
-        object.__setattr__(self, "_lock", threading.Lock())
+    @property
+    def wanted(self) -> frozenset[str]:
+        """Every sample name the feeds read."""
+        return frozenset(n for f in self.feeds for s in f.sources for n in s.sample_names(f.kind))
 
     def recognises(self, text: str) -> bool:
         """Whether the page holds this server's metric names."""
         return any(text.startswith(p) or f"\n{p}" in text for p in self.signature)
+
+    def normalize(
+        self, text: str, model_hint: str = "", max_series: float = math.inf
+    ) -> BackendSample:
+        """Map one page with a fresh :class:`Mapper` (for one-off callers; a poller keeps
+        its own mapper, whose caches make the next page of the same server cheap)."""
+        return Mapper(self).normalize(text, model_hint, max_series)
+
+    def hint_no_metrics(self) -> str:
+        return f"expected names starting with {' or '.join(self.signature)}"
+
+
+class Mapper:
+    """Maps one server's pages onto the contract, for one owner (a poller, a sweep).
+
+    It holds what makes the next page of the same server cheap: the scanner's per-block
+    cache, the relabeler's memo and histograms reused while their lines are unchanged. Not
+    shared between owners and not for concurrent use: each poll maps one page at a time.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._relabel = _Relabeler(backend.labels)
+        self._scanner = PageScanner(backend.wanted)
+        self._histogram_memo: dict[str, tuple] = {}
 
     def normalize(
         self, text: str, model_hint: str = "", max_series: float = math.inf
@@ -126,23 +142,20 @@ class Backend:
         needs (:data:`SIGNAL_KEYS`) is malformed. Any other malformed family is left out, and
         so are series with a value their kind cannot take (a negative or NaN counter, a
         ratio outside [0, 1]) and repeats of a series (the first is kept, as Prometheus
-        does); the sample's ``dropped`` says what and why. Safe to call from any thread.
+        does); the sample's ``dropped`` says what and why.
         """
-        with self._lock:  # the caches below are shared by every caller of this backend
-            return self._normalize(text, model_hint, max_series)
-
-    def _normalize(self, text: str, model_hint: str, max_series: float) -> BackendSample:
-        if self.preprocess is not None:
-            text = self.preprocess(text)
-        if not self.recognises(text):
+        if self.backend.preprocess is not None:
+            text = self.backend.preprocess(text)
+        if not self.backend.recognises(text):
             raise ExpositionError(
-                f"no {self.name} metrics on the page ({self.hint_no_metrics()})", "not this server"
+                f"no {self.backend.name} metrics on the page ({self.backend.hint_no_metrics()})",
+                "not this server",
             )
         found = self._scanner.scan(text, max_series)
         dropped: list[Dropped] = []
         values: dict[str, SeriesValues] = {}
         histograms: dict[str, HistogramValues] = {}
-        for f in self.feeds:
+        for f in self.backend.feeds:
             source = next((s for s in f.sources if _present(found, s, f.kind)), None)
             if source is None:
                 continue
@@ -174,7 +187,7 @@ class Backend:
             or "unknown"
         )
         return BackendSample(
-            backend=self.name,
+            backend=self.backend.name,
             model=model,
             values=MappingProxyType({k: _with_model(v, model) for k, v in values.items()}),
             histograms=MappingProxyType({k: _with_model(v, model) for k, v in histograms.items()}),
@@ -193,9 +206,6 @@ class Backend:
             self._histogram_memo[source.name] = memo
         dropped.extend(memo[2])
         return memo[1]
-
-    def hint_no_metrics(self) -> str:
-        return f"expected names starting with {' or '.join(self.signature)}"
 
 
 class _Relabeler:
