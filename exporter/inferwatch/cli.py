@@ -2,6 +2,9 @@
 
 Bad input anywhere (flags, environment, config file) ends in one line on stderr and exit
 code 2, never a traceback.
+
+``serve`` is the sidecar: it imports nothing of the tooling (the sweep, diagnose, the
+dashboard builder and grafanalib load only for the subcommand that needs them).
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from inferwatch.settings import (
     positive_float,
     resolve,
 )
-from inferwatch.tools import calibrate, diagnose, generate, sweep
 
 EXIT_USAGE = 2
 
@@ -79,20 +81,53 @@ def _add_config_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+COMMANDS = ("serve", "generate", "baseline", "calibrate", "diagnose")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with ``only``, the other subcommands get no flags (so that
+    ``serve`` loads none of the tools' option tables)."""
     parser = _Parser(
         prog="inferwatch",
         description="Sidecar Prometheus exporter, rules and dashboards for LLM inference servers.",
     )
     parser.add_argument("--version", action="version", version=f"inferwatch {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    p = commands.add_parser("serve", help="run the exporter next to an inference server")
+    adders = {
+        "serve": _add_serve_parser,
+        "generate": _add_generate_parser,
+        "baseline": _add_baseline_parser,
+        "calibrate": _add_calibrate_parser,
+        "diagnose": _add_diagnose_parser,
+    }
+    for name, add in adders.items():
+        if only in (None, name):
+            add(commands)
+        else:
+            commands.add_parser(name, help=_SUMMARIES[name])
+    return parser
+
+
+_SUMMARIES = {
+    "serve": "run the exporter next to an inference server",
+    "generate": "write alert rules, runbooks, Alertmanager example and dashboards",
+    "baseline": "load sweep (concurrency x prompt x output tokens) against an "
+    "OpenAI-compatible server; writes a baseline file",
+    "calibrate": "measure the server (a short baseline sweep), then write the config whose "
+    "thresholds come from it",
+    "diagnose": "walk the method over live data: phase, layer, evidence, runbook",
+}
+
+
+def _add_serve_parser(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("serve", help=_SUMMARIES["serve"])
     _add_config_flag(p)
     for option in serve.OPTIONS:
         option.add_to(p)
-    g = commands.add_parser(
-        "generate", help="write alert rules, runbooks, Alertmanager example and dashboards"
-    )
+
+
+def _add_generate_parser(commands: argparse._SubParsersAction) -> None:
+    g = commands.add_parser("generate", help=_SUMMARIES["generate"])
     g.add_argument("--out", required=True, type=Path, help="directory to write alerts/ under")
     g.add_argument(
         "--baseline",
@@ -101,16 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
         "highest measured concurrency",
     )
     _add_config_flag(g)
-    _add_baseline_parser(commands)
-    _add_calibrate_parser(commands)
-    _add_diagnose_parser(commands)
-    return parser
 
 
 def _add_diagnose_parser(commands: argparse._SubParsersAction) -> None:
     d = commands.add_parser(
         "diagnose",
-        help="walk the method over live data: phase, layer, evidence, runbook",
+        help=_SUMMARIES["diagnose"],
         description="Exit status: 0 nothing holds; 1 only info findings; 3 warning; "
         "4 critical; 2 bad input; 5 the source cannot be read.",
     )
@@ -146,6 +177,8 @@ def _add_diagnose_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _diagnose(args: argparse.Namespace, config: dict) -> int:
+    from inferwatch.tools import diagnose
+
     spec = spec_from_config(config)
     try:
         if args.prometheus:
@@ -178,24 +211,26 @@ def _add_options_parser(
 
 
 def _add_baseline_parser(commands: argparse._SubParsersAction) -> None:
+    from inferwatch.tools.sweep import command as sweep
+
     _add_options_parser(
         commands,
         "baseline",
         sweep.OPTIONS,
-        summary="load sweep (concurrency x prompt x output tokens) against an OpenAI-compatible "
-        "server; writes a baseline file",
+        summary=_SUMMARIES["baseline"],
         description="Exit status: 0; 3 when a cell regressed against --previous (the file is "
         "written); 1 when the sweep cannot run; 2 for bad input.",
     )
 
 
 def _add_calibrate_parser(commands: argparse._SubParsersAction) -> None:
+    from inferwatch.tools import calibrate
+
     _add_options_parser(
         commands,
         "calibrate",
         calibrate.OPTIONS,
-        summary="measure the server (a short baseline sweep), then write the config whose "
-        "thresholds come from it",
+        summary=_SUMMARIES["calibrate"],
         description="Writes --out (a config for serve, generate and diagnose: thresholds "
         "from the measured percentiles, each commented with its source) and the baseline "
         "file. Settings of --config are carried over. Exit status: 0; 1 when the sweep "
@@ -234,7 +269,8 @@ def _spec(config: dict, baseline_file: Path | None) -> Spec:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(next((a for a in argv if a in COMMANDS), None))
     args = parser.parse_args(argv)
     try:
         config = _config_from(args)
@@ -243,13 +279,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             _setup_logging(values["log_level"])
             serve.run(serve.ServeConfig.from_values(values))
         elif args.command == "generate":
+            from inferwatch.tools import generate
+
             for path in generate.write(args.out, _spec(config, args.baseline)):
                 print(path)
         elif args.command == "diagnose":
             return _diagnose(args, config)
         elif args.command == "baseline":
+            from inferwatch.tools.sweep import command as sweep
+
             return sweep.main(vars(args), config)
         elif args.command == "calibrate":
+            from inferwatch.tools import calibrate
+
             path = _config_path(args)
             return calibrate.main(vars(args), config, str(path) if path else "--config")
     except ConfigError as exc:
