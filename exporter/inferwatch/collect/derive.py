@@ -46,7 +46,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 
 from inferwatch.model import BackendSample, Derived, GpuSample, Labels
@@ -260,16 +259,6 @@ def decode_floor(
             for unit, group in layout.gpus_of(units, gpus).items()
         }
     return {_series_key(sample, u): weight_bytes / b for u, b in per_engine.items() if b}
-
-
-def weights_bytes_in(directory: Path) -> int:
-    """Total size of the ``*.safetensors`` files of a model directory."""
-    if not directory.is_dir():
-        raise ValueError(f"--model-path {directory}: not a directory")
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        raise ValueError(f"--model-path {directory}: no *.safetensors files")
-    return sum(f.stat().st_size for f in files)
 
 
 def derived(

@@ -13,7 +13,6 @@ from aiohttp import web
 
 from inferwatch.baseline import load as load_baseline
 from inferwatch.collect.backends import BACKENDS
-from inferwatch.collect.derive import weights_bytes_in
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.collect.poller import DEFAULT_MAX_SERIES, Poller, PollSettings
 from inferwatch.collect.upstream import Upstream, redact_url
@@ -162,6 +161,16 @@ OPTIONS = (
     ),
     Option("--log.level", str, "info", "log level", choices=("debug", "info", "warning", "error")),
 )
+
+
+def weights_bytes_in(directory: Path) -> int:
+    """Total size of the ``*.safetensors`` files of a model directory."""
+    if not directory.is_dir():
+        raise ValueError(f"--model-path {directory}: not a directory")
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"--model-path {directory}: no *.safetensors files")
+    return sum(f.stat().st_size for f in files)
 
 
 @dataclass(frozen=True)
