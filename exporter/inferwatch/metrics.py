@@ -26,6 +26,7 @@ class MetricDef:
     key: str
     kind: Kind
     help: str
+    labels: tuple[str, ...] = ()  # beyond the ones every series of its group carries
 
     @property
     def name(self) -> str:
@@ -48,7 +49,12 @@ BACKEND: dict[str, MetricDef] = _defs(
     MetricDef("preemptions", C, "Requests preempted (evicted from the KV cache) by the scheduler."),
     MetricDef("prompt_tokens", C, "Prompt (prefill) tokens processed."),
     MetricDef("generation_tokens", C, "Generated (decode) tokens."),
-    MetricDef("requests_finished", C, "Finished requests by reason (stop, length, abort, error)."),
+    MetricDef(
+        "requests_finished",
+        C,
+        "Finished requests by reason (stop, length, abort, error).",
+        ("reason",),
+    ),
     MetricDef("prefix_cache_queries", C, "Prompt tokens looked up in the prefix cache."),
     MetricDef("prefix_cache_hits", C, "Prompt tokens found in the prefix cache."),
     MetricDef("engine_steps", C, "Scheduler iterations (engine progress)."),
@@ -85,7 +91,12 @@ GPU: dict[str, MetricDef] = _defs(
     MetricDef("gpu_sm_clock_hertz", G, "Current SM clock."),
     MetricDef("gpu_power_watts", G, "Current power draw."),
     MetricDef("gpu_temperature_celsius", G, "GPU core temperature."),
-    MetricDef("gpu_clock_throttled", G, "1 while clocks are held down for the labelled reason."),
+    MetricDef(
+        "gpu_clock_throttled",
+        G,
+        "1 while clocks are held down for the labelled reason.",
+        ("reason",),
+    ),
     MetricDef("gpu_sm_active_ratio", G, "GPM: fraction of SMs busy over the poll interval."),
     MetricDef("gpu_tensor_active_ratio", G, "GPM: fraction of time tensor cores were active."),
     MetricDef("gpu_dram_active_ratio", G, "GPM: fraction of peak DRAM bandwidth used."),
@@ -134,10 +145,42 @@ BASELINE: dict[str, MetricDef] = _defs(
 SELF: dict[str, MetricDef] = _defs(
     MetricDef("backend_up", G, "1 if the last scrape of the backend succeeded."),
     MetricDef("backend_scrape_duration_seconds", G, "Duration of the last backend scrape."),
-    MetricDef("backend_info", G, "Backend identity; labels carry backend, version and model."),
-    MetricDef("collector_success", G, "1 if the collector's last run succeeded."),
-    MetricDef("collector_duration_seconds", G, "Duration of the collector's last run."),
-    MetricDef("build_info", G, "inferwatch build; the version label carries the release."),
+    MetricDef(
+        "backend_info",
+        G,
+        "Backend identity; labels carry backend, version and model.",
+        ("version",),
+    ),
+    MetricDef("collector_success", G, "1 if the collector's last run succeeded.", ("collector",)),
+    MetricDef(
+        "collector_duration_seconds", G, "Duration of the collector's last run.", ("collector",)
+    ),
+    MetricDef(
+        "build_info", G, "inferwatch build; the version label carries the release.", ("version",)
+    ),
 )
 
 ALL: dict[str, MetricDef] = {**BACKEND, **GPU, **DERIVED, **BASELINE, **SELF}
+
+# Each group with the labels all its series carry ([engine]: where the server has one).
+GROUPS: tuple[tuple[str, dict[str, MetricDef], tuple[str, ...]], ...] = (
+    ("backend", BACKEND, ("backend", "model", "[engine]")),
+    ("GPU (NVML)", GPU, ("gpu", "uuid", "name")),
+    ("derived", DERIVED, ("backend", "model", "[engine]")),
+    (
+        "baseline",
+        BASELINE,
+        ("backend", "model", "concurrency", "prompt_tokens", "output_tokens", "percentile"),
+    ),
+    ("exporter", SELF, ()),
+)
+
+
+def markdown_table() -> str:
+    """The README's metric table, one row per family, from the definitions above."""
+    rows = ["| series | type | labels | meaning |", "|---|---|---|---|"]
+    for group, defs, labels in GROUPS:
+        for d in defs.values():
+            names = ", ".join(f"`{x}`" for x in (*labels, *d.labels)) or "none"
+            rows.append(f"| `{d.name}` | {d.kind.value} | {names} | {group}: {d.help} |")
+    return "\n".join(rows) + "\n"
