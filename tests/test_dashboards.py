@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from inferwatch.dashboards.build import GPU_ONLY_PANELS, dashboards
+from inferwatch.dashboards import dashboards
+from inferwatch.dashboards.queries import GPU_ONLY_PANELS
 from inferwatch.method.panels import Panel
 from inferwatch.method.recording import recording_rules
 from inferwatch.method.runbooks import RUNBOOKS

@@ -19,7 +19,8 @@ from demo.calibration import kv_cache, tokens_per_word
 from demo.stack import Inferwatch, Prometheus, VllmServer, tiny_model
 from demo.traffic import Burst, burst
 from inferwatch.baseline import parse, to_yaml
-from inferwatch.dashboards.build import GPU_ONLY_PANELS, dashboards
+from inferwatch.dashboards import dashboards
+from inferwatch.dashboards.queries import GPU_ONLY_PANELS
 from inferwatch.method.spec import spec_from_config
 from inferwatch.tools.generate import write
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inferwatch.dashboards.build import dashboards
+from inferwatch.dashboards import dashboards
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.rules import (
     GENERATED,

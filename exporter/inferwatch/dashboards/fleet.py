@@ -1,0 +1,205 @@
+"""The "Inference fleet" dashboard: per-model and per-instance drill-down across replicas.
+
+One function per row: ``_models_row`` (the top row, without a header) and
+``_instances_row`` ("Instances").
+"""
+
+from __future__ import annotations
+
+from inferwatch.dashboards.queries import (
+    GPU_ONLY,
+    MODEL,
+    NODE,
+    TARGET,
+    PanelSpec,
+    Query,
+    Row,
+    limit,
+)
+from inferwatch.method.spec import Spec
+
+# The quantile label of the recorded p95 series.
+Q95 = 'quantile="0.95"'
+
+
+def fleet_panels(spec: Spec) -> list[Row]:
+    """(row title, panels) in order; the first row has no header."""
+    return [(None, _models_row(spec)), ("Instances", _instances_row(spec))]
+
+
+def _models_row(spec: Spec) -> list[PanelSpec]:
+    """The row without a header: one table row per model, then TTFT, ITL and errors by model."""
+    w = spec.w
+    return [
+        _models_table(spec),
+        PanelSpec(
+            "TTFT p95 by model",
+            "Time to first token p95 per model across replicas. Compare with its threshold "
+            f"({spec.t('ttft_p95_seconds'):g} s).",
+            [
+                Query(
+                    f"model:inferwatch_time_to_first_token_seconds:quantile_{w}{{{MODEL}, {Q95}}}",
+                    "{{model}}",
+                )
+            ],
+            unit="s",
+            width=8,
+            thresholds=limit(spec.t("ttft_p95_seconds")),
+        ),
+        PanelSpec(
+            "ITL p95 by model",
+            "Inter-token latency p95 per model across replicas. Compare with its threshold "
+            f"({spec.t('itl_p95_seconds'):g} s).",
+            [
+                Query(
+                    f"model:inferwatch_inter_token_latency_seconds:quantile_{w}{{{MODEL}, {Q95}}}",
+                    "{{model}}",
+                )
+            ],
+            unit="s",
+            width=8,
+            thresholds=limit(spec.t("itl_p95_seconds")),
+        ),
+        PanelSpec(
+            "Server errors and aborts by model",
+            "Share of finished requests that ended in a server error (the server's fault, "
+            f"InferenceRequestErrors above {spec.t('error_ratio') * 100:g} %) and share that "
+            "clients aborted (cancelled or timed out, often because the server was slow).",
+            [
+                Query(
+                    f"model:inferwatch_requests_finished:error_ratio_{w}{{{MODEL}}}",
+                    "errors {{model}}",
+                ),
+                Query(
+                    f"model:inferwatch_requests_finished:abort_ratio_{w}{{{MODEL}}}",
+                    "aborts {{model}}",
+                ),
+            ],
+            unit="percentunit",
+            width=8,
+            thresholds=limit(spec.t("error_ratio")),
+        ),
+    ]
+
+
+def _models_table(spec: Spec) -> PanelSpec:
+    """Models row, the table: traffic, latency and error shares of each model, sortable."""
+    w = spec.w
+    # A model across its replicas: the labels the model: rules keep (namespace, backend,
+    # model and the config's fleet_labels).
+    by = f"by ({', '.join(spec.fleet_labels)})"
+    return PanelSpec(
+        "Models",
+        "One row per model across its replicas: traffic, TTFT and ITL p95, the share of "
+        "requests ending in a server error and the share clients aborted. Sort by a column "
+        "to find the model in trouble.",
+        [
+            Query(
+                f"sum {by} (model:inferwatch_requests_finished:{w}{{{MODEL}}})",
+                "req/s",
+                True,
+                True,
+            ),
+            Query(
+                f"max {by} (model:inferwatch_time_to_first_token_seconds:quantile_{w}{{{MODEL}, {Q95}}})",
+                "TTFT p95",
+                True,
+                True,
+            ),
+            Query(
+                f"max {by} (model:inferwatch_inter_token_latency_seconds:quantile_{w}{{{MODEL}, {Q95}}})",
+                "ITL p95",
+                True,
+                True,
+            ),
+            Query(
+                f"max {by} (model:inferwatch_requests_finished:error_ratio_{w}{{{MODEL}}})",
+                "server error share",
+                True,
+                True,
+            ),
+            Query(
+                f"max {by} (model:inferwatch_requests_finished:abort_ratio_{w}{{{MODEL}}})",
+                "abort share",
+                True,
+                True,
+            ),
+            Query(
+                f"count {by} (inferwatch_backend_info{{{MODEL}}})",
+                "instances",
+                True,
+                True,
+            ),
+        ],
+        kind="table",
+        width=24,
+        height=7,
+    )
+
+
+def _instances_row(spec: Spec) -> list[PanelSpec]:
+    """Instances: one series per replica, to find the odd one out."""
+    w = spec.w
+    return [
+        PanelSpec(
+            "Backend up by instance",
+            "1 when the sidecar can read its server's /metrics. A 0 is InferenceBackendDown.",
+            [Query(f'inferwatch_backend_up{{backend=~"$backend", {NODE}}}', "{{instance}}")],
+            width=8,
+        ),
+        PanelSpec(
+            "TTFT p95 by instance",
+            "One replica far above the others points at a local cause (hardware, a bad node, "
+            "its own configuration); all of them high points at load or the workload.",
+            [
+                Query(
+                    f"instance:inferwatch_time_to_first_token_seconds:quantile_{w}{{{TARGET}, {Q95}}}",
+                    "{{instance}}",
+                )
+            ],
+            unit="s",
+            width=8,
+        ),
+        PanelSpec(
+            "ITL p95 by instance",
+            "Per-replica inter-token latency p95: a slow replica on an otherwise healthy fleet "
+            "has a local decode problem (GPU, throttling, batch).",
+            [
+                Query(
+                    f"instance:inferwatch_inter_token_latency_seconds:quantile_{w}{{{TARGET}, {Q95}}}",
+                    "{{instance}}",
+                )
+            ],
+            unit="s",
+            width=8,
+        ),
+        PanelSpec(
+            "Queue depth by instance",
+            "Waiting requests per replica. Uneven queues across replicas mean the load "
+            "balancer is not spreading work.",
+            [Query(f"sum by (instance) (inferwatch_requests_waiting{{{TARGET}}})", "{{instance}}")],
+            width=8,
+        ),
+        PanelSpec(
+            "KV cache by instance",
+            "Highest KV-cache use per replica. One replica pinned at 100 % while the others have "
+            "room: its requests are longer, or the balancer sends it more.",
+            [
+                Query(
+                    f"max by (instance) (inferwatch_kv_cache_usage_ratio{{{TARGET}}})",
+                    "{{instance}}",
+                )
+            ],
+            unit="percentunit",
+            width=8,
+        ),
+        PanelSpec(
+            "GPU busy by instance",
+            "GPU-only. Mean GPU busy share per replica; an idle replica with a queue is "
+            "queued-while-idle.",
+            [Query(f"instance:inferwatch_gpu_busy_seconds:avg_{w}{{{NODE}}}", "{{instance}}")],
+            unit="percentunit",
+            width=8,
+            no_value=GPU_ONLY,
+        ),
+    ]

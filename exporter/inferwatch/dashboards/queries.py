@@ -1,0 +1,89 @@
+"""What a panel is (``PanelSpec``, ``Query``) and the PromQL pieces every panel is built from.
+
+Label selectors for the dashboard variables, the "no value" messages, and the helpers for
+histograms: quantiles come from ``sum by (le)`` of per-instance bucket rates, means from
+rates of ``_sum`` over rates of ``_count``. Every query reads the contract's series or one
+of the method's recording rules (``inferwatch.method.recording``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inferwatch.method.panels import Panel as P
+
+# Series labels chosen by the variables.
+TARGET = 'backend=~"$backend", model=~"$model", instance=~"$instance"'
+MODEL = 'backend=~"$backend", model=~"$model"'
+NODE = 'instance=~"$instance"'  # GPU series carry no backend/model labels
+
+NOT_PROVIDED = "not provided by this backend"
+GPU_ONLY = "GPU-only: no NVML data"
+NO_BASELINE = "no baseline: start inferwatch with --baseline"
+NO_SLO = "no SLO data: no objectives configured, or no traffic yet"
+
+# The panels that need NVML (empty on machines without a GPU) and a baseline file.
+GPU_ONLY_PANELS = {
+    P.GPU_BUSY,
+    P.GPU_BUSY_BY_GPU,
+    P.GPU_ACTIVITY,
+    P.GPU_MEMORY,
+    P.GPU_CLOCKS,
+    P.GPU_POWER,
+    P.MEMORY_BANDWIDTH,
+    "GPU busy by instance",
+}
+
+
+@dataclass
+class Query:
+    expr: str
+    legend: str = ""
+    instant: bool = False
+    table: bool = False
+
+
+@dataclass
+class PanelSpec:
+    """One panel: what it shows and how healthy and unhealthy look in the method's terms."""
+
+    title: str
+    description: str
+    queries: list[Query]
+    unit: str = "short"
+    kind: str = "timeseries"  # timeseries, stat, table
+    width: int = 8
+    height: int = 8
+    no_value: str = NOT_PROVIDED
+    thresholds: list[tuple[float | None, str]] = field(default_factory=list)  # (from, color)
+    stacked: bool = False
+
+
+# One dashboard row: its title (None: no row header) and its panels, left to right.
+Row = tuple[str | None, list[PanelSpec]]
+
+
+def quantile(q: float, metric: str, w: str, selector: str = TARGET) -> str:
+    """A histogram's ``q``-quantile across the selected instances, from its bucket rates."""
+    return f"histogram_quantile({q}, sum by (le) (instance:{metric}_bucket:{w}{{{selector}}}))"
+
+
+def quantiles(metric: str, w: str, label: str, selector: str = TARGET) -> list[Query]:
+    """p50, p95 and p99 of a histogram, legends ``<label> p<n>``."""
+    return [
+        Query(quantile(q, metric, w, selector), f"{label} p{round(q * 100)}")
+        for q in (0.5, 0.95, 0.99)
+    ]
+
+
+def mean(metric: str, w: str, selector: str = TARGET) -> str:
+    """Mean of a histogram across the selected instances: rate of sum over rate of count."""
+    return (
+        f"sum(instance:{metric}_sum:{w}{{{selector}}})\n"
+        f"  / (sum(instance:{metric}_count:{w}{{{selector}}}) > 0)"
+    )
+
+
+def limit(value: float) -> list[tuple[float | None, str]]:
+    """Thresholds: green below ``value``, red from it."""
+    return [(None, "green"), (value, "red")]

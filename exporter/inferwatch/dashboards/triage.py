@@ -1,0 +1,391 @@
+"""The "Inference triage" dashboard: one function per row, in the dashboard's order.
+
+The top row answers "prefill or decode, and which layer?" at a glance; the service level
+objectives below it say what users feel (``slo.py``); the rows below follow the method:
+latency by phase, scheduler, GPU (``gpu.py``), system, baseline. ``triage_panels`` lists
+the rows by title next to the function that builds each.
+"""
+
+from __future__ import annotations
+
+from inferwatch.dashboards.gpu import gpu_panels
+from inferwatch.dashboards.queries import (
+    GPU_ONLY,
+    NO_BASELINE,
+    NODE,
+    TARGET,
+    PanelSpec,
+    Query,
+    Row,
+    limit,
+    mean,
+    quantile,
+    quantiles,
+)
+from inferwatch.dashboards.slo import slo_panels
+from inferwatch.method.panels import Panel as P
+from inferwatch.method.spec import Spec
+
+# The latency histograms the triage rows read (their per-instance recording rules).
+TTFT_SECONDS = "inferwatch_time_to_first_token_seconds"
+ITL_SECONDS = "inferwatch_inter_token_latency_seconds"
+DURATION_SECONDS = "inferwatch_request_duration_seconds"
+DECODE_FLOOR = f"max(inferwatch_decode_floor_seconds{{{TARGET}}})"
+
+
+def triage_panels(spec: Spec) -> list[Row]:
+    """(row title, panels) in order; the first row has no header."""
+    return [
+        (None, _top_row(spec)),
+        ("Service level objectives: what do users feel?", slo_panels(spec)),
+        ("Latency by phase: prefill or decode?", _latency_row(spec)),
+        ("Scheduler: is continuous batching working?", _scheduler_row(spec)),
+        ("GPU: compute and memory", gpu_panels(spec)),
+        ("System: frontend CPU and workload", _system_row(spec)),
+        ("Baseline: what regressed?", _baseline_row(spec)),
+    ]
+
+
+def _top_row(spec: Spec) -> list[PanelSpec]:
+    """The row without a header: the phase, the layer, and the alerts firing now."""
+    return [
+        *_phase_stats(spec),
+        *_layer_stats(spec),
+        PanelSpec(
+            P.FIRING_ALERTS,
+            "inferwatch alerts firing now for the selected model (and those without a model, "
+            "such as GPU alerts). Each alert names the phase and layer and links its runbook.",
+            [
+                Query(
+                    'count(ALERTS{alertstate="firing", alertname=~"Inference.*", model=~"$model|"})'
+                    " or vector(0)",
+                    "firing",
+                    instant=True,
+                )
+            ],
+            kind="stat",
+            width=4,
+            height=5,
+            thresholds=[(None, "green"), (1, "red")],
+        ),
+    ]
+
+
+def _phase_stats(spec: Spec) -> list[PanelSpec]:
+    """Top row, prefill or decode: TTFT p95 against its threshold, ITL p95 against the floor."""
+    w, t = spec.w, spec.t
+    return [
+        PanelSpec(
+            P.TTFT_VS_THRESHOLD,
+            "Time to first token, p95 over the selected instances. Healthy: under the threshold "
+            f"({t('ttft_p95_seconds'):g} s, from the alert rules). High with a normal ITL means "
+            "the phase is prefill: look at the TTFT split to tell queueing (capacity, "
+            "scheduling) from prefill compute (long prompts, no prefix caching).",
+            [Query(quantile(0.95, TTFT_SECONDS, w), "TTFT p95")],
+            unit="s",
+            kind="stat",
+            width=4,
+            height=5,
+            thresholds=limit(t("ttft_p95_seconds")),
+        ),
+        PanelSpec(
+            P.ITL_VS_FLOOR,
+            "Inter-token latency p95 next to the decode floor (model weight bytes / aggregate peak "
+            "memory bandwidth, the fastest a decode step can be). Near the floor: decode is "
+            "hardware-bound, only quantization or more GPUs help. Far above it with a normal TTFT: "
+            "the phase is decode and time is lost to batching, KV reads or kernels.",
+            [
+                Query(quantile(0.95, ITL_SECONDS, w), "ITL p95"),
+                Query(DECODE_FLOOR, "decode floor"),
+            ],
+            unit="s",
+            kind="stat",
+            width=4,
+            height=5,
+            thresholds=limit(t("itl_p95_seconds")),
+        ),
+    ]
+
+
+def _layer_stats(spec: Spec) -> list[PanelSpec]:
+    """Top row, which layer: queue, queued-while-idle time, GPU busy and KV-cache use."""
+    w, t = spec.w, spec.t
+    return [
+        PanelSpec(
+            P.QUEUE_DEPTH,
+            "Requests waiting to be scheduled, now. Healthy: 0 or brief spikes. A queue that "
+            "grows while the GPU is busy is a capacity problem; a queue while the GPU idles is a "
+            "scheduling or CPU problem (see Queued while idle).",
+            [Query(f"sum(inferwatch_requests_waiting{{{TARGET}}})", "waiting")],
+            kind="stat",
+            width=3,
+            height=5,
+            thresholds=[(None, "green"), (1, "yellow"), (20, "red")],
+        ),
+        PanelSpec(
+            P.QUEUED_WHILE_IDLE,
+            "Seconds in the selected time range during which requests waited while the GPU "
+            "(or, without NVML, the engine) sat idle. Healthy: 0. Anything above is the sharpest "
+            "symptom of a scheduler or CPU bottleneck: work is queued, the accelerator has "
+            "nothing to do.",
+            [
+                Query(
+                    f"sum(increase(inferwatch_queued_while_idle_seconds_total{{{TARGET}}}[$__range]))",
+                    "queued while idle",
+                    instant=True,
+                )
+            ],
+            unit="s",
+            kind="stat",
+            width=3,
+            height=5,
+            thresholds=[(None, "green"), (1, "red")],
+        ),
+        PanelSpec(
+            P.GPU_BUSY,
+            "GPU-only. Share of time a kernel ran, averaged over the selected instances' GPUs "
+            "(integrated from NVML's high-resolution samples). Well below 100 % while requests "
+            "run: the GPU is starved (small batches, CPU preprocessing, the scheduler).",
+            [Query(f"avg(instance:inferwatch_gpu_busy_seconds:avg_{w}{{{NODE}}})", "busy")],
+            unit="percentunit",
+            kind="stat",
+            width=3,
+            height=5,
+            no_value=GPU_ONLY,
+            thresholds=[
+                (None, "red"),
+                (t("gpu_busy_low"), "yellow"),
+                (t("gpu_busy_high"), "green"),
+            ],
+        ),
+        PanelSpec(
+            P.KV_CACHE,
+            "Highest KV-cache use among the selected engines. Healthy: below "
+            f"{t('kv_usage_high') * 100:g} %. Pinned near 100 % the scheduler cannot admit new "
+            "requests and starts preempting running ones (memory layer).",
+            [Query(f"max(inferwatch_kv_cache_usage_ratio{{{TARGET}}})", "KV cache")],
+            unit="percentunit",
+            kind="stat",
+            width=3,
+            height=5,
+            thresholds=[(None, "green"), (t("kv_usage_high"), "red")],
+        ),
+    ]
+
+
+def _latency_row(spec: Spec) -> list[PanelSpec]:
+    """Latency by phase: prefill or decode?"""
+    w, t = spec.w, spec.t
+    return [
+        PanelSpec(
+            P.TTFT,
+            "Time to first token quantiles (server side, includes queueing and tokenization). "
+            "Healthy: p95 under the dashed threshold. TTFT high with normal inter-token latency "
+            "puts the problem in the prefill phase.",
+            quantiles(TTFT_SECONDS, w, "TTFT"),
+            unit="s",
+            width=12,
+            thresholds=limit(t("ttft_p95_seconds")),
+        ),
+        PanelSpec(
+            P.ITL,
+            "Latency between successive output tokens of a request (one sample per decode step), "
+            "with the decode floor. Healthy: p95 flat, under the threshold and within a small "
+            "factor of the floor. A p99 far above p50 while prompts are prefilled: prefill "
+            "stalls decode (chunk size).",
+            [*quantiles(ITL_SECONDS, w, "ITL"), Query(DECODE_FLOOR, "decode floor")],
+            unit="s",
+            width=12,
+            thresholds=limit(t("itl_p95_seconds")),
+        ),
+        PanelSpec(
+            P.E2E,
+            "End-to-end request latency on the server (arrival to last token). Grows with output "
+            "length, so read it with Request lengths; client-side latency adds network and SSE.",
+            quantiles(DURATION_SECONDS, w, "E2E"),
+            unit="s",
+            width=12,
+        ),
+        PanelSpec(
+            P.TTFT_SPLIT,
+            "Mean TTFT split into time waiting to be scheduled (queue) and time from first "
+            "scheduled to first token (prefill). Queue dominating: capacity or scheduling, scale "
+            "out. Prefill dominating: prompts are long or not cached.",
+            [
+                Query(mean("inferwatch_request_queue_time_seconds", w), "queue"),
+                Query(mean("inferwatch_request_prefill_time_seconds", w), "prefill"),
+                Query(mean(TTFT_SECONDS, w), "TTFT (mean)"),
+            ],
+            unit="s",
+            width=12,
+        ),
+    ]
+
+
+def _scheduler_row(spec: Spec) -> list[PanelSpec]:
+    """Scheduler: is continuous batching working?"""
+    w, t = spec.w, spec.t
+    return [
+        PanelSpec(
+            P.RUNNING_WAITING,
+            "Requests in the running batch and waiting in the queue. Healthy: waiting near 0. "
+            "Waiting grows while running sits at its maximum: capacity. Waiting while running is "
+            "low: admission is blocked (KV cache, scheduler, CPU).",
+            [
+                Query(
+                    f"sum by (instance) (inferwatch_requests_running{{{TARGET}}})",
+                    "running {{instance}}",
+                ),
+                Query(
+                    f"sum by (instance) (inferwatch_requests_waiting{{{TARGET}}})",
+                    "waiting {{instance}}",
+                ),
+            ],
+        ),
+        PanelSpec(
+            P.STEP_TOKENS,
+            "Mean tokens per scheduler step (the batch-size proxy: decode tokens plus prefill "
+            "chunk) and steps per second. Small steps with a busy queue: the batch is not "
+            "filling. Very large steps during inter-token latency spikes: prefill chunks too big.",
+            [
+                Query(mean("inferwatch_engine_step_tokens", w), "tokens per step"),
+                Query(f"sum(instance:inferwatch_engine_steps:{w}{{{TARGET}}})", "steps/s"),
+            ],
+        ),
+        PanelSpec(
+            P.PREEMPTIONS,
+            "Requests preempted per second (evicted from the KV cache, recomputed later). "
+            "Healthy: 0. A steady rate means the KV cache is too small for the batch and "
+            "context lengths.",
+            [
+                Query(
+                    f"sum by (instance) (instance:inferwatch_preemptions:{w}{{{TARGET}}})",
+                    "{{instance}}",
+                )
+            ],
+            unit="reqps",
+        ),
+        PanelSpec(
+            P.KV_CACHE_BY_ENGINE,
+            f"KV-cache use per engine. Healthy: below {t('kv_usage_high') * 100:g} %. Pinned at "
+            "100 % with preemptions: the memory layer limits the batch.",
+            [
+                Query(
+                    f"inferwatch_kv_cache_usage_ratio{{{TARGET}}}", "{{instance}} engine {{engine}}"
+                )
+            ],
+            unit="percentunit",
+            thresholds=limit(t("kv_usage_high")),
+        ),
+        PanelSpec(
+            P.QUEUED_WHILE_IDLE_TIME,
+            "Share of time requests waited while the GPU/engine idled, per instance. Healthy: 0. "
+            "Sustained above "
+            f"{t('queued_while_idle_ratio') * 100:g} % fires InferenceQueuedWhileIdle: the "
+            "scheduler or the CPU starves the accelerator.",
+            [
+                Query(
+                    f"instance:inferwatch_queued_while_idle_seconds:{w}{{{TARGET}}}",
+                    "{{instance}}",
+                )
+            ],
+            unit="percentunit",
+            thresholds=limit(t("queued_while_idle_ratio")),
+        ),
+    ]
+
+
+def _system_row(spec: Spec) -> list[PanelSpec]:
+    """System: frontend CPU and workload."""
+    w, t = spec.w, spec.t
+    return [
+        PanelSpec(
+            P.FRONTEND_CPU,
+            "CPU cores used by the server's API/tokenizer process. Healthy: well under 1 core. "
+            "At ~1 core while the GPU waits, the frontend (tokenization, detokenization, HTTP) is "
+            "the bottleneck: more API-server processes, a fast tokenizer.",
+            [Query(f"instance:inferwatch_frontend_cpu_seconds:{w}{{{TARGET}}}", "{{instance}}")],
+            thresholds=limit(t("frontend_cpu_cores")),
+        ),
+        PanelSpec(
+            P.REQUEST_LENGTHS,
+            "Mean prompt and output length of finished requests. Prefill cost grows about "
+            "quadratically with prompt length; compare with the baseline's lengths before "
+            "blaming the server.",
+            [
+                Query(mean("inferwatch_request_prompt_tokens", w), "prompt tokens"),
+                Query(mean("inferwatch_request_generation_tokens", w), "output tokens"),
+            ],
+        ),
+        PanelSpec(
+            P.TOKEN_THROUGHPUT,
+            "Prompt (prefill) and generated (decode) tokens per second across the selected "
+            "instances.",
+            [
+                Query(f"sum(instance:inferwatch_prompt_tokens:{w}{{{TARGET}}})", "prompt tokens/s"),
+                Query(
+                    f"sum(instance:inferwatch_generation_tokens:{w}{{{TARGET}}})",
+                    "generated tokens/s",
+                ),
+            ],
+        ),
+        PanelSpec(
+            P.FINISHED_BY_REASON,
+            "Finished requests per second by reason. stop/length are normal endings; error and "
+            "abort (clients disconnecting, often after timeouts) should stay a small share.",
+            [
+                Query(
+                    f"sum by (reason) (rate(inferwatch_requests_finished_total{{{TARGET}}}[$__rate_interval]))",
+                    "{{reason}}",
+                )
+            ],
+            unit="reqps",
+            stacked=True,
+        ),
+        PanelSpec(
+            P.PREFIX_CACHE,
+            "Share of prompt tokens found in the prefix cache. Low with long shared system "
+            "prompts means caching is off or defeated (a variable part at the start of the "
+            "prompt); each hit is prefill compute saved.",
+            [Query(f"instance:inferwatch_prefix_cache_hits:ratio_{w}{{{TARGET}}}", "{{instance}}")],
+            unit="percentunit",
+        ),
+    ]
+
+
+def _baseline_row(spec: Spec) -> list[PanelSpec]:
+    """Baseline: what regressed?"""
+    w, t = spec.w, spec.t
+    return [
+        PanelSpec(
+            P.TTFT_VS_BASELINE,
+            "Live TTFT p95 against the baseline's p95 at the nearest measured concurrency (from "
+            "`inferwatch baseline`). Above the baseline line by more than "
+            f"{t('regression_factor'):g}x: TTFT regressed (InferenceLatencyRegression).",
+            [
+                Query(quantile(0.95, TTFT_SECONDS, w), "live p95"),
+                Query(
+                    f'max(inferwatch_baseline_time_to_first_token_seconds{{{TARGET}, percentile="95"}})',
+                    "baseline p95",
+                ),
+            ],
+            unit="s",
+            width=12,
+            no_value=NO_BASELINE,
+        ),
+        PanelSpec(
+            P.ITL_VS_BASELINE,
+            "Live inter-token latency p95 against the baseline's at the nearest concurrency. Above "
+            f"it by more than {t('regression_factor'):g}x: decode regressed.",
+            [
+                Query(quantile(0.95, ITL_SECONDS, w), "live p95"),
+                Query(
+                    f'max(inferwatch_baseline_inter_token_latency_seconds{{{TARGET}, percentile="95"}})',
+                    "baseline p95",
+                ),
+            ],
+            unit="s",
+            width=12,
+            no_value=NO_BASELINE,
+        ),
+    ]
