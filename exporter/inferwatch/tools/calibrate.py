@@ -1,6 +1,6 @@
 """``inferwatch calibrate``: measure the service, then write the config that judges it.
 
-Baseline first: a short load sweep (``inferwatch baseline``, see ``sweep.py``) against the
+Baseline first: a short load sweep (``inferwatch baseline``, see ``sweep/command.py``) against the
 server, and from what it measured a complete, commented inferwatch config (see
 :func:`inferwatch.baseline.thresholds_from`):
 
@@ -42,7 +42,7 @@ from inferwatch.collect.backends import BACKENDS
 from inferwatch.method.spec import spec_from_config
 from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.settings import ConfigError, Option, resolve
-from inferwatch.tools import sweep
+from inferwatch.tools.sweep import command as sweep
 
 # The sweep's options less those of the baseline file, with defaults for a short run: the
 # user names the concurrency and lengths of the traffic the service is for.
