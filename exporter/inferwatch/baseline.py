@@ -1,6 +1,6 @@
 """The baseline file: what the service measured under known load, to compare live latency with.
 
-``inferwatch baseline`` writes it (a load sweep, see ``sweep.py``); ``inferwatch serve
+``inferwatch baseline`` writes it (a load sweep, see ``tools/sweep/``); ``inferwatch serve
 --baseline FILE`` exposes the cell comparable to the current load as
 ``inferwatch_baseline_*`` gauges; ``inferwatch generate --baseline FILE`` derives the
 latency thresholds from it. Format (YAML)::
