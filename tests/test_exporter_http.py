@@ -5,13 +5,19 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import platform
+import time
+from pathlib import Path
 
 import pytest
 from aiohttp import web
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as parse_openmetrics,
+)
 
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.gpu import GpuSource
-from inferwatch.serve.web import make_app
+from inferwatch.serve.web import make_app, wants_openmetrics
 
 from conftest import fixture_text, page_value
 from fake_nvml import FakeGpu, FakeNvml
@@ -224,3 +230,159 @@ def test_credentials_in_the_backend_url_never_reach_logs_or_pages() -> None:
     from inferwatch.collect.upstream import redact_url
 
     assert redact_url("http://user:s3cret@vllm:8000/metrics") == "http://vllm:8000/metrics"
+
+
+# --- OpenMetrics on request, and the exporter's own process series ------------------------
+
+PROMETHEUS_2 = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,"
+    "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+PROMETHEUS_3 = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+    "application/openmetrics-text;version=0.0.1;q=0.4,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1"
+)
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+NEGOTIATION = {
+    PROMETHEUS_2: True,
+    PROMETHEUS_3: True,
+    "application/openmetrics-text": True,
+    "Application/OpenMetrics-Text; Version=1.0.0": True,
+    "application/openmetrics-text; version=1.0.0; q=0.2": True,  # the only one listed
+    "text/plain;q=0.5, application/openmetrics-text;q=0.5": True,  # a tie: named outright
+    "application/openmetrics-text;version=1.0.0,text/plain": True,
+    "": False,
+    "*/*": False,
+    "text/plain": False,
+    "text/plain;version=0.0.4": False,
+    "application/json": False,  # nothing served here: the text format
+    "application/openmetrics-text;version=0.0.1": False,  # a version not written here
+    "application/openmetrics-text;version=2.0.0": False,
+    "application/openmetrics-text;q=0": False,  # refused
+    "application/openmetrics-text;q=0.2,text/plain;q=0.5": False,
+    "application/openmetrics-text;q=0.2,*/*": False,
+    "application/openmetrics-text;q=0.9,text/*;q=1": False,
+    "application/openmetrics-text;q=abc": False,  # malformed entries are ignored
+    "application/openmetrics-text;q=2": False,
+    "application/openmetrics-text;q=nan": False,
+    ",;=,;;q=": False,
+}
+
+
+@pytest.mark.parametrize(("accept", "openmetrics"), NEGOTIATION.items())
+def test_accept_header_negotiation(accept: str, openmetrics: bool) -> None:
+    assert wants_openmetrics(accept) is openmetrics
+
+
+def openmetrics_families(page: str) -> dict:
+    return {f.name: f for f in parse_openmetrics(page)}  # raises on invalid OpenMetrics
+
+
+@pytest.mark.parametrize("accept", [PROMETHEUS_2, PROMETHEUS_3])
+async def test_openmetrics_when_the_scraper_prefers_it(
+    accept: str, poller_for, backend, aiohttp_client
+) -> None:
+    poller = poller_for(backend.url)
+    client = await aiohttp_client(make_app(poller, run_poller=False))
+    await poller.poll_once()
+    resp = await client.get("/metrics", headers={"Accept": accept})
+    assert resp.status == 200
+    assert resp.headers["Content-Type"] == OPENMETRICS
+    assert "Accept" in resp.headers["Vary"]
+    page = await resp.text()
+    assert page.endswith("\n# EOF\n")
+    families = openmetrics_families(page)
+    waiting = families["inferwatch_requests_waiting"].samples
+    assert [s.value for s in waiting if s.labels == TINY] == [20.0]
+    finished = families["inferwatch_requests_finished"]  # counter family: no _total
+    assert finished.type == "counter"
+    assert {s.name for s in finished.samples} == {"inferwatch_requests_finished_total"}
+    ttft = families["inferwatch_time_to_first_token_seconds"].samples
+    assert [s.value for s in ttft if s.labels == {**TINY, "le": "0.04"}] == [17.0]
+    assert families["inferwatch_backend_up"].samples[0].value == 1.0
+    assert families["process_cpu_seconds"].type == "counter"
+    # The same poll in the text format carries the same backend series.
+    text = await (await client.get("/metrics")).text()
+    assert page_value(text, "inferwatch_requests_waiting", **TINY) == 20.0
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [None, "*/*", "text/plain;version=0.0.4", "application/openmetrics-text;q=0.1,*/*;q=0.2"],
+)
+async def test_text_format_stays_the_default(
+    accept: str | None, poller_for, backend, aiohttp_client
+) -> None:
+    poller = poller_for(backend.url)
+    client = await aiohttp_client(make_app(poller, run_poller=False))
+    await poller.poll_once()
+    headers = {"Accept": accept} if accept is not None else {}
+    resp = await client.get("/metrics", headers=headers, skip_auto_headers=["Accept"])
+    assert resp.headers["Content-Type"] == TEXT
+    page = await resp.text()
+    assert "# EOF" not in page
+    assert "# TYPE inferwatch_requests_finished_total counter" in page
+    assert page_value(page, "inferwatch_requests_waiting", **TINY) == 20.0
+
+
+async def test_gzip_is_kept_per_format(poller_for, backend, aiohttp_client) -> None:
+    poller = poller_for(backend.url)
+    client = await aiohttp_client(make_app(poller, run_poller=False))
+    await poller.poll_once()
+    for accept in ("text/plain", PROMETHEUS_2, "text/plain", PROMETHEUS_2):
+        resp = await client.get(
+            "/metrics",
+            headers={"Accept": accept, "Accept-Encoding": "gzip"},
+            auto_decompress=False,
+        )
+        assert resp.headers["Content-Encoding"] == "gzip"
+        page = gzip.decompress(await resp.read()).decode()
+        assert page.endswith("# EOF\n") is (accept == PROMETHEUS_2)
+
+
+@pytest.mark.parametrize("mode", ["500", "html-as-text", "truncated-line"])
+async def test_bad_backend_in_openmetrics_is_a_valid_page_with_up_zero(
+    mode: str, poller_for, backend, aiohttp_client
+) -> None:
+    poller = poller_for(backend.url, timeout=0.3)
+    client = await aiohttp_client(make_app(poller, run_poller=False))
+    await poller.poll_once()
+    backend.mode = mode
+    await poller.poll_once()
+    resp = await client.get("/metrics", headers={"Accept": PROMETHEUS_2})
+    assert resp.status == 200
+    families = openmetrics_families(await resp.text())
+    assert families["inferwatch_backend_up"].samples[0].value == 0.0
+    assert "inferwatch_requests_waiting" not in families
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="ProcessCollector reads /proc")
+async def test_process_series_are_present_plausible_and_fresh_each_poll(
+    poller_for, backend, aiohttp_client
+) -> None:
+    poller = poller_for(backend.url)
+    client = await aiohttp_client(make_app(poller, run_poller=False))
+    await poller.poll_once()
+    first = await (await client.get("/metrics")).read()
+    assert await (await client.get("/metrics")).read() == first  # one render per poll
+    page = first.decode()
+
+    def value(name: str, **labels: str) -> float:
+        return page_value(page, name, **labels)
+
+    assert value("process_start_time_seconds") <= time.time()
+    assert value("process_start_time_seconds") > time.time() - 30 * 86400
+    assert value("process_cpu_seconds_total") > 0.0
+    assert value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes")
+    assert value("process_resident_memory_bytes") > 10 * 1024 * 1024  # Python + aiohttp
+    assert 3 <= value("process_open_fds") <= value("process_max_fds")
+    assert value("python_info", version=platform.python_version()) == 1.0
+    assert value("python_gc_collections_total", generation="0") >= 0.0
+    before = value("process_cpu_seconds_total")
+    sum(i * i for i in range(2_000_000))  # some CPU to account for
+    await poller.poll_once()  # a new poll: a new page, with the process read again
+    page = (await (await client.get("/metrics")).read()).decode()
+    assert value("process_cpu_seconds_total") > before

@@ -1,19 +1,41 @@
-"""The rendered page is valid exposition: prometheus_client parses it, promtool lints it clean."""
+"""The rendered page is valid exposition: prometheus_client parses it, promtool lints it clean;
+the OpenMetrics page is valid OpenMetrics with the same samples; the exporter's own process
+series are on both, and neither a failing collector nor a render bug costs the scrape."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import math
 import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from prometheus_client import CollectorRegistry
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as parse_openmetrics,
+)
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+from prometheus_client.process_collector import ProcessCollector
+from test_hostile_pages import hostile_pages, poll_and_render
 
 from inferwatch.baseline import parse as parse_baseline
 from inferwatch.baseline import series as baseline_series
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.derive import derived
 from inferwatch.collect.gpu import GpuSource
-from inferwatch.metrics import ALL
-from inferwatch.model import CollectorStatus, Snapshot
-from inferwatch.serve.exposition import render
+from inferwatch.metrics import ALL, Kind
+from inferwatch.model import BackendSample, CollectorStatus, Histogram, Snapshot
+from inferwatch.serve.exposition import (
+    PROCESS_FAMILIES,
+    Renderer,
+    SelfMetrics,
+    render,
+    render_openmetrics,
+)
 
 from conftest import FIXTURES, fixture_text, oracle_samples
 from fake_nvml import FakeGpu, FakeNvml
@@ -79,3 +101,245 @@ def test_every_exposed_family_is_in_the_contract() -> None:
     # With a GPU, a vLLM page, the derived signals and a baseline, every family shows but
     # the one vLLM lacks (SGLang's own idle counter).
     assert contract - families == {"inferwatch_scheduler_idle_seconds_total"}
+
+
+# --- OpenMetrics ------------------------------------------------------------------------
+
+HISTOGRAM_NAMES = {d.name for d in ALL.values() if d.kind is Kind.HISTOGRAM}
+
+
+def samples_of(page: str, parse: Callable) -> set[tuple]:
+    """Every sample on a page as (name, sorted labels, value); ``le`` read as a number (the
+    OpenMetrics page spells an infinite bound +Inf however the backend wrote it)."""
+    out = set()
+    for family in parse(page):
+        for s in family.samples:
+            labels = {k: (repr(float(v)) if k == "le" else v) for k, v in s.labels.items()}
+            value = "NaN" if math.isnan(s.value) else s.value
+            out.add((s.name, tuple(sorted(labels.items())), value))
+    return out
+
+
+def assert_openmetrics_agrees(snap: Snapshot) -> set[tuple]:
+    """The OpenMetrics page is valid and carries the text page's samples, but for those of
+    histogram series OpenMetrics cannot carry (cut before +Inf, _count without _sum...)."""
+    page = render_openmetrics(snap).decode()
+    assert page.endswith("\n# EOF\n") and page.count("# EOF") == 1
+    om = samples_of(page, parse_openmetrics)  # raises on invalid OpenMetrics
+    text = samples_of(render(snap).decode(), parse_text)
+    assert om <= text
+    missing = {name for name, _, _ in text - om}
+    assert all(name.rsplit("_", 1)[0] in HISTOGRAM_NAMES for name in missing), missing
+    return text - om
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("vllm*.prom")))
+def test_openmetrics_page_of_every_capture_is_valid(fixture: str) -> None:
+    left_out = assert_openmetrics_agrees(full_snapshot(fixture))
+    if fixture.startswith("vllm-0.32.0-"):  # whole pages of a real server: all of it
+        assert not left_out
+    elif fixture == "vllm-docs-usage-metrics-snippet.prom":  # an excerpt: cut before +Inf
+        assert {name for name, _, _ in left_out} == {
+            "inferwatch_engine_step_tokens_bucket",
+            "inferwatch_engine_step_tokens_sum",
+        }
+
+
+def test_openmetrics_names_counter_families_without_total() -> None:
+    page = render_openmetrics(full_snapshot("vllm-0.32.0-cpu-loaded-kv-full.prom")).decode()
+    families = {f.name: f for f in parse_openmetrics(page)}
+    assert families["inferwatch_prompt_tokens"].type == "counter"
+    assert {s.name for s in families["inferwatch_prompt_tokens"].samples} == {
+        "inferwatch_prompt_tokens_total"
+    }
+    assert "# TYPE inferwatch_prompt_tokens counter\n" in page
+    assert families["inferwatch_time_to_first_token_seconds"].type == "histogram"
+    assert families["inferwatch_queued_while_idle_seconds"].samples[0].value == 2.5
+    contract = {d.name.removesuffix("_total"): d.kind.value for d in ALL.values()}
+    assert {name: f.type for name, f in families.items()}.items() <= contract.items()
+
+
+@settings(
+    max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(hostile_pages())
+def test_openmetrics_page_of_a_mutated_capture_is_valid_and_agrees_with_the_text_page(
+    named: tuple[str, str],
+) -> None:
+    assert_openmetrics_agrees(poll_and_render(*named)[0])
+
+
+def _hist(buckets: tuple[tuple[str, float], ...], total: float, count: float) -> Histogram:
+    return Histogram(buckets, total, count)
+
+
+# engine label -> (histogram, what OpenMetrics keeps: "all", "buckets" or "none")
+OPENMETRICS_CASES: dict[str, tuple[Histogram, str]] = {
+    "valid": (_hist((("0.1", 1.0), ("+Inf", 3.0)), 0.5, 3.0), "all"),
+    "+inf spelled so": (_hist((("0.1", 1.0), ("+inf", 3.0)), 0.5, 3.0), "all"),
+    "no sum nor count": (_hist((("0.1", 1.0), ("+Inf", 3.0)), math.nan, math.nan), "buckets"),
+    "count without sum": (_hist((("0.1", 1.0), ("+Inf", 3.0)), math.nan, 3.0), "buckets"),
+    "count is not the +Inf bucket": (_hist((("0.1", 1.0), ("+Inf", 3.0)), 0.5, 4.0), "buckets"),
+    "negative sum": (_hist((("0.1", 1.0), ("+Inf", 3.0)), -0.5, 3.0), "buckets"),
+    "infinite sum": (_hist((("0.1", 1.0), ("+Inf", 3.0)), math.inf, 3.0), "buckets"),
+    "negative bound": (_hist((("-1", 0.0), ("+Inf", 3.0)), 0.5, 3.0), "buckets"),
+    "no +Inf bucket": (_hist((("0.1", 1.0), ("1.0", 3.0)), 0.5, 3.0), "none"),
+    "bounds that coincide": (_hist((("0.1", 1.0), ("0.10", 1.0), ("+Inf", 1.0)), 0.0, 1.0), "none"),
+    "counts that decrease": (_hist((("0.1", 3.0), ("+Inf", 2.0)), 0.5, 2.0), "none"),
+    "a fractional count": (_hist((("0.1", 1.5), ("+Inf", 3.0)), 0.5, 3.0), "none"),
+    "an infinite count": (_hist((("0.1", 1.0), ("+Inf", math.inf)), 0.5, math.inf), "none"),
+}
+
+
+def test_openmetrics_leaves_out_what_it_cannot_carry_and_the_text_page_keeps_it() -> None:
+    ttft = "time_to_first_token_seconds"
+    sample = BackendSample(
+        "vllm",
+        "m",
+        values={
+            "requests_waiting": {(("model", "m"),): 1.0},
+            # A counter OpenMetrics refuses (a snapshot never holds one: the renderer's guard).
+            "prompt_tokens": {(("model", "m"),): 5.0, (("model", "bad"),): -1.0},
+        },
+        histograms={
+            ttft: {(("model", "m"), ("engine", e)): h for e, (h, _) in OPENMETRICS_CASES.items()}
+        },
+    )
+    snap = Snapshot("vllm", True, 0.01, sample, {"backend": CollectorStatus(True, 0.01)})
+    text = oracle_samples(render(snap).decode())
+    page = render_openmetrics(snap).decode()
+    om = {f.name: f.samples for f in parse_openmetrics(page)}  # raises on invalid OpenMetrics
+    name = f"inferwatch_{ttft}"
+    for engine, (_, kept) in OPENMETRICS_CASES.items():
+        suffixes = {s.name.removeprefix(name) for s in om[name] if s.labels["engine"] == engine}
+        want = {"all": {"_bucket", "_count", "_sum"}, "buckets": {"_bucket"}, "none": set()}
+        assert suffixes == want[kept], engine
+        in_text = {
+            n
+            for n, series in text.items()
+            for labels, _ in series
+            if labels.get("engine") == engine
+        }
+        assert f"{name}_bucket" in in_text, engine  # the text format carries every one
+    infinite = [
+        s
+        for s in om[name]
+        if s.labels["engine"] == "+inf spelled so" and s.name.endswith("_bucket")
+    ]
+    assert [s.labels["le"] for s in infinite] == ["0.1", "+Inf"]
+    assert [(s.labels, s.value) for s in om["inferwatch_prompt_tokens"]] == [
+        ({"backend": "vllm", "model": "m"}, 5.0)
+    ]
+    assert len(text["inferwatch_prompt_tokens_total"]) == 2
+
+
+# --- the Renderer: process_*/python_* series, and a page whatever happens ----------------
+
+ON_LINUX = Path("/proc/self/stat").exists()
+
+
+def snapshots() -> Iterator[Snapshot]:
+    """A new snapshot each call (a new poll), so each render is a fresh one."""
+    base = full_snapshot("vllm-0.32.0-cpu-loaded-kv-full.prom")
+    while True:
+        yield dataclasses.replace(base)
+
+
+@pytest.mark.skipif(not ON_LINUX, reason="ProcessCollector reads /proc")
+def test_renderer_adds_process_and_python_series_in_both_formats() -> None:
+    polls = snapshots()
+    snap = next(polls)
+    renderer = Renderer(lambda: snap)
+    text = oracle_samples(renderer.render().decode())
+    assert renderer.cached() is renderer.render()  # rendered once per poll
+    assert page_value_of(text, "inferwatch_backend_up") == 1.0
+    for name in (
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_start_time_seconds",
+        "process_open_fds",
+        "process_max_fds",
+        "python_info",
+    ):
+        assert len(text[name]) == 1, name
+    assert {labels["generation"] for labels, _ in text["python_gc_collections_total"]} == {
+        "0",
+        "1",
+        "2",
+    }
+    page = renderer.render(openmetrics=True).decode()
+    assert page.endswith("\n# EOF\n") and page.count("# EOF") == 1
+    families = {f.name: f for f in parse_openmetrics(page)}
+    assert families["process_cpu_seconds"].type == "counter"
+    assert families["process_cpu_seconds"].samples[0].name == "process_cpu_seconds_total"
+    assert families.keys() >= PROCESS_FAMILIES
+    assert families["inferwatch_backend_up"].samples[0].value == 1.0
+
+
+def page_value_of(samples: dict[str, list], name: str) -> float:
+    ((_, value),) = samples[name]
+    return value
+
+
+class Raises:
+    def collect(self) -> list:
+        raise RuntimeError("no /proc here")
+
+
+class Garbage:
+    def collect(self) -> list:
+        return [object()]  # not a metric family: the encoder fails on it
+
+
+@pytest.mark.parametrize("broken", [Raises(), Garbage()], ids=["raises", "garbage"])
+def test_a_failing_self_metrics_collector_is_left_out_and_logged_once(broken, caplog) -> None:
+    polls = snapshots()
+    snap = next(polls)
+    renderer = Renderer(lambda: snap, SelfMetrics([broken, GCCollector(CollectorRegistry())]))
+    with caplog.at_level(logging.WARNING, logger="inferwatch.serve.exposition"):
+        for _ in range(3):
+            snap = next(polls)
+            text = oracle_samples(renderer.render().decode())
+            om = {f.name for f in parse_openmetrics(renderer.render(openmetrics=True).decode())}
+            assert page_value_of(text, "inferwatch_backend_up") == 1.0
+            assert "python_gc_collections_total" in text and "python_gc_collections" in om
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith(f"{type(broken).__name__} left out"), lines
+
+
+@pytest.mark.skipif(not ON_LINUX, reason="the check applies where /proc exists")
+def test_a_process_collector_that_cannot_read_its_files_logs_what_it_left_out(
+    tmp_path: Path, caplog
+) -> None:
+    (tmp_path / "stat").write_text("cpu 1 2 3\nbtime 1700000000\n")  # no pid directory
+    collector = ProcessCollector(proc=str(tmp_path), registry=CollectorRegistry())
+    polls = snapshots()
+    snap = next(polls)
+    renderer = Renderer(lambda: snap, SelfMetrics([collector]))
+    with caplog.at_level(logging.WARNING, logger="inferwatch.serve.exposition"):
+        for _ in range(2):
+            snap = next(polls)
+            text = oracle_samples(renderer.render().decode())
+            assert not [name for name in text if name.startswith("process_")]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "process_resident_memory_bytes" in lines[0], lines
+
+
+def test_a_render_bug_still_serves_a_valid_page_with_the_backend_down(caplog) -> None:
+    good = full_snapshot("vllm-0.32.0-cpu-loaded-kv-full.prom")
+    assert good.backend is not None
+    # A label value that is not a string: no backend produces one; a bug could.
+    values = {**good.backend.values, "requests_waiting": {(("model", 7),): 1.0}}
+    snap = dataclasses.replace(good, backend=dataclasses.replace(good.backend, values=values))
+    renderer = Renderer(lambda: snap, SelfMetrics([]))
+    with caplog.at_level(logging.ERROR, logger="inferwatch.serve.exposition"):
+        text = oracle_samples(renderer.render().decode())
+        om = {f.name: f.samples for f in parse_openmetrics(renderer.render(True).decode())}
+    assert page_value_of(text, "inferwatch_backend_up") == 0.0
+    assert (({"collector": "exposition"}, 0.0)) in text["inferwatch_collector_success"]
+    assert "inferwatch_requests_running" not in text
+    assert om["inferwatch_backend_up"][0].value == 0.0
+    assert [r.getMessage() for r in caplog.records] == [
+        "rendering /metrics failed; serving it with the backend down"
+    ]

@@ -1,7 +1,9 @@
 """The HTTP app: ``/metrics`` (the latest snapshot), ``/healthz`` and a landing page.
 
 No request handler touches the backend or NVML: ``/metrics`` returns the page rendered
-from the poller's latest snapshot (cached per snapshot, gzip when asked for).
+from the poller's latest snapshot (cached per snapshot and format, gzip when asked for),
+in OpenMetrics 1.0.0 when the scrape's ``Accept`` header prefers it (Prometheus' does),
+else in the text format 0.0.4.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from aiohttp import web
 from inferwatch import __version__
 from inferwatch.collect.poller import Poller
 from inferwatch.collect.upstream import redact_url
-from inferwatch.serve.exposition import CONTENT_TYPE, Renderer
+from inferwatch.serve.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Renderer
 from inferwatch.serve.webconfig import WebConfig
 
 POLLER = web.AppKey("poller", Poller)
@@ -39,17 +41,53 @@ polled every {interval:g} s.</p>
 """
 
 
+def wants_openmetrics(accept: str) -> bool:
+    """Whether an ``Accept`` header prefers OpenMetrics 1.x over the text format.
+
+    Like prometheus_client's ``choose_encoder``, OpenMetrics is served when asked for with
+    no version or a 1.x one (not 0.0.1, nor 2.x: this exporter writes 1.0.0), and the text
+    format otherwise, including when nothing listed is served here. Unlike it, q-values
+    count: OpenMetrics loses to a text type (``text/plain``, ``text/*``, ``*/*``) of higher
+    q, and ``q=0`` refuses it; an equal q keeps OpenMetrics, which was named outright.
+    Prometheus sends ``application/openmetrics-text;version=1.0.0;q=0.5,...,*/*;q=0.2``.
+    """
+    best_openmetrics = best_text = 0.0
+    for media_range in accept.split(","):
+        media, *params = (part.strip() for part in media_range.split(";"))
+        options = {k.strip().lower(): v.strip() for k, _, v in (p.partition("=") for p in params)}
+        try:
+            q = float(options.get("q", "1"))
+        except ValueError:
+            continue
+        if not 0.0 <= q <= 1.0:  # NaN, or out of range: a malformed entry is ignored
+            continue
+        media = media.lower()
+        if media == "application/openmetrics-text":
+            version = options.get("version", "").strip('"') or "1"
+            if version.split(".")[0] == "1":
+                best_openmetrics = max(best_openmetrics, q)
+        elif media in ("text/plain", "text/*", "*/*"):
+            best_text = max(best_text, q)
+    return best_openmetrics > 0.0 and best_openmetrics >= best_text
+
+
 async def metrics(request: web.Request) -> web.Response:
     renderer = request.app[RENDERER]
+    openmetrics = wants_openmetrics(request.headers.get("Accept", ""))
     # A large page takes long to render: off the event loop, so /healthz stays fast.
-    body = renderer.cached() or await asyncio.to_thread(renderer.render)
-    headers = {"Content-Type": CONTENT_TYPE}
+    body = renderer.cached(openmetrics) or await asyncio.to_thread(renderer.render, openmetrics)
+    headers = {
+        "Content-Type": OPENMETRICS_CONTENT_TYPE if openmetrics else CONTENT_TYPE,
+        "Vary": "Accept, Accept-Encoding",
+    }
     if "gzip" in request.headers.get("Accept-Encoding", ""):
-        cache = request.app[_GZIP_CACHE]
-        if cache.get("for") is not body:
-            cache["for"], cache["body"] = body, gzip.compress(body, compresslevel=1)
+        cache = request.app[_GZIP_CACHE]  # format -> (page, its gzip)
+        page, compressed = cache.get(openmetrics, (None, b""))
+        if page is not body:
+            compressed = gzip.compress(body, compresslevel=1)
+            cache[openmetrics] = (body, compressed)
         headers["Content-Encoding"] = "gzip"
-        body = cache["body"]
+        body = compressed
     return web.Response(body=body, headers=headers)
 
 
