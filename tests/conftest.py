@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
+import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -277,3 +280,55 @@ def alert_scenarios() -> ModuleType:
     sys.modules["scenarios"] = module  # its dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What one ``inferwatch`` command gave: as :class:`subprocess.CompletedProcess` names it."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Iterator[Callable[..., CliResult]]:
+    """Runs ``inferwatch ARGS`` in this process: ``inferwatch.cli.main``, its exit code (an
+    argparse usage error's included) and what it printed, with no ``INFERWATCH_*`` variable
+    but those given in ``env``.
+
+    For input that must be refused before anything starts: a ``serve`` that gets as far as
+    serving fails the test at once (it would not return), and the logging that ``serve``
+    sets up is undone afterwards. Whatever needs the process itself (serving, signals,
+    ``python -m``) runs the real command in a subprocess instead.
+    """
+    from inferwatch import cli as inferwatch_cli  # the command's imports, for its tests only
+    from inferwatch.serve import command as serve_command
+
+    def started(config: object) -> None:
+        raise AssertionError("serve started: the input was accepted")
+
+    monkeypatch.setattr(serve_command, "run", started)
+    for name in [k for k in os.environ if k.startswith("INFERWATCH_")]:
+        monkeypatch.delenv(name)
+    loggers = [logging.getLogger(), logging.getLogger("aiohttp")]
+    saved = [(logger.handlers[:], logger.level) for logger in loggers]
+
+    def run(*args: str, env: dict[str, str] | None = None) -> CliResult:
+        with monkeypatch.context() as scoped:
+            for name, value in (env or {}).items():
+                scoped.setenv(name, value)
+            capsys.readouterr()
+            try:
+                code = inferwatch_cli.main(list(args))
+            except SystemExit as exc:  # argparse: usage errors, --help, --version
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+            out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    yield run
+    for logger, (handlers, level) in zip(loggers, saved, strict=True):
+        logger.handlers[:] = handlers
+        logger.setLevel(level)

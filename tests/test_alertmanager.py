@@ -6,6 +6,7 @@ import json
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -81,16 +82,37 @@ def post(am: Alertmanager, *alerts: dict[str, str]) -> None:
         assert resp.status == 200
 
 
-def received(receiver: WebhookReceiver, expected: set[str], timeout: float = 20.0) -> set[str]:
-    """Alert names delivered once ``expected`` arrived (plus 3 s for anything extra)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        names = {a["labels"]["alertname"] for _, a in receiver.firing()}
-        if expected <= names:
-            time.sleep(3)
-            return {a["labels"]["alertname"] for _, a in receiver.firing()}
-        time.sleep(0.2)
+# Seconds after which a wait gives up: a guard against a hang, not a bound on how fast
+# Alertmanager must be (it takes about one 1 s group wait).
+GIVE_UP = 120.0
+# An alert of its own group, posted to show that Alertmanager has flushed the earlier groups.
+MARKER = "InferwatchTestMarker"
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + GIVE_UP
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never arrived"
+        time.sleep(0.05)
+
+
+def names(receiver: WebhookReceiver) -> set[str]:
     return {a["labels"]["alertname"] for _, a in receiver.firing()}
+
+
+def delivered(am: Alertmanager, receiver: WebhookReceiver, expected: set[str]) -> list[dict]:
+    """The firing alerts delivered, once ``expected`` arrived and nothing else can come.
+
+    Every group of the test's alerts was made by one POST with the same 1 s group wait, so
+    they flush together, inhibited ones included. The marker, posted once ``expected`` has
+    arrived, makes a group after all of them and flushes a group wait later: when its
+    notification arrives, Alertmanager has long run the flush of every earlier group, so an
+    alert of theirs missing then was not sent (inhibited), rather than not sent yet.
+    """
+    wait_for(lambda: expected <= names(receiver), f"the notifications of {sorted(expected)}")
+    post(am, {"alertname": MARKER, "severity": "info"})
+    wait_for(lambda: MARKER in names(receiver), "the marker's notification")
+    return [a for _, a in receiver.firing() if a["labels"]["alertname"] != MARKER]
 
 
 def test_queued_while_idle_inhibits_queueing_delay_of_the_same_model(alertmanager) -> None:
@@ -116,11 +138,11 @@ def test_queued_while_idle_inhibits_queueing_delay_of_the_same_model(alertmanage
             "backend": "vllm",
         },
     )
-    got = received(receiver, {"InferenceQueuedWhileIdle", "InferenceQueueingDelay"})
-    delivered = [(a["labels"]["alertname"], a["labels"]["model"]) for _, a in receiver.firing()]
-    assert got == {"InferenceQueuedWhileIdle", "InferenceQueueingDelay"}
-    assert ("InferenceQueueingDelay", "m") not in delivered  # inhibited
-    assert ("InferenceQueueingDelay", "other") in delivered  # another model: not inhibited
+    alerts = delivered(am, receiver, {"InferenceQueuedWhileIdle", "InferenceQueueingDelay"})
+    sent = [(a["labels"]["alertname"], a["labels"]["model"]) for a in alerts]
+    assert {name for name, _ in sent} == {"InferenceQueuedWhileIdle", "InferenceQueueingDelay"}
+    assert ("InferenceQueueingDelay", "m") not in sent  # inhibited
+    assert ("InferenceQueueingDelay", "other") in sent  # another model: not inhibited
 
 
 def test_backend_down_inhibits_the_latency_alerts_of_its_pod(alertmanager) -> None:
@@ -146,9 +168,9 @@ def test_backend_down_inhibits_the_latency_alerts_of_its_pod(alertmanager) -> No
             "model": "m",
         },
     )
-    received(receiver, {"InferenceBackendDown", "InferencePrefillBottleneck"})
-    delivered = {(a["labels"]["alertname"], a["labels"]["instance"]) for _, a in receiver.firing()}
-    assert delivered == {("InferenceBackendDown", "a"), ("InferencePrefillBottleneck", "b")}
+    alerts = delivered(am, receiver, {"InferenceBackendDown", "InferencePrefillBottleneck"})
+    sent = {(a["labels"]["alertname"], a["labels"]["instance"]) for a in alerts}
+    assert sent == {("InferenceBackendDown", "a"), ("InferencePrefillBottleneck", "b")}
 
 
 def test_routing_by_severity(alertmanager) -> None:
@@ -172,7 +194,8 @@ def test_routing_by_severity(alertmanager) -> None:
             "model": "m",
         },
     )
-    received(
+    alerts = delivered(
+        am,
         receiver,
         {
             "InferenceSLOFastBurn",
@@ -181,17 +204,13 @@ def test_routing_by_severity(alertmanager) -> None:
             "InferenceKVCachePressure",
         },
     )
-    slow = {
-        a["labels"]["slo"]
-        for _, a in receiver.firing()
-        if a["labels"]["alertname"].endswith("SlowBurn")
-    }
+    slow = {a["labels"]["slo"] for a in alerts if a["labels"]["alertname"].endswith("SlowBurn")}
     assert slow == {"itl"}
     routes: dict[str, set[str]] = {}
     for _, body in receiver.notifications:  # one notification per group
-        routes.setdefault(body["receiver"], set()).update(
-            a["labels"]["alertname"] for a in body["alerts"]
-        )
+        sent = {a["labels"]["alertname"] for a in body["alerts"]} - {MARKER}
+        if sent:
+            routes.setdefault(body["receiver"], set()).update(sent)
     assert routes == {
         "page": {"InferenceSLOFastBurn"},
         "info": {"InferenceDecodeAtHardwareFloor"},

@@ -1,4 +1,8 @@
-"""Bad input on the command line, in the environment or in the config file: one line, exit 2."""
+"""Bad input on the command line, in the environment or in the config file: one line, exit 2.
+
+The cases run ``inferwatch.cli.main`` in this process (the ``cli`` fixture); the one that
+gets as far as starting ``serve`` runs ``python -m inferwatch`` in a subprocess.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +17,11 @@ from demo.stack import free_port
 from inferwatch.serve.command import OPTIONS
 from inferwatch.settings import ConfigError, resolve
 
+from conftest import CliResult
+
 
 def inferwatch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m inferwatch ARGS`` in a subprocess."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("INFERWATCH_")}
     environ.update(env or {})
     return subprocess.run(
@@ -26,7 +33,7 @@ def inferwatch(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
     )
 
 
-def one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+def one_line_error(proc: subprocess.CompletedProcess | CliResult, *fragments: str) -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -49,12 +56,12 @@ def one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
         (["frobnicate"], ["invalid choice: 'frobnicate'"]),
     ],
 )
-def test_bad_flags(args: list[str], fragments: list[str]) -> None:
-    one_line_error(inferwatch(*args), *fragments)
+def test_bad_flags(cli, args: list[str], fragments: list[str]) -> None:
+    one_line_error(cli(*args), *fragments)
 
 
-def test_bad_environment_variable_names_it() -> None:
-    proc = inferwatch("serve", env={"INFERWATCH_IDLE_THRESHOLD": "1.5"})
+def test_bad_environment_variable_names_it(cli) -> None:
+    proc = cli("serve", env={"INFERWATCH_IDLE_THRESHOLD": "1.5"})
     one_line_error(proc, "INFERWATCH_IDLE_THRESHOLD", "'1.5' must be between 0 and 1")
 
 
@@ -68,26 +75,27 @@ def test_bad_environment_variable_names_it() -> None:
         ("- just\n- a list\n", ["expected a mapping of settings"]),
     ],
 )
-def test_bad_config_file(tmp_path: Path, content: str, fragments: list[str]) -> None:
+def test_bad_config_file(cli, tmp_path: Path, content: str, fragments: list[str]) -> None:
     config = tmp_path / "inferwatch.yaml"
     config.write_text(content)
     one_line_error(
-        inferwatch("serve", "--config", str(config)),
+        cli("serve", "--config", str(config)),
         str(config) if "line" in fragments[0] else "",
         *fragments,
     )
 
 
-def test_missing_config_file() -> None:
-    one_line_error(inferwatch("serve", "--config", "/nope.yaml"), "/nope.yaml: no such file")
+def test_missing_config_file(cli) -> None:
+    one_line_error(cli("serve", "--config", "/nope.yaml"), "/nope.yaml: no such file")
 
 
-def test_both_weight_sources_is_an_error(tmp_path: Path) -> None:
-    proc = inferwatch("serve", "--model-weights-bytes", "10", "--model-path", str(tmp_path))
+def test_both_weight_sources_is_an_error(cli, tmp_path: Path) -> None:
+    proc = cli("serve", "--model-weights-bytes", "10", "--model-path", str(tmp_path))
     one_line_error(proc, "not both")
 
 
 def test_gpu_on_without_nvml_exits_with_the_reason() -> None:
+    """Refused by serve's start-up (after its listen socket is bound): the real command."""
     listen = f"127.0.0.1:{free_port()}"  # the error must be NVML's, never a taken :9477
     proc = inferwatch(
         "serve",

@@ -1,7 +1,10 @@
-"""Bad input that used to pass the start or crash it: the real ``inferwatch`` command, one line.
+"""Bad input that used to pass the start or crash it: the ``inferwatch`` command, one line.
 
-Each case runs the installed console script in a subprocess and expects exit code 2, exactly
-one line on stderr naming what is wrong, and no traceback, before anything else starts.
+Each case expects exit code 2, exactly one line on stderr naming what is wrong, and no
+traceback, before anything else starts. Input refused while the command reads its flags,
+environment and files runs ``inferwatch.cli.main`` in this process (the ``cli`` fixture);
+input that only ``serve``'s start-up refuses (its web config, its listen socket) runs the
+installed console script in a subprocess.
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ GOOD_HASH = bcrypt.hashpw(b"secret", bcrypt.gensalt(4)).decode()
 
 @dataclass(frozen=True)
 class Case:
-    """One bad input: ``args`` may hold ``{tmp}`` (a scratch directory) and ``{port}``."""
+    """One bad input: ``args`` may hold ``{tmp}`` (a scratch directory) and ``{port}``;
+    ``serves``: refused by serve's start-up, so run as the real command."""
 
     args: tuple[str, ...]
     message: str
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)
+    serves: bool = False
 
 
 CASES = {
@@ -108,11 +113,13 @@ CASES = {
     "port-in-use": Case(
         ("serve", "--gpu", "off", "--web.listen-address", "127.0.0.1:{port}"),
         "--web.listen-address 127.0.0.1:{port}: Address already in use",
+        serves=True,
     ),
     "bcrypt-cost-out-of-range": Case(
         ("serve", "--web.config.file", "{tmp}/web.yml"),
         "{tmp}/web.yml: basic_auth_users.alice: bcrypt cost 99 is outside 4-31",
         files={"web.yml": f"basic_auth_users:\n  alice: $2b$99${GOOD_HASH[7:]}\n".encode()},
+        serves=True,
     ),
     "bcrypt-bad-salt": Case(
         ("serve", "--web.config.file", "{tmp}/web.yml"),
@@ -121,6 +128,7 @@ CASES = {
         files={
             "web.yml": f"basic_auth_users:\n  alice: {GOOD_HASH[:28]}z{GOOD_HASH[29:]}\n".encode()
         },
+        serves=True,
     ),
     "tensor-parallel-size-zero": Case(
         ("serve", "--tensor-parallel-size", "0"),
@@ -158,7 +166,7 @@ def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_bad_input_is_one_line_and_exit_2(name: str, tmp_path: Path, taken_port: int) -> None:
+def test_bad_input_is_one_line_and_exit_2(cli, name: str, tmp_path: Path, taken_port: int) -> None:
     case = CASES[name]
     for file_name, content in case.files.items():
         (tmp_path / file_name).write_bytes(content)
@@ -166,7 +174,8 @@ def test_bad_input_is_one_line_and_exit_2(name: str, tmp_path: Path, taken_port:
     def fill(text: str) -> str:
         return text.format(tmp=tmp_path, port=taken_port)
 
-    proc = run([fill(a) for a in case.args], case.env)
+    args = [fill(a) for a in case.args]
+    proc = run(args, case.env) if case.serves else cli(*args, env=case.env)
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, proc.stderr

