@@ -17,5 +17,5 @@ RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin
 USER 10001:10001
 WORKDIR /
 
-EXPOSE 9477
+EXPOSE 10177
 ENTRYPOINT ["inferwatch", "serve"]

@@ -41,7 +41,7 @@ def _generated_alerts() -> list[dict]:
 def test_every_alert_reaches_the_receiver_of_its_severity(rule: dict) -> None:
     """`amtool config routes test` for each alert: a routing change cannot orphan one."""
     labels = {**rule["labels"], "alertname": rule["alert"]}
-    labels |= {"instance": "10.0.0.1:9477", "namespace": "prod", "backend": "vllm", "model": "m"}
+    labels |= {"instance": "10.0.0.1:10177", "namespace": "prod", "backend": "vllm", "model": "m"}
     out = subprocess.run(
         [
             "amtool",

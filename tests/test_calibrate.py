@@ -107,20 +107,20 @@ def test_calibrated_rules_fire_on_a_2x_regression_and_not_at_1_2x(
         "queue": scenarios.Dist({0.3: 1.0}, ttft / 20),
     }
     slow_prefill = scenarios.Replica(
-        "10.0.0.1:9477",
+        "10.0.0.1:10177",
         ttft=scenarios.Dist(p95_at(factor * ttft, scenarios.TTFT_LE), factor * ttft),
         itl=scenarios.Dist(p95_at(itl, scenarios.ITL_LE), itl),
         **healthy,
     )
     slow_decode = scenarios.Replica(
-        "10.0.0.2:9477",
+        "10.0.0.2:10177",
         ttft=scenarios.Dist(p95_at(ttft, scenarios.TTFT_LE), ttft),
         itl=scenarios.Dist(p95_at(factor * itl, scenarios.ITL_LE), factor * itl),
         **healthy,
     )
     expect = {
-        "InferencePrefillBottleneck": ("10.0.0.1:9477",),
-        "InferenceDecodeBottleneck": ("10.0.0.2:9477",),
+        "InferencePrefillBottleneck": ("10.0.0.1:10177",),
+        "InferenceDecodeBottleneck": ("10.0.0.2:10177",),
     }
     tests = {
         "rule_files": [str(tmp_path / "alerts" / "inferwatch-rules.yaml")],

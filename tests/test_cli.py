@@ -49,7 +49,7 @@ def one_line_error(proc: subprocess.CompletedProcess | CliResult, *fragments: st
         (["serve", "--poll-interval", "0"], ["must be between 0.05 and 60"]),
         (["serve", "--backend", "ollama"], ["'ollama' is not one of auto, vllm"]),
         (["serve", "--backend-url", "localhost:8000"], ["is not an http:// or https:// URL"]),
-        (["serve", "--web.listen-address", "9477"], ["is not HOST:PORT"]),
+        (["serve", "--web.listen-address", "10177"], ["is not HOST:PORT"]),
         (["serve", "--model-path", "/nonexistent"], ["/nonexistent: no such directory"]),
         (["serve", "--model-weights-bytes", "-5"], ["must be a positive integer"]),
         (["serve", "--bogus"], ["unrecognized arguments: --bogus"]),
@@ -96,7 +96,7 @@ def test_both_weight_sources_is_an_error(cli, tmp_path: Path) -> None:
 
 def test_gpu_on_without_nvml_exits_with_the_reason() -> None:
     """Refused by serve's start-up (after its listen socket is bound): the real command."""
-    listen = f"127.0.0.1:{free_port()}"  # the error must be NVML's, never a taken :9477
+    listen = f"127.0.0.1:{free_port()}"  # the error must be NVML's, never a taken :10177
     proc = inferwatch(
         "serve",
         "--gpu",
@@ -119,7 +119,7 @@ def test_precedence_flag_then_env_then_file_then_default() -> None:
     assert values["idle_threshold"] == 0.3  # file (an empty env var does not count)
     assert values["gpu"] == "off"  # YAML's bare `off` (false) means "off"
     assert values["backend_url"] == "http://127.0.0.1:8000"  # default
-    assert values["web_listen_address"] == ("", 9477)
+    assert values["web_listen_address"] == ("", 10177)
 
 
 def test_env_error_is_a_config_error() -> None:

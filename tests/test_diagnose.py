@@ -76,7 +76,7 @@ def test_burst_reads_as_kv_pressure_with_a_slow_first_token() -> None:
     findings = evaluate(WINDOW, spec, LABELS)
     assert [f.alert.name for f in findings] == ["InferenceKVCachePressure"]
     report = Report(
-        "http://exporter:9477", "10.0s", spec, {"ttft_p95": 2.35, "itl_p95": 0.0096}, findings
+        "http://exporter:10177", "10.0s", spec, {"ttft_p95": 2.35, "itl_p95": 0.0096}, findings
     )
     text = render(report)
     assert "phase: prefill  (TTFT p95 2.35 s > 2 s; ITL p95 9.6 ms <= 100 ms)" in text
@@ -100,7 +100,7 @@ def test_findings_alertmanager_inhibits_are_ranked_after_their_cause() -> None:
         Finding(ALERTS["InferenceQueueingDelay"], {"backend": "vllm", "model": m})
         for m in ("tiny", "other")
     ]
-    stall = Finding(ALERTS["InferenceQueuedWhileIdle"], {"instance": "a:9477", "model": "tiny"})
+    stall = Finding(ALERTS["InferenceQueuedWhileIdle"], {"instance": "a:10177", "model": "tiny"})
     report = Report("x", "5m", spec, {"ttft_p95": None, "itl_p95": None}, [*queueing, stall])
     assert [(f.alert.name, f.labels["model"], f.explained_by) for f in report.findings] == [
         ("InferenceQueuedWhileIdle", "tiny", None),
@@ -119,7 +119,7 @@ def test_a_burning_slo_without_a_cause_says_so_and_counts_for_the_exit_status() 
     spec = spec_from_config({})
     tiny = {"namespace": "prod", "backend": "vllm", "model": "tiny"}
     errors = Burn("errors", tiny, [slo.SLOW], "warning", dict.fromkeys(("1h", "6h"), None))
-    other = Finding(ALERTS["InferenceKVCachePressure"], {"instance": "b:9477", "model": "other"})
+    other = Finding(ALERTS["InferenceKVCachePressure"], {"instance": "b:10177", "model": "other"})
     report = Report("x", "5m", spec, {"ttft_p95": None, "itl_p95": None}, [other], [errors])
     text = render(report)
     assert text.split("\n")[2:7] == [

@@ -36,7 +36,7 @@ def rules(path: Path) -> Path:
             {"record": f"instance:inferwatch_requests_finished:{SPEC.w}", "expr": "vector(1)"},
             {
                 "alert": "InferenceBackendDown",
-                "expr": 'label_replace(vector(1), "instance", "pod-a:9477", "", "")',
+                "expr": 'label_replace(vector(1), "instance", "pod-a:10177", "", "")',
                 "labels": {"severity": "critical", "phase": "any", "layer": "availability"},
             },
         ],
@@ -57,7 +57,7 @@ def test_a_firing_alert_is_listed_even_when_its_condition_no_longer_holds(tmp_pa
         prometheus.stop()
     (finding,) = report.findings
     assert finding.alert.name == "InferenceBackendDown"
-    assert finding.labels == {"instance": "pod-a:9477"}
+    assert finding.labels == {"instance": "pod-a:10177"}
     assert (finding.firing, finding.holds) == (True, False)
     assert report.exit_code() == 4
     text = diagnose.render(report)
@@ -139,14 +139,14 @@ def diagnose_once_firing(tmp_path: Path, rules_file: Path, firing: int) -> diagn
         prometheus.stop()
 
 
-POD_A = {"instance": "pod-a:9477", "job": "inferwatch", **TINY}
-POD_B = {"instance": "pod-b:9477", "job": "inferwatch", **OTHER}
+POD_A = {"instance": "pod-a:10177", "job": "inferwatch", **TINY}
+POD_B = {"instance": "pod-b:10177", "job": "inferwatch", **OTHER}
 CAUSES = [
     ("InferencePrefillBottleneck", TINY),
     ("InferenceBackendDown", POD_A),
     ("InferenceKVCachePressure", POD_B),
     # No model label: nothing says it is tiny's, it stays with the rest.
-    ("InferenceGPUThrottling", {"instance": "pod-c:9477", "gpu": "0"}),
+    ("InferenceGPUThrottling", {"instance": "pod-c:10177", "gpu": "0"}),
 ]
 
 
@@ -169,7 +169,7 @@ def test_a_burning_slo_comes_first_with_the_causes_of_its_model_under_it(
         "error budget remaining 72 %\n"
         "         runbook: alerts/runbooks/InferenceSLOFastBurn.md\n"
         "  causes, most likely first:\n"
-        "  CRITICAL InferenceBackendDown  any / availability  backend=vllm instance=pod-a:9477 "
+        "  CRITICAL InferenceBackendDown  any / availability  backend=vllm instance=pod-a:10177 "
         "job=inferwatch model=tiny namespace=prod\n"
     ), text
     # Then the next cause of tiny, then what is not about tiny, after the phase: as ever.
@@ -177,8 +177,8 @@ def test_a_burning_slo_comes_first_with_the_causes_of_its_model_under_it(
         "  CRITICAL InferenceBackendDown",
         "  WARNING  InferencePrefillBottleneck  prefill / compute  backend=vllm model=tiny",
         "\nphase: ",
-        "\nWARNING  InferenceGPUThrottling  any / compute  gpu=0 instance=pod-c:9477",
-        "\nWARNING  InferenceKVCachePressure  decode / memory  backend=vllm instance=pod-b:9477",
+        "\nWARNING  InferenceGPUThrottling  any / compute  gpu=0 instance=pod-c:10177",
+        "\nWARNING  InferenceKVCachePressure  decode / memory  backend=vllm instance=pod-b:10177",
     ]
     assert [text.index(line) for line in order] == sorted(text.index(line) for line in order)
     assert all(text.count(f"{name}  ") == 1 for name, _ in CAUSES)  # each finding once

@@ -449,7 +449,7 @@ async def test_unknown_users_are_checked_at_the_highest_configured_cost(
 def run_serve(*args: str) -> tuple[int, str]:
     """``inferwatch serve`` that is expected to exit at once: (code, stderr)."""
     backend = ("--backend-url", "http://127.0.0.1:9")
-    listen = ("--web.listen-address", f"127.0.0.1:{free_port()}")  # never a taken :9477
+    listen = ("--web.listen-address", f"127.0.0.1:{free_port()}")  # never a taken :10177
     proc = subprocess.run(
         [sys.executable, "-m", "inferwatch", "serve", *backend, *listen, *args],
         capture_output=True,

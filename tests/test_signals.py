@@ -47,7 +47,7 @@ WINDOW_SECONDS = STEP_SECONDS * STEPS
 SPEC = spec_from_config(
     {"alerting": {"rate_window": f"{WINDOW_SECONDS}s", "evaluation_interval": f"{STEP_SECONDS}s"}}
 )
-TARGET = {"instance": "10.0.0.7:9477", "job": "inferwatch"}  # what Prometheus attaches
+TARGET = {"instance": "10.0.0.7:10177", "job": "inferwatch"}  # what Prometheus attaches
 MODEL = "llama-3-70b"
 ENGINES = ("0", "1")
 

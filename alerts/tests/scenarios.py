@@ -99,7 +99,7 @@ STEP_TOKENS_LE = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384
 
 MODEL = "llama-3-8b"
 RUNBOOKS = "https://github.com/inferwatch/inferwatch/blob/main/alerts/runbooks/"
-A, B, C = "10.0.0.1:9477", "10.0.0.2:9477", "10.0.0.3:9477"
+A, B, C = "10.0.0.1:10177", "10.0.0.2:10177", "10.0.0.3:10177"
 
 
 @dataclass(frozen=True)

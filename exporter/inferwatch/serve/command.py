@@ -35,7 +35,7 @@ from inferwatch.settings import (
 
 log = logging.getLogger("inferwatch")
 
-DEFAULT_PORT = 9477
+DEFAULT_PORT = 10177
 
 OPTIONS = (
     Option(

@@ -40,7 +40,7 @@ Sample::
     phase: prefill  (TTFT p95 4.88 s > 2 s; ITL p95 48.8 ms <= 100 ms)
     layer: compute
 
-    WARNING  InferencePrefillBottleneck  prefill / compute  instance=10.0.0.1:9477 model=llama-3-8b
+    WARNING  InferencePrefillBottleneck  prefill / compute  instance=10.0.0.1:10177 model=llama-3-8b
              TTFT p95 4.88 s > 2 s; queue share of TTFT 2.86 % < 20 %; ITL p95 48.8 ms <= 100 ms;
              finished requests/s 2 > 0.05
              runbook: alerts/runbooks/InferencePrefillBottleneck.md
