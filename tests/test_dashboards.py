@@ -12,7 +12,7 @@ from inferwatch.dashboards import dashboards
 from inferwatch.dashboards.queries import GPU_ONLY_PANELS
 from inferwatch.method.panels import Panel
 from inferwatch.method.recording import recording_rules
-from inferwatch.method.runbooks import RUNBOOKS
+from inferwatch.method.rules import RUNBOOKS
 from inferwatch.method.slo import BURNS
 from inferwatch.method.slo import recording_rules as slo_rules
 from inferwatch.method.spec import spec_from_config
