@@ -125,3 +125,15 @@ def test_precedence_flag_then_env_then_file_then_default() -> None:
 def test_env_error_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="INFERWATCH_GPU"):
         resolve(OPTIONS, {}, {}, {"INFERWATCH_GPU": "sometimes"})
+
+
+def test_serve_loads_none_of_the_tooling() -> None:
+    """The sidecar's start-up imports neither the tools nor the dashboard builder."""
+    code = (
+        "import sys; from inferwatch import cli; cli.build_parser('serve');"
+        "import inferwatch.serve.command;"
+        "print(sorted(m for m in sys.modules"
+        " if m.startswith(('grafanalib', 'inferwatch.tools', 'inferwatch.dashboards'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

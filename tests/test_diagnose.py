@@ -20,20 +20,13 @@ from aiohttp import web
 from inferwatch.collect.backends import VLLM
 from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS
+from inferwatch.method.findings import Burn, Finding, Report, evaluate
 from inferwatch.method.local import Window, parse_page
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import spec_from_config
 from inferwatch.model import CollectorStatus, Snapshot
 from inferwatch.serve.exposition import render as render_page
-from inferwatch.tools.diagnose import (
-    EXIT_UNREADABLE,
-    Burn,
-    Finding,
-    Report,
-    evaluate,
-    render,
-    report_json,
-)
+from inferwatch.tools.diagnose import EXIT_UNREADABLE, render, report_json
 
 from conftest import fixture_text
 

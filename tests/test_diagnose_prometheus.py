@@ -21,6 +21,7 @@ import yaml
 from demo.stack import Prometheus
 from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS
+from inferwatch.method.findings import Report
 from inferwatch.method.spec import spec_from_config
 from inferwatch.tools import diagnose
 
@@ -127,7 +128,7 @@ def slo_rules(path: Path, ttft_of_tiny: dict[str, float], causes: list[tuple]) -
     return path
 
 
-def diagnose_once_firing(tmp_path: Path, rules_file: Path, firing: int) -> diagnose.Report:
+def diagnose_once_firing(tmp_path: Path, rules_file: Path, firing: int) -> Report:
     prometheus = Prometheus(tmp_path, [], rule_files=[rules_file]).start()
     try:
         deadline = time.monotonic() + 60

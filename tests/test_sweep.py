@@ -29,8 +29,9 @@ from aiohttp import web
 
 from inferwatch.baseline import Baseline, Cell, Quantiles, load, to_yaml
 from inferwatch.cli import main
+from inferwatch.collect import stream as client
 from inferwatch.settings import ConfigError, resolve
-from inferwatch.tools.sweep import cells, client, command, prompts, report
+from inferwatch.tools.sweep import cells, command, prompts, report
 
 MODEL = "m"
 FIXED_TOKENS = 3

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inferwatch.baseline import Cell, Quantiles
+from inferwatch.collect.stream import Client, Sample
 from inferwatch.method.quantile import histogram_quantile, sample_quantile
 from inferwatch.model import Histogram
-from inferwatch.tools.sweep.client import Client, Sample
 from inferwatch.tools.sweep.histograms import ITL, TTFT
 from inferwatch.tools.sweep.prompts import Prompts
 

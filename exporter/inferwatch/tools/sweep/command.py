@@ -75,6 +75,7 @@ from typing import Any
 from inferwatch import __version__
 from inferwatch.baseline import Baseline, to_yaml
 from inferwatch.baseline import load as load_baseline
+from inferwatch.collect.stream import Client, SweepError
 from inferwatch.collect.upstream import redact_url
 from inferwatch.method.spec import spec_from_config
 from inferwatch.settings import (
@@ -88,7 +89,6 @@ from inferwatch.settings import (
     resolve,
 )
 from inferwatch.tools.sweep.cells import CellResult, run_cell
-from inferwatch.tools.sweep.client import Client, SweepError
 from inferwatch.tools.sweep.histograms import ITL, TTFT, ServerHistograms
 from inferwatch.tools.sweep.prompts import Prompts, calibrate, load_prompts
 from inferwatch.tools.sweep.report import LEGEND, Progress, regressions, table

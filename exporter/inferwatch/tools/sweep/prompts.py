@@ -14,19 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inferwatch.collect.stream import WORDS, Client
 from inferwatch.settings import ConfigError
-from inferwatch.tools.sweep.client import Client
 
 # Without usage in the stream, prompt lengths are estimated at this (English BPE ~1.3).
 FALLBACK_TOKENS_PER_WORD = 1.3
 
 # Distinct everyday words; a prompt repeats shuffles of the list.
-WORDS = (
-    "time", "river", "light", "paper", "garden", "window", "music", "stone", "market",
-    "winter", "cloud", "bridge", "number", "forest", "letter", "engine", "silver", "morning",
-    "island", "table", "yellow", "harbor", "planet", "button", "circle", "doctor", "family",
-    "summer", "kitchen", "pocket", "thunder", "valley",
-)  # fmt: skip
 
 
 def load_prompts(path: Path, api: str) -> tuple[dict[str, Any], ...]:

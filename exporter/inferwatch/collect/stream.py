@@ -1,5 +1,7 @@
 """One streamed request to an OpenAI-compatible server: the SSE reader, the client, and
 the :class:`Sample` of what the client measured (TTFT, the gaps between tokens, e2e).
+
+Shared by the sweep (``inferwatch baseline``) and the canary in ``serve``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,15 @@ import aiohttp
 
 from inferwatch.collect.upstream import redact_url
 
+# Words that synthetic prompts (the sweep's, the canary's) are built from.
+WORDS = (
+    "time", "river", "light", "paper", "garden", "window", "music", "stone", "market",
+    "winter", "cloud", "bridge", "number", "forest", "letter", "engine", "silver", "morning",
+    "island", "table", "yellow", "harbor", "planet", "button", "circle", "doctor", "family",
+    "summer", "kitchen", "pocket", "thunder", "valley",
+)  # fmt: skip
+
+
 # One SSE line and one streamed response: far above what a chunk or a long answer needs.
 MAX_LINE_BYTES = 1024 * 1024
 MAX_STREAM_BYTES = 64 * 1024 * 1024
@@ -28,9 +39,16 @@ class SweepError(Exception):
 
 @dataclass(frozen=True)
 class Sample:
-    """One request as the client saw it; ``error`` is empty when it succeeded."""
+    """One request as the client saw it; ``error`` is empty when it succeeded.
+
+    ``kind`` names a failure without its details: ``http_error`` (a status other than 200),
+    ``timeout``, ``connect_error`` (no connection, or it broke before an answer) or
+    ``bad_stream`` (an answer that breaks the SSE contract, is cut short or carries an error
+    event or no token).
+    """
 
     error: str = ""
+    kind: str = ""
     status: int = 0  # the HTTP status of a request the server refused
     ttft: float = math.nan
     gaps: tuple[float, ...] = ()
@@ -129,6 +147,7 @@ class Client:
         timeout: float,
         connections: int,
         api_key: str | None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         path = "/v1/completions" if api == "completions" else "/v1/chat/completions"
         self.endpoint = root + path
@@ -137,7 +156,9 @@ class Client:
         self.timeout = timeout
         # vLLM, SGLang and llama.cpp honour these; the probe drops them if the server objects.
         self.ask_exact_length = True
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = {**(headers or {})}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=min(timeout, 10.0)),
             connector=aiohttp.TCPConnector(limit=connections),
@@ -180,15 +201,16 @@ class Client:
         try:
             return await self._stream(body, start)
         except StreamError as exc:
-            return Sample(error=str(exc))
+            return Sample(error=str(exc), kind="bad_stream")
         except asyncio.TimeoutError:
-            return Sample(error=f"no complete answer within {self.timeout:g} s")
+            return Sample(error=f"no complete answer within {self.timeout:g} s", kind="timeout")
         except aiohttp.ClientConnectorError as exc:
-            return Sample(error=f"cannot connect to {where}: {exc.os_error}")
+            return Sample(error=f"cannot connect to {where}: {exc.os_error}", kind="connect_error")
         except aiohttp.ClientPayloadError:
-            return Sample(error=f"response from {where} cut short")
+            return Sample(error=f"response from {where} cut short", kind="bad_stream")
         except (aiohttp.ClientError, OSError) as exc:
-            return Sample(error=f"{type(exc).__name__} from {where}: {exc}")
+            error = f"{type(exc).__name__} from {where}: {exc}"
+            return Sample(error=error, kind="connect_error")
 
     async def _stream(self, body: dict[str, Any], start: float) -> Sample:
         first = last = math.nan
@@ -202,18 +224,20 @@ class Client:
                     detail = _error_message(json.loads(raw), resp.reason or "")
                 except ValueError:
                     detail = _error_message(raw.decode("utf-8", "replace"), resp.reason or "")
-                return Sample(error=f"HTTP {resp.status}: {detail}", status=resp.status)
+                error = f"HTTP {resp.status}: {detail}"
+                return Sample(error=error, kind="http_error", status=resp.status)
             async for when, data in sse_data(resp.content):
                 if data == "[DONE]":
                     break
                 try:
                     doc = json.loads(data)
                 except ValueError:
-                    return Sample(error=f"malformed SSE data: {data[:60]!r}")
+                    return Sample(error=f"malformed SSE data: {data[:60]!r}", kind="bad_stream")
                 if not isinstance(doc, dict):
-                    return Sample(error=f"unexpected SSE data: {data[:60]!r}")
+                    return Sample(error=f"unexpected SSE data: {data[:60]!r}", kind="bad_stream")
                 if "error" in doc:
-                    return Sample(error=f"error event: {_error_message(doc, 'no message')}")
+                    error = f"error event: {_error_message(doc, 'no message')}"
+                    return Sample(error=error, kind="bad_stream")
                 if isinstance(doc.get("usage"), dict):
                     usage = doc["usage"]
                 choices = doc.get("choices")
@@ -226,7 +250,7 @@ class Client:
                     events += 1
             end = time.perf_counter()
         if not events:
-            return Sample(error="the stream carried no token")
+            return Sample(error="the stream carried no token", kind="bad_stream")
         prompt_tokens = usage.get("prompt_tokens")
         output_tokens = usage.get("completion_tokens")
         return Sample(
