@@ -13,6 +13,7 @@ import contextlib
 import gzip
 import html
 import json
+import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -20,12 +21,19 @@ from aiohttp import web
 from inferwatch import __version__
 from inferwatch.collect.poller import Poller
 from inferwatch.collect.upstream import redact_url
+from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Renderer
+from inferwatch.serve.verdict import VerdictHistory
+from inferwatch.serve.verdict_page import render_page
 from inferwatch.serve.webconfig import WebConfig
+
+log = logging.getLogger(__name__)
 
 POLLER = web.AppKey("poller", Poller)
 RENDERER = web.AppKey("renderer", Renderer)
 _GZIP_CACHE = web.AppKey("gzip_cache", dict)
+VERDICT = web.AppKey("verdict", VerdictHistory)
+_NO_STORE = {"Cache-Control": "no-store"}
 
 _LANDING = """<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>inferwatch</title></head>
@@ -104,21 +112,46 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response(doc, status=200 if alive else 503, dumps=json.dumps)
 
 
+def _header(poller: Poller) -> tuple[str, str, float]:
+    return poller.snapshot.backend_kind, redact_url(poller.metrics_url()), poller.settings.interval
+
+
 async def landing(request: web.Request) -> web.Response:
-    poller = request.app[POLLER]
-    page = _LANDING.format(
-        version=__version__,
-        backend=html.escape(poller.snapshot.backend_kind),
-        url=html.escape(redact_url(poller.metrics_url())),
-        interval=poller.settings.interval,
-    )
-    return web.Response(text=page, content_type="text/html")
+    """The verdict page; the plain landing page if it cannot be rendered (a bug)."""
+    history = request.app[VERDICT]
+    await history.refresh()
+    backend, url, interval = _header(request.app[POLLER])
+    try:
+        page = render_page(history.document(), backend, url, interval)
+    except Exception:
+        log.exception("rendering the verdict page failed")
+        page = _LANDING.format(
+            version=__version__,
+            backend=html.escape(backend),
+            url=html.escape(url),
+            interval=interval,
+        )
+    return web.Response(text=page, content_type="text/html", headers=_NO_STORE)
+
+
+async def verdict_json(request: web.Request) -> web.Response:
+    history = request.app[VERDICT]
+    await history.refresh()
+    return web.json_response(history.document(), dumps=json.dumps, headers=_NO_STORE)
 
 
 def make_app(
-    poller: Poller, *, run_poller: bool = True, web_config: WebConfig | None = None
+    poller: Poller,
+    *,
+    run_poller: bool = True,
+    web_config: WebConfig | None = None,
+    spec: Spec | None = None,
 ) -> web.Application:
-    """The exporter's app; with ``run_poller`` its lifetime owns the poll loop.
+    """The exporter's app; with ``run_poller`` its lifetime owns the poll loop (and the
+    verdict's, which records the polls; without it the verdict records on request).
+
+    ``spec`` (thresholds, rate window, runbook links) is the verdict's; the defaults when
+    None.
 
     ``web_config`` (from ``--web.config.file``) adds basic auth and response headers; TLS is
     the listener's business (``ssl_context`` in :func:`inferwatch.serve.command.run`).
@@ -130,11 +163,14 @@ def make_app(
     app[POLLER] = poller
     app[RENDERER] = Renderer(lambda: poller.snapshot)
     app[_GZIP_CACHE] = {}
+    app[VERDICT] = VerdictHistory(poller, spec_from_config({}) if spec is None else spec)
     app.router.add_get("/", landing)
+    app.router.add_get("/verdict.json", verdict_json)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     if run_poller:
         app.cleanup_ctx.append(_poll_loop)
+        app.cleanup_ctx.append(_verdict_loop)
     return app
 
 
@@ -148,3 +184,19 @@ async def _poll_loop(app: web.Application) -> AsyncIterator[None]:
     await poller.upstream.close()
     if poller.gpu is not None:
         poller.gpu.close()
+
+
+async def _verdict_loop(app: web.Application) -> AsyncIterator[None]:
+    history = app[VERDICT]
+    every = max(history.step / 2, history.poller.settings.interval)
+
+    async def record() -> None:
+        while True:
+            await asyncio.sleep(every)
+            await history.refresh()  # never raises
+
+    task = asyncio.create_task(record(), name="inferwatch-verdict")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,274 @@
+"""The live verdict: the method evaluated by the exporter over its own recent polls.
+
+:class:`VerdictHistory` keeps a bounded ring (the last 15 minutes, at most ``max_points``)
+of the pages the exporter serves, one per new snapshot at most every ``step`` seconds,
+rendered and read back exactly as ``diagnose --exporter`` reads ``/metrics``. Each new page
+yields:
+
+- the verdict, over the spec's rate window (the rules' ``5m`` unless the config says
+  otherwise; less while the exporter has not polled that long): every signal of
+  :data:`~inferwatch.method.signals.SIGNALS` over the window from the oldest page inside it
+  to the newest (:class:`~inferwatch.method.local.Window`), the alerts whose conditions hold
+  (:func:`~inferwatch.method.local.holding`, through ``diagnose``'s ``evaluate`` and
+  ``Report``, so inhibitions and ranking are diagnose's), and the phase from TTFT and ITL p95;
+- one point of each sparkline series: the signal over the window from the previous page.
+
+No number here has a recipe of its own: they all come from :mod:`inferwatch.method.local`.
+The work runs off the event loop once per recorded page; requests only format the result
+(:mod:`inferwatch.serve.verdict_page`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferwatch.collect.poller import LogLimiter, Poller
+from inferwatch.method.alerts import Cond
+from inferwatch.method.findings import Finding, Report, evaluate, fmt, phase_of
+from inferwatch.method.local import Samples, Window, parse_page
+from inferwatch.method.signals import SIGNALS
+from inferwatch.method.spec import Spec
+from inferwatch.model import Snapshot
+from inferwatch.serve.exposition import render
+
+log = logging.getLogger(__name__)
+
+KEEP_SECONDS = 900.0
+MAX_POINTS = 360
+DEFAULT_STEP = 5.0
+# The sparklines: signals by name, in display order.
+SERIES = (
+    "ttft_p95",
+    "itl_p95",
+    "queue_share",
+    "running",
+    "kv_usage",
+    "gpu_busy",
+    "queued_while_idle_ratio",
+)
+PHASE_CODES = {
+    "prefill": "prefill",
+    "decode": "decode",
+    "prefill and decode": "prefill+decode",
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One recorded page: when (poller clock and wall clock), the page (compressed) and the
+    series values over the window from the previous point (None: no data)."""
+
+    at: float
+    wall: float
+    page: bytes
+    backend_up: bool
+    values: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: str  # "collecting" (fewer than two pages), "healthy" or "findings"
+    backend_up: bool | None
+    window_seconds: float | None
+    phase: str  # prefill, decode, prefill+decode, none; "" while collecting
+    phase_detail: str
+    phase_signals: dict[str, float | None] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    updated: float | None = None  # wall clock of the newest page
+
+
+COLLECTING = Verdict("collecting", None, None, "", "waiting for two polls")
+
+
+def number(value: float | None) -> float | None:
+    """A value for JSON: None for no data (NaN and infinities included)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _labels(page: Samples) -> dict[str, str]:
+    info = [labels for labels, _ in page.get("inferwatch_backend_info", [])]
+    return {k: info[0][k] for k in ("backend", "model") if info and k in info[0]}
+
+
+def compute_verdict(before: Samples, after: Samples, seconds: float, spec: Spec) -> Verdict:
+    """The verdict over two pages ``seconds`` apart, as ``diagnose --exporter`` reads them."""
+    window = Window(before, after, seconds)
+    labels = _labels(after)
+    phase_signals = {name: window.value(SIGNALS[name].local) for name in ("ttft_p95", "itl_p95")}
+    report = Report("self", f"{seconds:.0f}s", spec, phase_signals, evaluate(window, spec, labels))
+    phase, detail = phase_of(phase_signals["ttft_p95"], phase_signals["itl_p95"], spec)
+    up = [value for _, value in after.get("inferwatch_backend_up", [])]
+    return Verdict(
+        state="findings" if report.findings else "healthy",
+        backend_up=bool(up) and all(v == 1.0 for v in up),
+        window_seconds=seconds,
+        phase=PHASE_CODES.get(phase, "none"),
+        phase_detail=detail,
+        phase_signals=phase_signals,
+        findings=tuple(report.findings),
+        labels=labels,
+    )
+
+
+def evidence(finding: Finding, spec: Spec) -> list[dict[str, Any]]:
+    """Each condition of a finding: the measured value against its threshold."""
+    alert = finding.alert
+
+    def role(cond: Cond) -> str:
+        return "unless" if cond in alert.unless else ("any_of" if alert.any_of else "when")
+
+    out = []
+    for cond, value in finding.evidence:
+        signal = SIGNALS[cond.signal]
+        bound = cond.bound(spec)
+        out.append(
+            {
+                "signal": cond.signal,
+                "label": signal.label,
+                "value": number(value),
+                "op": cond.op,
+                "threshold": bound,
+                "threshold_name": cond.threshold if isinstance(cond.threshold, str) else None,
+                "unit": signal.unit,
+                "role": role(cond),
+                "holds": value is not None and cond.holds(value, spec),
+                "text": f"{signal.label} {fmt(value, signal.unit)} {cond.op} "
+                f"{fmt(bound, signal.unit)}",
+            }
+        )
+    return out
+
+
+class VerdictHistory:
+    """The recent pages of one exporter and the verdict over them; see the module doc."""
+
+    def __init__(
+        self,
+        poller: Poller,
+        spec: Spec,
+        *,
+        keep_seconds: float = KEEP_SECONDS,
+        max_points: int = MAX_POINTS,
+        step: float | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.poller = poller
+        self.spec = spec
+        self.window = spec.window_seconds
+        self.keep_seconds = max(keep_seconds, self.window)
+        self.step = max(poller.settings.interval, DEFAULT_STEP) if step is None else step
+        self._points: deque[Point] = deque(maxlen=max_points)
+        self._last: tuple[Snapshot | None, Samples] = (None, {})  # newest recorded, parsed
+        self._wall = wall
+        self._lock = asyncio.Lock()
+        self._bug_log = LogLimiter()
+        self.verdict = COLLECTING
+
+    async def refresh(self) -> None:
+        """Record the poller's snapshot if it is new and ``step`` has passed; never raises."""
+        snap, at = self.poller.snapshot, self.poller.last_poll_at
+        if at is None or snap is self._last[0]:
+            return
+        if self._points and at - self._points[-1].at < self.step:
+            return
+        async with self._lock:
+            if snap is self._last[0]:
+                return
+            try:
+                points = tuple(self._points)
+                point, parsed, verdict = await asyncio.to_thread(
+                    self._compute, snap, at, points, self._last[1]
+                )
+            except Exception:  # a bug must not reach the request path or stop the task
+                if self._bug_log.allow("verdict") is not None:
+                    log.exception("computing the verdict failed")
+                return
+            self._points.append(point)
+            while self._points and point.at - self._points[0].at > self.keep_seconds:
+                self._points.popleft()
+            self._last = (snap, parsed)
+            self.verdict = verdict
+
+    def _compute(
+        self, snap: Snapshot, at: float, points: tuple[Point, ...], previous: Samples
+    ) -> tuple[Point, Samples, Verdict]:
+        text = render(snap)
+        page = parse_page(text.decode())
+        values: dict[str, float | None] = dict.fromkeys(SERIES)
+        if points and at > points[-1].at:
+            window = Window(previous, page, at - points[-1].at)
+            values = {name: window.value(SIGNALS[name].local) for name in SERIES}
+        point = Point(at, self._wall(), zlib.compress(text, 1), snap.backend_up, values)
+        first = next((p for p in points if at - p.at <= self.window and p.at < at), None)
+        if first is None:
+            verdict = COLLECTING
+        else:
+            if first is points[-1]:
+                before = previous
+            else:
+                before = parse_page(zlib.decompress(first.page).decode())
+            verdict = compute_verdict(before, page, at - first.at, self.spec)
+        return point, page, Verdict(**{**verdict.__dict__, "updated": point.wall})
+
+    def series(self) -> dict[str, list[tuple[float, float | None]]]:
+        """Each sparkline signal's points: (wall-clock time, value or None), oldest first.
+
+        Spaced by the poller's clock (the windows' own), placed on the wall clock by the
+        newest point."""
+        points = list(self._points)
+        if not points:
+            return {name: [] for name in SERIES}
+        anchor = points[-1].wall - points[-1].at
+        return {
+            name: [(p.at + anchor, p.values.get(name)) for p in points[1:]]  # [0]: no window
+            for name in SERIES
+        }
+
+    def document(self) -> dict[str, Any]:
+        """The verdict as JSON (``/verdict.json``); the page shows the same."""
+        v, spec = self.verdict, self.spec
+        return {
+            "state": v.state,
+            "backend_up": v.backend_up,
+            "latest_poll_backend_up": self.poller.snapshot.backend_up
+            if self.poller.last_poll_at is not None
+            else None,
+            "updated": v.updated,
+            "window_seconds": v.window_seconds,
+            "rate_window": spec.timing.window,
+            "labels": v.labels,
+            "phase": v.phase,
+            "phase_detail": v.phase_detail,
+            "phase_signals": {k: number(x) for k, x in v.phase_signals.items()},
+            "findings": [
+                {
+                    "alert": f.alert.name,
+                    "severity": f.severity,
+                    "phase": f.alert.phase,
+                    "layer": f.alert.layer,
+                    "for": spec.timing.for_alert(f.alert),
+                    "explained_by": f.explained_by,
+                    "evidence": evidence(f, spec),
+                    "runbook": f"{spec.runbook_url_base}{f.alert.name}.md",
+                }
+                for f in v.findings
+            ],
+            "keep_seconds": self.keep_seconds,
+            "series_window_step_seconds": self.step,
+            "series": {
+                name: [[round(t, 3), number(value)] for t, value in points]
+                for name, points in self.series().items()
+            },
+            "series_info": {
+                name: {"label": SIGNALS[name].label, "unit": SIGNALS[name].unit} for name in SERIES
+            },
+        }

@@ -1,0 +1,168 @@
+"""The verdict page (``/``): :meth:`VerdictHistory.document` as server-rendered HTML.
+
+Built from the same document as ``/verdict.json``, so the two always agree. Plain HTML and
+inline SVG: no script, no stylesheet or font fetched from anywhere; every text from the
+backend or the config is escaped. The page refreshes itself every ``REFRESH_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from inferwatch import __version__
+from inferwatch.method.findings import fmt
+
+REFRESH_SECONDS = 10
+WIDTH, HEIGHT = 260, 56
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:70em}
+h1{font-size:1.4em;margin:0 0 .3em}
+.banner{padding:.6em 1em;border-radius:4px;margin:1em 0;font-size:1.15em}
+.ok{background:#e3f4e1}.warn{background:#fdf0d5}.bad{background:#f8d7d7}.wait{background:#eee}
+table{border-collapse:collapse;margin:.5em 0}
+td,th{padding:.25em .6em;text-align:left;vertical-align:top;border-bottom:1px solid #ddd}
+.finding{margin:.8em 0;padding:.5em 1em;border-left:4px solid #c80}
+.finding.critical{border-color:#c00}.finding.info{border-color:#08c}
+.held{color:#070}.nothold{color:#888}
+.sparks{display:flex;flex-wrap:wrap;gap:1em}
+.spark{border:1px solid #ddd;padding:.4em;width:270px}
+.spark svg{display:block;background:#fafafa}
+.nodata{color:#888;font-style:italic}
+small,.muted{color:#666}
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _banner(doc: Mapping[str, Any]) -> str:
+    if doc["latest_poll_backend_up"] is False:
+        return '<div class="banner bad" id="status">backend down: the last poll failed</div>'
+    state = doc["state"]
+    if state == "collecting":
+        return '<div class="banner wait" id="status">collecting: waiting for two polls</div>'
+    if state == "healthy":
+        text = "healthy: no alert condition of the heuristics spec holds"
+        return f'<div class="banner ok" id="status">{text}</div>'
+    worst = doc["findings"][0]
+    kind = "bad" if worst["severity"] == "critical" else "warn"
+    names = ", ".join(f["alert"] for f in doc["findings"])
+    return f'<div class="banner {kind}" id="status">{_e(worst["severity"])}: {_e(names)}</div>'
+
+
+def _phase(doc: Mapping[str, Any]) -> str:
+    if doc["state"] == "collecting":
+        return ""
+    window = doc["window_seconds"]
+    return (
+        f'<p id="phase"><b>phase: {_e(doc["phase"])}</b> ({_e(doc["phase_detail"])})<br>'
+        f"<small>over the last {window:.0f} s of polls (rate window {_e(doc['rate_window'])})"
+        "</small></p>"
+    )
+
+
+def _finding(f: Mapping[str, Any]) -> str:
+    rows = "".join(
+        f'<tr class="{"held" if e["holds"] else "nothold"}"><td>{_e(e["role"])}</td>'
+        f"<td>{_e(e['label'])}</td><td>{_e(fmt(e['value'], e['unit']))}</td>"
+        f"<td>{_e(e['op'])}</td><td>{_e(fmt(e['threshold'], e['unit']))}</td>"
+        f"<td><small>{_e(e['threshold_name'] or '')}</small></td></tr>"
+        for e in f["evidence"]
+    )
+    explained = (
+        f"<br><small>explained by {_e(f['explained_by'])}</small>" if f["explained_by"] else ""
+    )
+    return (
+        f'<div class="finding {_e(f["severity"])}" data-alert="{_e(f["alert"])}">'
+        f"<b>{_e(f['severity'].upper())} {_e(f['alert'])}</b> "
+        f"<span class='muted'>{_e(f['phase'])} / {_e(f['layer'])}</span>{explained}"
+        "<table><tr><th></th><th>signal</th><th>measured</th><th></th><th>threshold</th>"
+        f"<th></th></tr>{rows}</table>"
+        f'<a href="{_e(f["runbook"])}">runbook</a></div>'
+    )
+
+
+def _polylines(points: Sequence[Sequence[Any]], span: tuple[float, float]) -> str:
+    """The points as SVG polylines, one per run without gaps."""
+    values = [v for _, v in points if v is not None]
+    low, high = min(0.0, *values), max(values)
+    high = high if high > low else low + 1.0
+    start, end = span
+    width = end - start or 1.0
+
+    def xy(t: float, v: float) -> str:
+        x = (t - start) / width * (WIDTH - 4) + 2
+        y = HEIGHT - 2 - (v - low) / (high - low) * (HEIGHT - 4)
+        return f"{x:.1f},{y:.1f}"
+
+    runs: list[list[str]] = [[]]
+    for t, v in points:
+        if v is None:
+            runs.append([])
+        else:
+            runs[-1].append(xy(t, v))
+    lines = []
+    for run in runs:
+        if len(run) == 1:  # a lone point: a dot
+            x, y = run[0].split(",")
+            lines.append(f'<circle cx="{x}" cy="{y}" r="1.5" fill="#36c"/>')
+        elif run:
+            lines.append(
+                f'<polyline fill="none" stroke="#36c" stroke-width="1.5" points="{" ".join(run)}"/>'
+            )
+    return "".join(lines)
+
+
+def _spark(name: str, info: Mapping[str, str], points: Sequence[Sequence[Any]], span) -> str:
+    values = [v for _, v in points if v is not None]
+    head = f"<b>{_e(info['label'])}</b>"
+    if not values:
+        return f'<div class="spark" data-series="{_e(name)}">{head}<div class="nodata">no data</div></div>'
+    latest = next(v for _, v in reversed(points) if v is not None)
+    svg = (
+        f'<svg width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+        f'aria-label="{_e(info["label"])}">{_polylines(points, span)}</svg>'
+    )
+    return (
+        f'<div class="spark" data-series="{_e(name)}">{head} '
+        f"<span>{_e(fmt(latest, info['unit']))}</span>"
+        f"<br><small>max {_e(fmt(max(values), info['unit']))}</small>{svg}</div>"
+    )
+
+
+def _sparks(doc: Mapping[str, Any]) -> str:
+    times = [t for points in doc["series"].values() for t, _ in points]
+    end = max(times, default=0.0)
+    span = (end - doc["keep_seconds"], end)
+    cells = "".join(
+        _spark(name, doc["series_info"][name], points, span)
+        for name, points in doc["series"].items()
+    )
+    return (
+        f"<h2>last {doc['keep_seconds'] / 60:.0f} minutes</h2>"
+        f"<small>each point: the signal over {doc['series_window_step_seconds']:g}+ s "
+        f'between two polls</small><div class="sparks">{cells}</div>'
+    )
+
+
+def render_page(doc: Mapping[str, Any], backend: str, url: str, interval: float) -> str:
+    """The verdict page for ``doc`` (from :meth:`VerdictHistory.document`)."""
+    findings = "".join(_finding(f) for f in doc["findings"])
+    labels = " ".join(f"{k}={v}" for k, v in sorted(doc["labels"].items()))
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+        f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">'
+        f"<title>inferwatch verdict</title><style>{_STYLE}</style></head><body>"
+        f"<h1>inferwatch {_e(__version__)}</h1>"
+        f"<p>Sidecar exporter for LLM inference servers: backend <b>{_e(backend)}</b> at "
+        f"<code>{_e(url)}</code>, polled every {interval:g} s. <small>{_e(labels)}</small></p>"
+        f'{_banner(doc)}{_phase(doc)}<div id="findings">{findings}</div>{_sparks(doc)}'
+        '<p><a href="metrics">metrics</a> · <a href="healthz">healthz</a> · '
+        '<a href="verdict.json">verdict.json</a></p>'
+        f"<p><small>refreshes every {REFRESH_SECONDS} s; the same conditions as the alert "
+        "rules and <code>inferwatch diagnose</code>.</small></p></body></html>\n"
+    )

@@ -1,0 +1,316 @@
+"""The verdict page (``/``) and its JSON twin, from the exporter's own polls of captures."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import bcrypt
+import pytest
+from aiohttp import web
+
+from inferwatch.collect.backends import VLLM
+from inferwatch.collect.poller import Poller, PollSettings
+from inferwatch.collect.upstream import Upstream
+from inferwatch.method.findings import fmt
+from inferwatch.method.spec import spec_from_config
+from inferwatch.serve import verdict as verdict_module
+from inferwatch.serve.web import VERDICT, make_app
+from inferwatch.serve.webconfig import BasicAuthUsers, WebConfig
+
+from conftest import fixture_text
+
+KV_FULL = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
+AFTER = fixture_text("vllm-0.32.0-cpu-after-preemptions.prom")
+HOSTILE_MODEL = "<img src=x onerror=alert(1)>"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class Backend:
+    """A loopback vLLM whose page the test sets; ``None`` answers 500."""
+
+    def __init__(self) -> None:
+        self.page: str | None = KV_FULL
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        if self.page is None:
+            return web.Response(status=500, text="Internal Server Error")
+        return web.Response(text=self.page, content_type="text/plain")
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.32.0"})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def exporter(aiohttp_server, aiohttp_client):
+    """(backend, clock, poller, make_client, apps): an exporter whose poller runs on a fake
+    clock and polls only when the test says so (:func:`poll`), each poll recorded by the
+    verdict as the running app's task does."""
+    backend = Backend()
+    app = web.Application()
+    app.router.add_get("/metrics", backend.metrics)
+    app.router.add_get("/version", backend.version)
+    server = await aiohttp_server(app)
+    clock = Clock()
+    upstream = Upstream(str(server.make_url("")).rstrip("/"), timeout=2.0, max_bytes=1 << 24)
+    poller = Poller(upstream, VLLM, None, PollSettings(interval=0.2), clock=clock)
+
+    apps: list[web.Application] = []
+
+    async def client(**kwargs):
+        apps.append(make_app(poller, run_poller=False, **kwargs))
+        return await aiohttp_client(apps[-1])
+
+    yield backend, clock, poller, client, apps
+    await upstream.close()
+
+
+async def poll(exporter, *pages: str | None) -> None:
+    """One poll per page, 10 s apart on the poller's clock."""
+    backend, clock, poller, _, apps = exporter
+    for page in pages:
+        backend.page = page
+        await poller.poll_once()
+        for app in apps:
+            await app[VERDICT].refresh()
+        clock.now += 10.0
+
+
+async def get(client, path: str = "/", **kwargs) -> tuple[str, dict]:
+    page = await client.get(path, **kwargs)
+    assert page.status == 200
+    doc = await client.get("/verdict.json", **kwargs)
+    assert doc.status == 200
+    return await page.text(), await doc.json()
+
+
+def finding_html(page: str, alert: str) -> str:
+    match = re.search(rf'<div class="finding [a-z]+" data-alert="{alert}">(.*?)</div>', page)
+    assert match, f"no finding {alert} on the page"
+    return match.group(1)
+
+
+def spark_html(page: str, name: str) -> str:
+    match = re.search(rf'<div class="spark" data-series="{name}">(.*?)</div>(?=<div|</div>)', page)
+    assert match, f"no sparkline {name}"
+    return match.group(1)
+
+
+async def test_kv_pressure_is_named_with_its_evidence_on_page_and_json(exporter) -> None:
+    client = await exporter[3]()
+    await poll(exporter, KV_FULL, AFTER, AFTER)
+    page, doc = await get(client)
+    spec = spec_from_config({})
+    assert doc["state"] == "findings"
+    assert doc["window_seconds"] == 20.0  # three polls 10 s apart, inside the 5m window
+    assert doc["labels"] == {"backend": "vllm", "model": "tiny"}
+    assert [f["alert"] for f in doc["findings"]] == ["InferenceKVCachePressure"]
+    kv = doc["findings"][0]
+    assert (kv["severity"], kv["phase"], kv["layer"]) == ("warning", "decode", "memory")
+    assert kv["runbook"] == f"{spec.runbook_url_base}InferenceKVCachePressure.md"
+    evidence = {e["signal"]: e for e in kv["evidence"]}
+    assert evidence["preemption_rate"]["value"] == pytest.approx(33 / 20)  # 33 preemptions
+    assert evidence["preemption_rate"]["threshold"] == spec.t("preemptions_per_second")
+    assert evidence["preemption_rate"]["holds"] is True
+    assert evidence["kv_usage"]["holds"] is False  # full, then empty: 67 % on average
+    assert doc["phase"] == "prefill"  # TTFT p95 above 2 s, ITL p95 below 100 ms
+    assert doc["phase_signals"]["ttft_p95"] > spec.t("ttft_p95_seconds")
+
+    # The page says the same, from the same document.
+    assert '<meta http-equiv="refresh"' in page
+    assert "<script" not in page and "http://" not in page.split("<code>")[0]
+    assert 'id="status">warning: InferenceKVCachePressure</div>' in page
+    assert "<b>phase: prefill</b>" in page
+    for finding in doc["findings"]:
+        block = finding_html(page, finding["alert"])
+        assert f'<a href="{finding["runbook"]}">runbook</a>' in block
+        for e in finding["evidence"]:
+            assert e["label"] in block
+            assert fmt(e["value"], e["unit"]) in block
+            assert fmt(e["threshold"], e["unit"]) in block
+    # Sparklines: a polyline where two windows have data, "no data" where none has.
+    assert [len(points) for points in doc["series"].values()] == [2] * len(doc["series"])
+    running = doc["series"]["running"]
+    assert all(value is not None for _, value in running)
+    assert running[1][0] - running[0][0] == pytest.approx(10.0)  # the polls' spacing
+    assert re.search(
+        r'<polyline [^>]*points="[\d.]+,[\d.]+ [\d.]+,[\d.]+"', spark_html(page, "running")
+    )
+    assert doc["series"]["gpu_busy"] == [[t, None] for t, _ in doc["series"]["gpu_busy"]]
+    assert "no data" in spark_html(page, "gpu_busy")  # no NVML here: not a flat zero
+    assert "<svg" not in spark_html(page, "gpu_busy")
+
+
+async def test_a_quiet_sequence_has_no_finding(exporter) -> None:
+    client = await exporter[3]()
+    await poll(exporter, AFTER, AFTER)
+    page, doc = await get(client)
+    assert (doc["state"], doc["findings"], doc["phase"]) == ("healthy", [], "none")
+    assert "healthy: no alert condition" in page and 'class="finding' not in page
+
+
+async def test_collecting_until_two_polls(exporter) -> None:
+    client = await exporter[3]()
+    page, doc = await get(client)
+    assert doc["state"] == "collecting" and doc["latest_poll_backend_up"] is None
+    assert "collecting" in page
+    await poll(exporter, AFTER)
+    _, doc = await get(client)
+    assert doc["state"] == "collecting" and doc["latest_poll_backend_up"] is True
+
+
+async def test_a_down_backend_is_said_and_named(exporter) -> None:
+    client = await exporter[3]()
+    await poll(exporter, None)
+    page, doc = await get(client)
+    assert doc["latest_poll_backend_up"] is False
+    assert "backend down" in page
+    await poll(exporter, AFTER, None)
+    page, doc = await get(client)
+    assert "backend down" in page
+    assert doc["findings"][0]["alert"] == "InferenceBackendDown"
+    assert doc["findings"][0]["evidence"][0] == {
+        "signal": "backend_up",
+        "label": "backend up",
+        "value": 0.0,
+        "op": "==",
+        "threshold": 0.0,
+        "threshold_name": None,
+        "unit": "count",
+        "role": "any_of",
+        "holds": True,
+        "text": "backend up 0 == 0",
+    }
+    assert 'data-alert="InferenceBackendDown"' in page
+
+
+async def test_hostile_label_values_are_escaped(exporter) -> None:
+    hostile = AFTER.replace('model_name="tiny"', f'model_name="{HOSTILE_MODEL}"')
+    client = await exporter[3]()
+    await poll(exporter, hostile, hostile)
+    page, doc = await get(client)
+    assert doc["labels"]["model"] == HOSTILE_MODEL
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+async def test_a_failing_verdict_never_reaches_the_request(exporter, monkeypatch) -> None:
+    client = await exporter[3]()
+    await poll(exporter, AFTER, AFTER)
+    _, before = await get(client)
+
+    def broken(snap):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(verdict_module, "render", broken)
+    await poll(exporter, KV_FULL)
+    _page, doc = await get(client)
+    assert doc["state"] == before["state"] == "healthy"  # the last good verdict stays
+    assert (await client.get("/metrics")).status == 200
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+async def test_basic_auth_covers_the_verdict(exporter) -> None:
+    users = BasicAuthUsers({"alice": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))})
+    client = await exporter[3](web_config=WebConfig(users=users))
+    await poll(exporter, KV_FULL, AFTER)
+    for path in ("/", "/verdict.json", "/metrics"):
+        assert (await client.get(path)).status == 401
+        assert (await client.get(path, headers=basic("alice", "wrong"))).status == 401
+    assert (await client.get("/healthz")).status != 401  # as before: probes need no login
+    _page, doc = await get(client, headers=basic("alice", "s3cret"))
+    assert doc["findings"][0]["alert"] == "InferenceKVCachePressure"
+
+
+async def test_the_spec_given_is_the_verdicts(exporter) -> None:
+    spec = spec_from_config(
+        {
+            "thresholds": {"queue_share_high": 0.3},
+            "alerting": {"runbook_url_base": "https://runbooks.example/"},
+        }
+    )
+    client = await exporter[3](spec=spec)
+    await poll(exporter, KV_FULL, AFTER)
+    _, doc = await get(client)
+    names = {f["alert"]: f["runbook"] for f in doc["findings"]}
+    assert names == {
+        "InferenceKVCachePressure": "https://runbooks.example/InferenceKVCachePressure.md",
+        "InferenceQueueingDelay": "https://runbooks.example/InferenceQueueingDelay.md",
+    }
+
+
+async def test_the_running_app_records_polls_without_requests(aiohttp_server, aiohttp_client):
+    backend = Backend()
+    backend.page = AFTER
+    app = web.Application()
+    app.router.add_get("/metrics", backend.metrics)
+    app.router.add_get("/version", backend.version)
+    server = await aiohttp_server(app)
+    upstream = Upstream(str(server.make_url("")).rstrip("/"), timeout=2.0, max_bytes=1 << 24)
+    poller = Poller(upstream, VLLM, None, PollSettings(interval=0.05))
+    exporter_app = make_app(poller)
+    history = exporter_app[VERDICT]
+    history.step = 0.0
+    await aiohttp_client(exporter_app)
+    deadline = time.monotonic() + 120  # a guard against hanging, not a performance bound
+    while len(history.series()["running"]) < 3:
+        assert time.monotonic() < deadline, "the verdict recorded no polls"
+        await asyncio.sleep(0.05)
+    assert history.verdict.state == "healthy"
+
+
+def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            CHROMIUM or "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,  # a guard against a hung browser
+    )
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (make debs installs it)")
+async def test_a_real_browser_renders_the_verdict(exporter, tmp_path: Path) -> None:
+    client = await exporter[3]()
+    await poll(exporter, KV_FULL, AFTER, AFTER)
+    url = str(client.make_url("/"))
+    dom = await asyncio.to_thread(chromium, "--dump-dom", url, profile=tmp_path / "profile")
+    assert dom.returncode == 0, dom.stderr
+    text = dom.stdout
+    assert 'id="status">warning: InferenceKVCachePressure</div>' in text
+    assert re.search(r'data-alert="InferenceKVCachePressure"', text)
+    assert re.search(r'<polyline [^>]*points="[\d.]+,[\d.]+ [\d.]+,[\d.]+"', text)
+    shot = tmp_path / "verdict.png"
+    taken = await asyncio.to_thread(
+        chromium,
+        f"--screenshot={shot}",
+        "--window-size=1200,1600",
+        "--hide-scrollbars",
+        url,
+        profile=tmp_path / "profile",
+    )
+    assert taken.returncode == 0, taken.stderr
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"verdict page screenshot: {shot}")
