@@ -25,10 +25,11 @@ from test_hostile_pages import hostile_pages, poll_and_render
 from inferwatch.baseline import parse as parse_baseline
 from inferwatch.baseline import series as baseline_series
 from inferwatch.collect.backends import VLLM
+from inferwatch.collect.canary import E2E_BOUNDS, ITL_BOUNDS, TTFT_BOUNDS, Counts
 from inferwatch.collect.derive import derived
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.metrics import ALL, Kind
-from inferwatch.model import BackendSample, CollectorStatus, Histogram, Snapshot
+from inferwatch.model import BackendSample, CanarySample, CollectorStatus, Histogram, Snapshot
 from inferwatch.serve.exposition import (
     PROCESS_FAMILIES,
     Renderer,
@@ -79,7 +80,23 @@ def full_snapshot(fixture: str) -> Snapshot:
         gpus=gpus,
         derived=derived(({KEY: True}, {KEY: 2.5}), {KEY: 0.0048}),
         baseline=baseline_series(BASELINE, sample),
+        canary=canary_sample(),
     )
+
+
+def canary_sample(gap: float | None = 0.012) -> CanarySample:
+    hists = []
+    for bounds, values in (
+        (TTFT_BOUNDS, (0.03, 0.07)),
+        (ITL_BOUNDS, (0.004, 0.02, 0.02)),
+        (E2E_BOUNDS, (0.2, 0.3)),
+    ):
+        counts = Counts(bounds)
+        for value in values:
+            counts.observe(value)
+        hists.append(counts.frozen())
+    probes = {"ok": 2.0, "http_error": 0.0, "timeout": 1.0, "connect_error": 0.0}
+    return CanarySample("tiny", *hists, {**probes, "bad_stream": 0.0}, gap)
 
 
 @pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("vllm*.prom")))

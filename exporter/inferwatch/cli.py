@@ -277,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             values = resolve(serve.OPTIONS, vars(args), config)
             _setup_logging(values["log_level"])
-            serve.run(serve.ServeConfig.from_values(values))
+            serve.run(serve.ServeConfig.from_values(values), spec=_spec(config, values["baseline"]))
         elif args.command == "generate":
             from inferwatch.tools import generate
 

@@ -141,6 +141,38 @@ BASELINE: dict[str, MetricDef] = _defs(
     ),
 )
 
+# The canary (``serve --canary on``): small streamed requests of its own, timed client side
+# (labels: backend, model). Only while the canary is on.
+CANARY: dict[str, MetricDef] = _defs(
+    MetricDef(
+        "canary_time_to_first_token_seconds",
+        H,
+        "Time to first token of the canary's successful probes, client side.",
+    ),
+    MetricDef(
+        "canary_inter_token_latency_seconds",
+        H,
+        "Gaps between successive tokens of the canary's successful probes, client side.",
+    ),
+    MetricDef(
+        "canary_request_duration_seconds",
+        H,
+        "End-to-end latency of the canary's successful probes, client side.",
+    ),
+    MetricDef(
+        "canary_probes",
+        C,
+        "Canary probes by result (ok, http_error, timeout, connect_error, bad_stream).",
+        ("result",),
+    ),
+    MetricDef(
+        "canary_ttft_gap_seconds",
+        G,
+        "The canary's mean TTFT minus the server's own mean TTFT over the same recent window; "
+        "absent unless both saw a first token in it.",
+    ),
+)
+
 # The exporter's view of itself.
 SELF: dict[str, MetricDef] = _defs(
     MetricDef("backend_up", G, "1 if the last scrape of the backend succeeded."),
@@ -160,7 +192,7 @@ SELF: dict[str, MetricDef] = _defs(
     ),
 )
 
-ALL: dict[str, MetricDef] = {**BACKEND, **GPU, **DERIVED, **BASELINE, **SELF}
+ALL: dict[str, MetricDef] = {**BACKEND, **GPU, **DERIVED, **BASELINE, **CANARY, **SELF}
 
 # Each group with the labels all its series carry ([engine]: where the server has one).
 GROUPS: tuple[tuple[str, dict[str, MetricDef], tuple[str, ...]], ...] = (
@@ -172,6 +204,7 @@ GROUPS: tuple[tuple[str, dict[str, MetricDef], tuple[str, ...]], ...] = (
         BASELINE,
         ("backend", "model", "concurrency", "prompt_tokens", "output_tokens", "percentile"),
     ),
+    ("canary", CANARY, ("backend", "model")),
     ("exporter", SELF, ()),
 )
 

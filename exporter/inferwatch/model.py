@@ -148,6 +148,23 @@ class Derived:
 
 
 @dataclass(frozen=True)
+class CanarySample:
+    """What the canary measured so far (``serve --canary on``), cumulative since start.
+
+    Histograms of its successful probes (client side, fixed bounds), probe counts by
+    result, and the gap between its mean TTFT and the server's own over a recent window
+    (None unless both observed a first token in it).
+    """
+
+    model: str
+    ttft: Histogram
+    itl: Histogram
+    e2e: Histogram
+    probes: Mapping[str, float]
+    ttft_gap_seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one poll saw; the HTTP app renders the latest one."""
 
@@ -159,3 +176,4 @@ class Snapshot:
     gpus: tuple[GpuSample, ...] = ()
     derived: Derived = field(default_factory=Derived)
     baseline: Mapping[str, Mapping[Labels, float]] = field(default_factory=lambda: EMPTY)
+    canary: CanarySample | None = None

@@ -135,6 +135,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = positive_int(text) if low > 0 else int(_number(text))
+        if not low <= value <= high:
+            raise ValueError(f"{text!r} must be between {low} and {high}")
+        return value
+
+    return parse
+
+
 def http_url(text: str) -> str:
     """An ``http://`` or ``https://`` URL with a host, and a port from 1 to 65535 if it names one.
 

@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from inferwatch.baseline import Baseline
 from inferwatch.baseline import series as baseline_series
@@ -24,7 +25,10 @@ from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floo
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.collect.upstream import Upstream, UpstreamError
-from inferwatch.model import BackendSample, CollectorStatus, GpuSample, Snapshot
+from inferwatch.model import BackendSample, CanarySample, CollectorStatus, GpuSample, Snapshot
+
+if TYPE_CHECKING:
+    from inferwatch.collect.canary import Canary
 
 log = logging.getLogger("inferwatch.poller")
 
@@ -76,9 +80,14 @@ class CauseLog:
     at most every ``repeat`` s per kind, saying how many lines it held back meanwhile."""
 
     def __init__(
-        self, what: str, repeat: float = 60.0, clock: Callable[[], float] = time.monotonic
+        self,
+        what: str,
+        repeat: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        unit: str = "polls",
     ):
         self._what = what
+        self._unit = unit
         self._limiter = LogLimiter(repeat, clock)
         self._kinds: set[str] = set()
         self.failures = 0
@@ -90,9 +99,10 @@ class CauseLog:
             return
         if kind in self._kinds:
             log.warning(
-                "%s still failing (%d polls, %d lines like this held back): %s",
+                "%s still failing (%d %s, %d lines like this held back): %s",
                 self._what,
                 self.failures,
+                self._unit,
                 held,
                 cause,
             )
@@ -102,7 +112,7 @@ class CauseLog:
 
     def ok(self) -> None:
         if self.failures:
-            log.info("%s recovered after %d failed polls", self._what, self.failures)
+            log.info("%s recovered after %d failed %s", self._what, self.failures, self._unit)
         self._limiter.reset()
         self._kinds.clear()
         self.failures = 0
@@ -118,8 +128,10 @@ class Poller:
         gpu: GpuSource | None,
         settings: PollSettings,
         clock: Callable[[], float] = time.monotonic,
+        canary: Canary | None = None,
     ) -> None:
         self.upstream = upstream
+        self.canary = canary  # its probes run on their own task; a poll only reads them
         self.backend = backend  # None until --backend auto has recognised the server
         self._mapper: Mapper | None = None  # this poller's, for the recognised backend
         self.gpu = gpu
@@ -182,9 +194,21 @@ class Poller:
             baseline=baseline_series(self.settings.baseline, sample)
             if self.settings.baseline is not None and sample is not None
             else {},
+            canary=self._canary_sample(now, sample),
         )
         self.last_poll_at = now
         return self.snapshot
+
+    def _canary_sample(self, now: float, sample: BackendSample | None) -> CanarySample | None:
+        """The canary's counts for this snapshot; a canary bug leaves them out, nothing else."""
+        if self.canary is None:
+            return None
+        try:
+            return self.canary.sample(now, sample)
+        except Exception:
+            if self._bug_log.allow("canary") is not None:
+                log.exception("reading the canary failed; its series are left out")
+            return None
 
     async def run(self) -> None:
         """Poll forever on a fixed cadence; a slow poll delays, never stacks, the next."""

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import logging
 import socket
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,15 +17,19 @@ from aiohttp import web
 
 from inferwatch.baseline import load as load_baseline
 from inferwatch.collect.backends import BACKENDS
+from inferwatch.collect.canary import Canary, CanarySettings
+from inferwatch.collect.canary import describe as describe_canary
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.collect.poller import DEFAULT_MAX_SERIES, Poller, PollSettings
 from inferwatch.collect.upstream import Upstream, redact_url
+from inferwatch.method.spec import Spec
 from inferwatch.serve.web import make_app
 from inferwatch.serve.webconfig import load as load_web_config
 from inferwatch.settings import (
     ConfigError,
     Option,
     bounded_float,
+    bounded_int,
     existing_dir,
     existing_file,
     header_line,
@@ -159,6 +167,70 @@ OPTIONS = (
         "baseline file from `inferwatch baseline`",
         metavar="FILE",
     ),
+    Option(
+        "--canary",
+        str,
+        "off",
+        "send small streamed requests of our own and time them client side (the canary_* series)",
+        choices=("off", "on"),
+    ),
+    Option(
+        "--canary-url",
+        http_url,
+        None,
+        "OpenAI API base the canary's requests go to: the server's, or any URL the traffic "
+        "goes through, e.g. the ingress (default: the backend URL's scheme, host and port)",
+        metavar="URL",
+    ),
+    Option(
+        "--canary-interval",
+        bounded_float(0.1, 3600),
+        15.0,
+        "seconds between canary probes (doubling after each failure, up to 120 s)",
+        metavar="S",
+    ),
+    Option(
+        "--canary-model",
+        str,
+        None,
+        "model the canary asks for (default: the model the backend's page names)",
+        metavar="NAME",
+    ),
+    Option(
+        "--canary-prompt-tokens",
+        bounded_int(1, 100_000),
+        8,
+        "prompt length of a canary probe, in words (about one token each)",
+        metavar="N",
+    ),
+    Option(
+        "--canary-output-tokens",
+        bounded_int(1, 10_000),
+        8,
+        "tokens a canary probe asks for (exactly, where the server allows it)",
+        metavar="N",
+    ),
+    Option(
+        "--canary-api",
+        str,
+        "completions",
+        "OpenAI API the canary uses",
+        choices=("completions", "chat"),
+    ),
+    Option(
+        "--canary-timeout",
+        bounded_float(0.1, 600),
+        10.0,
+        "seconds a canary probe may take in all before it counts as a timeout",
+        metavar="S",
+    ),
+    Option(
+        "--canary-bearer-token-file",
+        existing_file,
+        None,
+        "file with a bearer token the canary sends as Authorization (read at start)",
+        metavar="FILE",
+    ),
     Option("--log.level", str, "info", "log level", choices=("debug", "info", "warning", "error")),
 )
 
@@ -193,6 +265,15 @@ class ServeConfig:
     tensor_parallel_size: int | None
     baseline: Path | None
     log_level: str
+    canary: str = "off"
+    canary_url: str | None = None
+    canary_interval: float = 15.0
+    canary_model: str | None = None
+    canary_prompt_tokens: int = 8
+    canary_output_tokens: int = 8
+    canary_api: str = "completions"
+    canary_timeout: float = 10.0
+    canary_bearer_token_file: Path | None = None
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> ServeConfig:
@@ -227,6 +308,25 @@ class ServeConfig:
             name, value = self.backend_header
             headers[name] = value
         return headers
+
+    def canary_settings(self) -> CanarySettings | None:
+        """The canary's settings (None when off); reads its token file (ConfigError)."""
+        if self.canary != "on":
+            return None
+        token = None
+        if self.canary_bearer_token_file is not None:
+            token = read_secret(self.canary_bearer_token_file)
+        url = self.canary_url or Upstream(self.backend_url, timeout=1, max_bytes=1).origin()
+        return CanarySettings(
+            url=url,
+            api=self.canary_api,
+            model=self.canary_model or None,
+            interval=self.canary_interval,
+            timeout=self.canary_timeout,
+            prompt_tokens=self.canary_prompt_tokens,
+            output_tokens=self.canary_output_tokens,
+            api_key=token,
+        )
 
     def weight_bytes(self) -> int | None:
         if self.model_path is not None:
@@ -275,6 +375,20 @@ def build_poller(config: ServeConfig) -> Poller:
     return Poller(upstream, backend, gpu, settings)
 
 
+async def _start_canary(
+    poller: Poller, settings: CanarySettings, app: web.Application
+) -> AsyncIterator[None]:
+    """The canary's probe loop for the app's lifetime, on its own task; each poll reads it."""
+    canary = Canary(settings)  # made in the app's loop: its client session belongs there
+    poller.canary = canary
+    task = asyncio.create_task(canary.run(), name="inferwatch-canary")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await canary.close()
+
+
 def listen(host: str, port: int) -> list[socket.socket]:
     """Sockets bound to ``host:port`` (every interface when ``host`` is empty), like aiohttp's.
 
@@ -303,13 +417,14 @@ def listen(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
-def run(config: ServeConfig) -> None:
+def run(config: ServeConfig, spec: Spec | None = None) -> None:
     web_config = None
     if config.web_config_file is not None:
         web_config = load_web_config(config.web_config_file)
     ssl_context = web_config.ssl_context() if web_config is not None else None
     host, port = config.web_listen_address
     sockets = listen(host, port)
+    canary_settings = config.canary_settings()
     poller = build_poller(config)
     log.info(
         "serving on %s:%d (%s), polling %s backend at %s every %g s",
@@ -320,8 +435,12 @@ def run(config: ServeConfig) -> None:
         redact_url(config.backend_url),
         config.poll_interval,
     )
+    app = make_app(poller, web_config=web_config, spec=spec)
+    if canary_settings is not None:
+        log.info("%s", describe_canary(canary_settings, redact_url))
+        app.cleanup_ctx.append(functools.partial(_start_canary, poller, canary_settings))
     web.run_app(
-        make_app(poller, web_config=web_config),
+        app,
         sock=sockets,
         ssl_context=ssl_context,
         print=None,

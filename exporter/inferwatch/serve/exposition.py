@@ -52,7 +52,14 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from inferwatch import __version__
 from inferwatch.collect.poller import LogLimiter
 from inferwatch.metrics import ALL, Kind
-from inferwatch.model import CollectorStatus, GpuSample, Histogram, Labels, Snapshot
+from inferwatch.model import (
+    CanarySample,
+    CollectorStatus,
+    GpuSample,
+    Histogram,
+    Labels,
+    Snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +231,15 @@ class _Page:
         }
         self.scalars("gpu_clock_throttled", throttled)
 
+    def canary(self, canary: CanarySample, labels: Labels) -> None:
+        self.histograms("canary_time_to_first_token_seconds", {labels: canary.ttft}, ())
+        self.histograms("canary_inter_token_latency_seconds", {labels: canary.itl}, ())
+        self.histograms("canary_request_duration_seconds", {labels: canary.e2e}, ())
+        probes = {(*labels, ("result", r)): n for r, n in canary.probes.items()}
+        self.scalars("canary_probes", probes)
+        if canary.ttft_gap_seconds is not None:
+            self.scalars("canary_ttft_gap_seconds", {labels: canary.ttft_gap_seconds})
+
     def bytes(self, extra: str = "") -> bytes:
         """The page, with ``extra`` (more families) at its end (before OpenMetrics' EOF)."""
         tail = "# EOF\n" if self.openmetrics else ""
@@ -260,6 +276,8 @@ def _page(snap: Snapshot, openmetrics: bool) -> _Page:
     page.scalars("decode_floor_seconds", d.decode_floor_seconds)
     for key, series in snap.baseline.items():
         page.scalars(key, series)
+    if snap.canary is not None:
+        page.canary(snap.canary, (("backend", snap.backend_kind), ("model", snap.canary.model)))
     return page
 
 

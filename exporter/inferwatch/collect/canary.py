@@ -1,0 +1,268 @@
+"""The canary (``serve --canary on``): one small streamed request at a time, timed client side.
+
+Every ``interval`` seconds it streams one completion (``prompt_tokens`` words of prompt,
+``output_tokens`` tokens asked for exactly where the server allows) through the sweep's
+client (:class:`inferwatch.collect.stream.Client`) to the server's OpenAI API, or to any
+URL the user's traffic goes through (an ingress, a gateway), and keeps what it measured:
+TTFT, the gaps between tokens and the end-to-end time of each successful probe in
+histograms with fixed bounds, and every probe's result.
+
+Cost is bounded: the probes run one after the other on their own task (never two in
+flight), each under a hard timeout, and after a failure the next waits twice as long as the
+last, up to ``max_backoff``. Failures are logged one line per kind (``http_error``,
+``timeout``...), then at most once a minute per kind. Nothing here runs on the scrape path:
+a poll only reads the counts (:meth:`Canary.sample`), and a canary that fails, hangs or
+raises leaves the backend's series as they are.
+
+Each probe is marked: its body carries ``"user": "inferwatch-canary"`` (the OpenAI API's
+end-user field) and its request the header ``X-Inferwatch-Canary: 1``. None of the
+supported servers (vLLM, SGLang, TGI, llama.cpp, Triton) leaves a request out of its own
+metrics for either, as of their 2026 releases, so the server's TTFT histogram counts the
+probes too; the marker lets what sits in front of it (an ingress, a gateway, an access log
+or a usage report) recognise them and leave them out of its accounting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from inferwatch.collect.poller import CauseLog, LogLimiter
+from inferwatch.collect.stream import WORDS, Client, Sample
+from inferwatch.model import BackendSample, CanarySample, Histogram
+
+log = logging.getLogger("inferwatch.canary")
+
+# Bucket bounds (seconds). TTFT: a short prompt on an idle GPU answers in tens of ms, a
+# queued or CPU-bound one in seconds; up to the longest sensible timeout. Inter-token gaps:
+# ~5-50 ms decode steps on a GPU, up to the stalls (a preemption, a long prefill batched in)
+# worth seeing. End to end: TTFT plus a few dozen tokens.
+TTFT_BOUNDS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+ITL_BOUNDS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+E2E_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+RESULTS = ("ok", "http_error", "timeout", "connect_error", "bad_stream")
+MARKER_USER = "inferwatch-canary"
+MARKER_HEADERS = MappingProxyType({"X-Inferwatch-Canary": "1"})
+
+
+@dataclass(frozen=True)
+class CanarySettings:
+    """``url`` is the API base (``http://host:8000``; ``/v1/...`` is appended)."""
+
+    url: str
+    api: str = "completions"
+    model: str | None = None  # None: the model the backend's page names
+    interval: float = 15.0
+    timeout: float = 10.0
+    prompt_tokens: int = 8
+    output_tokens: int = 8
+    api_key: str | None = field(default=None, repr=False)
+    max_backoff: float = 120.0  # the longest wait after failures (never below interval)
+    gap_window: float | None = None  # None: max(60 s, 4 intervals)
+
+    @property
+    def window(self) -> float:
+        return self.gap_window if self.gap_window is not None else max(60.0, 4 * self.interval)
+
+
+class Counts:
+    """A cumulative histogram being filled: counts per bound (``le``), then +Inf."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.les = (*(repr(b) for b in bounds), "+Inf")
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def frozen(self) -> Histogram:
+        cumulative, running = [], 0
+        for le, n in zip(self.les, self.counts, strict=True):
+            running += n
+            cumulative.append((le, float(running)))
+        return Histogram(tuple(cumulative), self.sum, float(self.count))
+
+
+def server_ttft(sample: BackendSample | None) -> tuple[float, float] | None:
+    """(sum, count) of the server's own TTFT histogram over all its series, or None."""
+    series = sample.histograms.get("time_to_first_token_seconds") if sample else None
+    if not series:
+        return None
+    hists = [h for h in series.values() if not (math.isnan(h.sum) or math.isnan(h.count))]
+    if not hists:
+        return None
+    return math.fsum(h.sum for h in hists), math.fsum(h.count for h in hists)
+
+
+class TtftGap:
+    """The canary's mean TTFT minus the server's over the last ``window`` seconds, from the
+    cumulative sums and counts of both at each poll (a server restart starts afresh)."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self._points: deque[tuple[float, float, float, float, float]] = deque()
+
+    def update(
+        self, now: float, canary: tuple[float, float], server: tuple[float, float] | None
+    ) -> float | None:
+        if server is None:
+            return None
+        if self._points and server[1] < self._points[-1][4]:
+            self._points.clear()  # the server's counters went back: it restarted
+        self._points.append((now, *canary, *server))
+        while len(self._points) > 1 and self._points[1][0] <= now - self.window:
+            self._points.popleft()
+        _, canary_sum, canary_count, server_sum, server_count = self._points[0]
+        probes = canary[1] - canary_count
+        observed = server[1] - server_count
+        if probes <= 0 or observed <= 0:
+            return None
+        return (canary[0] - canary_sum) / probes - (server[0] - server_sum) / observed
+
+
+def prompt_input(settings: CanarySettings) -> dict[str, Any]:
+    """The probe's prompt (about one token a word) and its marker, for the chosen API."""
+    text = " ".join(WORDS[i % len(WORDS)] for i in range(settings.prompt_tokens))
+    if settings.api == "chat":
+        return {"messages": [{"role": "user", "content": text}], "user": MARKER_USER}
+    return {"prompt": text, "user": MARKER_USER}
+
+
+class Canary:
+    """Runs the probes (:meth:`run`, its own task) and hands out immutable counts."""
+
+    def __init__(
+        self,
+        settings: CanarySettings,
+        *,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        self.settings = settings
+        self._sleep = sleep
+        self._client = Client(
+            settings.url.rstrip("/"),
+            settings.api,
+            settings.model or "",
+            timeout=settings.timeout,
+            connections=1,
+            api_key=settings.api_key,
+            headers=MARKER_HEADERS,
+        )
+        self._input = prompt_input(settings)
+        self._ttft = Counts(TTFT_BOUNDS)
+        self._itl = Counts(ITL_BOUNDS)
+        self._e2e = Counts(E2E_BOUNDS)
+        self._probes = dict.fromkeys(RESULTS, 0)
+        self._gap = TtftGap(settings.window)
+        self._log = CauseLog("canary probe", unit="probes")
+        self._bug_log = LogLimiter()
+        self._said_no_model = False
+        self.in_flight = 0
+        self.failures = 0  # consecutive
+
+    @property
+    def model(self) -> str:
+        return self._client.model
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    def sample(self, now: float, server: BackendSample | None) -> CanarySample:
+        """The counts so far, and the TTFT gap against the server's page of this poll."""
+        if not self.settings.model and server is not None and server.model != "unknown":
+            self._client.model = server.model  # the model the backend names
+        gap = self._gap.update(now, (self._ttft.sum, self._ttft.count), server_ttft(server))
+        return CanarySample(
+            model=self.model or "unknown",
+            ttft=self._ttft.frozen(),
+            itl=self._itl.frozen(),
+            e2e=self._e2e.frozen(),
+            probes=MappingProxyType({k: float(v) for k, v in self._probes.items()}),
+            ttft_gap_seconds=gap,
+        )
+
+    async def probe_once(self) -> Sample | None:
+        """One probe, counted; None while no model is known to ask for."""
+        if not self.model:
+            if not self._said_no_model:
+                log.info("canary waits for the backend to name its model (or --canary-model)")
+                self._said_no_model = True
+            return None
+        self.in_flight += 1
+        try:
+            async with asyncio.timeout(self.settings.timeout):
+                sample = await self._client.stream(self._input, self.settings.output_tokens)
+        except TimeoutError:
+            error = f"no complete answer within {self.settings.timeout:g} s"
+            sample = Sample(error=error, kind="timeout")
+        finally:
+            self.in_flight -= 1
+        self._record(sample)
+        return sample
+
+    def _record(self, sample: Sample) -> None:
+        if sample.ok:
+            self._probes["ok"] += 1
+            self._ttft.observe(sample.ttft)
+            for gap in sample.gaps:
+                self._itl.observe(gap)
+            self._e2e.observe(sample.e2e)
+            self._log.ok()
+            return
+        kind = sample.kind if sample.kind in self._probes else "bad_stream"
+        self._probes[kind] += 1
+        if sample.status in (400, 422) and self._client.ask_exact_length:
+            # ignore_eos/min_tokens may be what the server refuses: ask without them.
+            self._client.ask_exact_length = False
+            log.info(
+                "canary: the server refused a probe (%s); asking without an exact length",
+                sample.error,
+            )
+        self._log.failed(kind, sample.error)
+
+    def next_delay(self, sample: Sample | None) -> float:
+        """Seconds to the next probe: the interval, doubled per consecutive failure, capped."""
+        interval = self.settings.interval
+        if sample is None or sample.ok:
+            self.failures = 0
+            return interval
+        self.failures += 1
+        return min(
+            interval * 2.0 ** min(self.failures, 30), max(self.settings.max_backoff, interval)
+        )
+
+    async def run(self) -> None:
+        """Probe forever, one at a time; a bug is logged, never raised."""
+        while True:
+            sample: Sample | None
+            try:
+                sample = await self.probe_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if self._bug_log.allow("probe") is not None:
+                    log.exception("canary probe failed")
+                sample = Sample(error="bug", kind="bad_stream")  # back off all the same
+            await self._sleep(self.next_delay(sample))
+
+
+def describe(settings: CanarySettings, redact: Callable[[str], str]) -> str:
+    """One line for the start-up log."""
+    model = settings.model or "the backend's model"
+    return (
+        f"canary: one {settings.api} probe of {model} at {redact(settings.url)} every "
+        f"{settings.interval:g} s (timeout {settings.timeout:g} s)"
+    )

@@ -1,0 +1,338 @@
+"""The canary against a fake OpenAI server on loopback that streams SSE with set delays, one
+that is down, one that hangs and one that streams garbage; then once against a real vLLM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import socket
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as parse_openmetrics,
+)
+from test_exposition import full_snapshot
+
+from demo.stack import Inferwatch, VllmServer, metric_value
+from inferwatch.collect.canary import (
+    MARKER_USER,
+    RESULTS,
+    Canary,
+    CanarySettings,
+    TtftGap,
+    server_ttft,
+)
+from inferwatch.model import BackendSample, Histogram
+from inferwatch.serve.command import OPTIONS, ServeConfig
+from inferwatch.serve.exposition import render, render_openmetrics
+from inferwatch.serve.web import make_app
+from inferwatch.settings import resolve
+
+from conftest import fixture_text, page_value
+
+CAPTURE = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
+TINY = {"backend": "vllm", "model": "tiny"}
+
+
+@dataclass
+class Fake:
+    """An OpenAI-compatible server: ``mode`` ok (TTFT, then a token every ``itl``), 500,
+    garbage, html or hang (one token, then SSE comments until the client hangs up)."""
+
+    mode: str = "ok"
+    ttft: float = 0.05
+    itl: float = 0.01
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    canary: Canary | None = None
+    in_flight_seen: list[int] = field(default_factory=list)  # the canary's, at each arrival
+    url: str = ""
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        self.headers.append(dict(request.headers))
+        if self.canary is not None:
+            self.in_flight_seen.append(self.canary.in_flight)
+        if self.mode == "500":
+            return web.json_response({"error": {"message": "boom"}}, status=500)
+        if self.mode == "html":
+            return web.Response(text="<html>It works!</html>", content_type="text/html")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        if self.mode == "garbage":
+            await resp.write(b"data: {not json\n\n")
+            return resp
+        await asyncio.sleep(self.ttft)
+        tokens = 1 if self.mode == "hang" else body["max_tokens"]
+        for i in range(tokens):
+            if i:
+                await asyncio.sleep(self.itl)
+            choice = {"delta": {"content": f"t{i}"}} if "messages" in body else {"text": f"t{i}"}
+            chunk = {"choices": [{"index": 0, **choice, "finish_reason": None}]}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        while self.mode == "hang":  # a write to a closed connection raises: the client left
+            await asyncio.sleep(0.02)
+            await resp.write(b": still thinking\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=CAPTURE, content_type="text/plain")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
+
+@pytest.fixture
+async def fake(aiohttp_server) -> Fake:
+    server = Fake()
+    running = await aiohttp_server(server.app())
+    server.url = str(running.make_url("")).rstrip("/")
+    return server
+
+
+@pytest.fixture
+async def canary_for():
+    made: list[Canary] = []
+
+    def make(url: str, **settings: Any) -> Canary:
+        made.append(Canary(CanarySettings(url, **{"model": "m", **settings})))
+        return made[-1]
+
+    yield make
+    for canary in made:
+        await canary.close()
+
+
+class Sleeps:
+    """Stands in for asyncio.sleep in the probe loop: records the delays asked for, waits
+    none, and lets the test wait for the n-th."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+        self._changed = asyncio.Condition()
+
+    async def __call__(self, delay: float) -> None:
+        async with self._changed:
+            self.delays.append(delay)
+            self._changed.notify_all()
+        await asyncio.sleep(0)
+
+    async def wait_for(self, n: int) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: len(self.delays) >= n)
+
+
+async def run_until(canary: Canary, sleeps: Sleeps, probes: int) -> None:
+    """Runs the probe loop until it has finished ``probes`` probes, then stops it."""
+    canary._sleep = sleeps
+    task = asyncio.create_task(canary.run())
+    try:
+        await sleeps.wait_for(probes)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+async def test_a_probe_measures_ttft_gaps_and_e2e_and_carries_the_marker(
+    fake: Fake, canary_for
+) -> None:
+    canary = canary_for(fake.url, output_tokens=4, prompt_tokens=5)
+    sample = await canary.probe_once()
+    assert sample is not None and sample.ok, sample
+    assert sample.ttft >= fake.ttft
+    assert len(sample.gaps) == 3 and min(sample.gaps) >= fake.itl
+    assert sample.e2e >= sample.ttft + sum(sample.gaps)
+    body = fake.bodies[0]
+    assert body["user"] == MARKER_USER and body["model"] == "m" and body["max_tokens"] == 4
+    assert body["stream"] is True and len(body["prompt"].split()) == 5
+    assert fake.headers[0]["X-Inferwatch-Canary"] == "1"
+    counted = canary.sample(0.0, None)
+    assert counted.ttft.count == 1 and counted.ttft.sum == sample.ttft
+    assert counted.itl.count == 3 and counted.e2e.count == 1
+    # TTFT >= 50 ms: nothing at or under the 0.025 and 0.05 bounds but what lands on 0.05.
+    assert dict(counted.ttft.buckets)["0.025"] == 0 and dict(counted.ttft.buckets)["+Inf"] == 1
+    assert dict(counted.itl.buckets)["0.005"] == 0 and dict(counted.itl.buckets)["+Inf"] == 3
+    assert dict(counted.probes) == {r: float(r == "ok") for r in RESULTS}
+    assert counted.ttft_gap_seconds is None  # no server page to compare with
+
+
+async def test_chat_api_sends_messages(fake: Fake, canary_for) -> None:
+    canary = canary_for(fake.url, api="chat", output_tokens=2)
+    sample = await canary.probe_once()
+    assert sample is not None and sample.ok, sample
+    assert fake.bodies[0]["messages"][0]["role"] == "user"
+    assert fake.bodies[0]["user"] == MARKER_USER
+
+
+@pytest.mark.parametrize(
+    ("mode", "result"), [("500", "http_error"), ("garbage", "bad_stream"), ("html", "bad_stream")]
+)
+async def test_failed_probes_are_counted_by_result(
+    fake: Fake, canary_for, mode: str, result: str
+) -> None:
+    fake.mode = mode
+    canary = canary_for(fake.url)
+    sample = await canary.probe_once()
+    assert sample is not None and not sample.ok
+    counted = canary.sample(0.0, None)
+    assert dict(counted.probes) == {r: float(r == result) for r in RESULTS}
+    assert counted.ttft.count == 0 and counted.e2e.count == 0
+
+
+async def test_server_down_backs_off_and_metrics_stay_served(
+    fake: Fake, canary_for, poller_for, aiohttp_client, caplog: pytest.LogCaptureFixture
+) -> None:
+    canary = canary_for(closed_port_url(), interval=1.0, max_backoff=8.0)
+    sleeps = Sleeps()
+    await run_until(canary, sleeps, 6)
+    # Doubling after each failure, capped; one log line for the kind, not one per probe.
+    assert sleeps.delays[:6] == [2.0, 4.0, 8.0, 8.0, 8.0, 8.0]
+    assert sum("canary probe failing" in r.getMessage() for r in caplog.records) == 1
+    probes = canary.sample(0.0, None).probes
+    assert probes["connect_error"] == len(sleeps.delays) and probes["ok"] == 0
+
+    poller = poller_for(fake.url)  # the backend's /metrics is up, its API is not reached
+    poller.canary = canary
+    client = await aiohttp_client(make_app(poller, run_poller=False))
+    await poller.poll_once()
+    page = await (await client.get("/metrics")).text()
+    assert page_value(page, "inferwatch_backend_up", backend="vllm") == 1.0
+    assert page_value(page, "inferwatch_requests_waiting", engine="0", **TINY) == 20.0
+    where = {**TINY, "model": "m"}
+    connect = page_value(page, "inferwatch_canary_probes_total", result="connect_error", **where)
+    assert connect == probes["connect_error"]
+    assert page_value(page, "inferwatch_canary_time_to_first_token_seconds_count", **where) == 0
+    assert "inferwatch_canary_ttft_gap_seconds" not in page
+
+
+async def test_recovery_resets_the_backoff(fake: Fake, canary_for) -> None:
+    fake.mode = "500"
+    canary = canary_for(fake.url, interval=1.0, max_backoff=8.0)
+    await run_until(canary, sleeps := Sleeps(), 2)
+    fake.mode = "ok"
+    await run_until(canary, more := Sleeps(), 1)
+    assert sleeps.delays[:2] == [2.0, 4.0] and more.delays[0] == 1.0
+
+
+async def test_a_hanging_stream_times_out_with_one_probe_in_flight(fake: Fake, canary_for) -> None:
+    fake.mode = "hang"
+    canary = canary_for(fake.url, timeout=0.3, interval=0.01, max_backoff=0.01)
+    fake.canary = canary
+    sleeps = Sleeps()
+    await run_until(canary, sleeps, 3)
+    probes = canary.sample(0.0, None).probes
+    assert probes["timeout"] == len(sleeps.delays) >= 3
+    assert probes["ok"] == 0
+    assert fake.in_flight_seen and set(fake.in_flight_seen) == {1}
+    assert canary.in_flight == 0
+
+
+def ttft_backend(total: float, count: float) -> BackendSample:
+    hist = Histogram((("+Inf", count),), total, count)
+    return BackendSample("vllm", "tiny", histograms={"time_to_first_token_seconds": {(): hist}})
+
+
+def test_ttft_gap_compares_means_over_the_same_window() -> None:
+    gap = TtftGap(window=10.0)
+    assert gap.update(0.0, (0.0, 0), (100.0, 1000)) is None  # nothing new in the window yet
+    # 2 probes at 0.3 s mean; the server saw 4 first tokens at 0.2 s mean meanwhile.
+    assert gap.update(5.0, (0.6, 2), (100.8, 1004)) == pytest.approx(0.1)
+    # 20 s on the old points are out of the window: only what came after t=5 counts.
+    assert gap.update(20.0, (1.6, 4), (101.8, 1009)) == pytest.approx(0.5 - 0.2)
+    assert gap.update(21.0, (1.6, 4), None) is None  # no server page: no gap
+    # The server restarted (its count went back): start afresh.
+    assert gap.update(22.0, (1.6, 4), (0.0, 0)) is None
+    assert gap.update(23.0, (2.0, 5), (0.1, 1)) == pytest.approx(0.4 - 0.1)
+    assert server_ttft(ttft_backend(3.0, 6)) == (3.0, 6)
+    assert server_ttft(BackendSample("vllm", "tiny")) is None
+
+
+async def test_model_comes_from_the_backend_and_series_render(fake: Fake, canary_for) -> None:
+    canary = canary_for(fake.url, model=None, gap_window=60.0)
+    assert await canary.probe_once() is None and fake.bodies == []  # no model known yet
+    canary.sample(0.0, ttft_backend(1.0, 10))
+    sample = await canary.probe_once()
+    assert sample is not None and sample.ok and fake.bodies[0]["model"] == "tiny"
+    counted = canary.sample(1.0, ttft_backend(1.02, 11))
+    assert counted.ttft_gap_seconds == pytest.approx(sample.ttft - 0.02)
+    snap = replace(full_snapshot("vllm-0.32.0-cpu-loaded-kv-full.prom"), canary=counted)
+    page = render(snap).decode()
+    gap = page_value(page, "inferwatch_canary_ttft_gap_seconds", **TINY)
+    assert gap == counted.ttft_gap_seconds
+    names = {f.name for f in parse_openmetrics(render_openmetrics(snap).decode())}
+    assert "inferwatch_canary_time_to_first_token_seconds" in names
+    assert "inferwatch_canary_probes" in names
+    without = render(replace(snap, canary=None)).decode()
+    assert "inferwatch_canary" not in without  # rendered only when the canary is on
+
+
+def test_options_default_to_the_backend_origin_and_off() -> None:
+    flags = {"backend_url": "http://10.0.0.5:8000/metrics"}
+    assert ServeConfig.from_values(resolve(OPTIONS, flags, {}, {})).canary_settings() is None
+    env = {"INFERWATCH_CANARY": "on", "INFERWATCH_CANARY_API": "chat"}
+    on = ServeConfig.from_values(resolve(OPTIONS, flags, {}, env)).canary_settings()
+    assert on is not None and on.url == "http://10.0.0.5:8000" and on.api == "chat"
+    assert on.interval == 15.0 and on.model is None
+
+
+def test_bearer_token_file_is_read(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    flags = {"canary": "on", "canary_bearer_token_file": token}
+    settings = ServeConfig.from_values(resolve(OPTIONS, flags, {}, {})).canary_settings()
+    assert settings is not None and settings.api_key == "s3cret"
+    assert "s3cret" not in repr(settings)
+
+
+# --- a real vLLM on CPU -----------------------------------------------------------------
+
+GIVE_UP = 300.0  # a guard against a hang, not a bound on how fast anything must be
+
+
+@pytest.mark.vllm
+def test_real_vllm_canary_fills_ttft_and_shows_the_gap(
+    vllm_server: VllmServer, tmp_path: Path
+) -> None:
+    vllm_server.ensure_running()
+    args = ["--poll-interval", "0.5", "--canary", "on", "--canary-interval", "0.5"]
+    sidecar = Inferwatch(tmp_path, vllm_server.url, args).start()
+    try:
+        deadline = time.monotonic() + GIVE_UP
+        page = sidecar.page()
+        while (
+            metric_value(page, "inferwatch_canary_time_to_first_token_seconds_count") < 5
+            or "inferwatch_canary_ttft_gap_seconds{" not in page
+        ):
+            assert time.monotonic() < deadline, "the canary never filled its TTFT histogram"
+            time.sleep(0.1)
+            page = sidecar.page()
+    finally:
+        sidecar.stop()
+    where = {"backend": "vllm", "model": "tiny"}
+    count = page_value(page, "inferwatch_canary_time_to_first_token_seconds_count", **where)
+    mean = page_value(page, "inferwatch_canary_time_to_first_token_seconds_sum", **where) / count
+    gap = page_value(page, "inferwatch_canary_ttft_gap_seconds", **where)
+    assert page_value(page, "inferwatch_canary_probes_total", result="ok", **where) >= count
+    assert page_value(page, "inferwatch_backend_up", backend="vllm") == 1.0
+    assert math.isfinite(gap) and mean > 0
+    print(f"canary TTFT mean {mean * 1000:.1f} ms over {count:g} probes, gap {gap * 1000:.1f} ms")
