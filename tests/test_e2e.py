@@ -77,25 +77,32 @@ def _page(alert: dict, scenario: Scenario) -> bool:
     return labels["alertname"] == SLO_PAGE and labels.get("slo") == scenario.pages
 
 
-def check_page(stack: LocalStack, scenario: Scenario, outcome: Outcome) -> None:
-    """The objective's burn reached the page receiver, its description naming the cause."""
-    pages = [
+def _delivered_pages(stack: LocalStack, scenario: Scenario) -> list[dict]:
+    """The objective's page alerts as the page receiver got them."""
+    return [
         alert
         for _, body in stack.receiver.notifications
         if body["receiver"] == "page"
         for alert in body["alerts"]
         if alert["labels"]["alertname"] == SLO_PAGE and alert["labels"].get("slo") == scenario.pages
     ]
+
+
+def check_page(stack: LocalStack, scenario: Scenario, outcome: Outcome) -> None:
+    """The objective's burn reached the page receiver, its description naming the cause."""
+    pages = _delivered_pages(stack, scenario)
     if SLO_PAGE not in outcome.received or not pages:
         why = stack.explain_slo(scenario.pages, outcome.began_at, time.time())
         pytest.fail(f"no {scenario.pages} SLO page reached the page receiver\n{why}")
     took = outcome.page_latency
     print(f"\n{scenario.name}: {SLO_PAGE} ({scenario.pages}) paged {took:.1f} s after onset")
     # Prometheus renders the description at each evaluation: the cause alert is listed
-    # while it fires (or is pending) for the same model.
+    # while it fires (or is pending) for the same model. What on-call reads is the page as
+    # delivered (the fault may be undone by now, its cause resolved), else a later rendering.
     deadline = time.monotonic() + 30
     while True:
-        described = [
+        described = [a["annotations"]["description"] for a in _delivered_pages(stack, scenario)]
+        described += [
             a["annotations"]["description"] for a in stack.prometheus_alerts() if _page(a, scenario)
         ]
         if any(scenario.expect in d for d in described) or time.monotonic() > deadline:
