@@ -43,7 +43,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import version
 from pathlib import Path
 
@@ -64,7 +64,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the fake NVML the tests use
 
-from inferwatch import __version__  # noqa: E402
 from inferwatch.baseline import load as load_baseline  # noqa: E402
 from inferwatch.collect.backends import VLLM  # noqa: E402
 from inferwatch.collect.gpu import GpuSource  # noqa: E402
@@ -128,80 +127,48 @@ def _family(key: str) -> Metric:
     return GaugeMetricFamily(spec.name, spec.help)
 
 
-def _scalars(key: str, series: dict[Labels, float], prefix: Labels = ()) -> Iterable[Metric]:
-    if not series:
-        return ()
-    family = _family(key)
-    name = family.name + ("_total" if family.type == "counter" else "")
-    for labels, value in series.items():
-        family.add_sample(name, dict(prefix + labels), value)
-    return (family,)
+class _Families:
+    """A :class:`~inferwatch.serve.exposition.Sink` that builds prometheus_client families."""
 
+    def __init__(self) -> None:
+        self.families: list[Metric] = []
 
-def _histograms(key: str, series: dict[Labels, Histogram], prefix: Labels) -> Iterable[Metric]:
-    if not series:
-        return ()
-    family = _family(key)
-    name = family.name
-    for labels, hist in series.items():
-        base = dict(prefix + labels)
-        for le, count in hist.buckets:
-            family.add_sample(name + "_bucket", {**base, "le": le}, count)
-        if not math.isnan(hist.count):
-            family.add_sample(name + "_count", base, hist.count)
-        if not math.isnan(hist.sum):
-            family.add_sample(name + "_sum", base, hist.sum)
-    return (family,)
+    def scalars(self, key: str, series: Mapping[Labels, float], prefix: Labels = ()) -> None:
+        if not series:
+            return
+        family = _family(key)
+        name = family.name + ("_total" if family.type == "counter" else "")
+        for labels, value in series.items():
+            family.add_sample(name, dict(prefix + labels), value)
+        self.families.append(family)
+
+    def histograms(self, key: str, series: Mapping[Labels, Histogram], prefix: Labels) -> None:
+        if not series:
+            return
+        family = _family(key)
+        name = family.name
+        for labels, hist in series.items():
+            base = dict(prefix + labels)
+            for le, count in hist.buckets:
+                family.add_sample(name + "_bucket", {**base, "le": le}, count)
+            if not math.isnan(hist.count):
+                family.add_sample(name + "_count", base, hist.count)
+            if not math.isnan(hist.sum):
+                family.add_sample(name + "_sum", base, hist.sum)
+        self.families.append(family)
 
 
 class SnapshotCollector:
-    """The exporter's families, built fresh from the current snapshot on every collect()."""
+    """The exporter's families, built fresh from the current snapshot on every collect(),
+    walked by the exporter's own :func:`~inferwatch.serve.exposition.write_snapshot`."""
 
     def __init__(self, current: Callable[[], Snapshot]) -> None:
         self.current = current
 
     def collect(self) -> Iterable[Metric]:
-        snap = self.current()
-        kind = (("backend", snap.backend_kind),)
-        yield from _scalars("build_info", {(("version", __version__),): 1.0})
-        yield from _scalars("backend_up", {kind: float(snap.backend_up)})
-        yield from _scalars("backend_scrape_duration_seconds", {kind: snap.backend_scrape_seconds})
-        status = snap.collectors
-        yield from _scalars(
-            "collector_success", {(("collector", c),): float(s.success) for c, s in status.items()}
-        )
-        yield from _scalars(
-            "collector_duration_seconds",
-            {(("collector", c),): s.duration_seconds for c, s in status.items()},
-        )
-        sample = snap.backend
-        if sample is not None:
-            prefix = (("backend", sample.backend),)
-            info = (*prefix, ("version", sample.version), ("model", sample.model))
-            yield from _scalars("backend_info", {info: 1.0})
-            for key, series in sample.values.items():
-                yield from _scalars(key, series, prefix)
-            for key, hseries in sample.histograms.items():
-                yield from _histograms(key, hseries, prefix)
-        gpus = snap.gpus
-        for field in exposition._GPU_GAUGES:
-            values = {g.labels: getattr(g, field) for g in gpus}
-            yield from _scalars(f"gpu_{field}", {k: v for k, v in values.items() if v is not None})
-        yield from _scalars("gpu_busy_seconds", {g.labels: g.busy_seconds_total for g in gpus})
-        throttled = {
-            (*g.labels, ("reason", reason)): float(on)
-            for g in gpus
-            for reason, on in g.clock_throttled.items()
-        }
-        yield from _scalars("gpu_clock_throttled", throttled)
-        d = snap.derived
-        yield from _scalars(
-            "queued_while_idle", {k: float(v) for k, v in d.queued_while_idle.items()}
-        )
-        yield from _scalars("queued_while_idle_seconds", d.queued_while_idle_seconds_total)
-        yield from _scalars("decode_floor_seconds", d.decode_floor_seconds)
-        for key, series in snap.baseline.items():
-            yield from _scalars(key, series)
+        sink = _Families()
+        exposition.write_snapshot(self.current(), sink)
+        return sink.families
 
 
 # -- the comparison ----------------------------------------------------------------------

@@ -41,6 +41,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
+from typing import Protocol
 
 from prometheus_client import exposition as text_format
 from prometheus_client.gc_collector import GCCollector
@@ -219,44 +220,33 @@ class _Page:
             self.parts.append(self.headers[key])
             self.parts.extend(lines)
 
-    def gpus(self, gpus: tuple[GpuSample, ...]) -> None:
-        for field in _GPU_GAUGES:
-            values = {g.labels: getattr(g, field) for g in gpus}
-            self.scalars(f"gpu_{field}", {k: v for k, v in values.items() if v is not None})
-        self.scalars("gpu_busy_seconds", {g.labels: g.busy_seconds_total for g in gpus})
-        throttled = {
-            (*g.labels, ("reason", reason)): float(on)
-            for g in gpus
-            for reason, on in g.clock_throttled.items()
-        }
-        self.scalars("gpu_clock_throttled", throttled)
-
-    def canary(self, canary: CanarySample, labels: Labels) -> None:
-        self.histograms("canary_time_to_first_token_seconds", {labels: canary.ttft}, ())
-        self.histograms("canary_inter_token_latency_seconds", {labels: canary.itl}, ())
-        self.histograms("canary_request_duration_seconds", {labels: canary.e2e}, ())
-        probes = {(*labels, ("result", r)): n for r, n in canary.probes.items()}
-        self.scalars("canary_probes", probes)
-        if canary.ttft_gap_seconds is not None:
-            self.scalars("canary_ttft_gap_seconds", {labels: canary.ttft_gap_seconds})
-
     def bytes(self, extra: str = "") -> bytes:
         """The page, with ``extra`` (more families) at its end (before OpenMetrics' EOF)."""
         tail = "# EOF\n" if self.openmetrics else ""
         return "".join((*self.parts, extra, tail)).encode()
 
 
-def _page(snap: Snapshot, openmetrics: bool) -> _Page:
-    page = _Page(openmetrics)
+class Sink(Protocol):
+    """Where :func:`write_snapshot` puts each family: the page writer, or another encoder
+    (``bench/exposition.py`` feeds prometheus_client's families the same way)."""
+
+    def scalars(self, key: str, series: Mapping[Labels, float], prefix: Labels = ()) -> None: ...
+
+    def histograms(self, key: str, series: Mapping[Labels, Histogram], prefix: Labels) -> None: ...
+
+
+def write_snapshot(snap: Snapshot, sink: Sink) -> None:
+    """Every contract family the snapshot holds, in page order; empty families are skipped
+    by the sink."""
     kind = (("backend", snap.backend_kind),)
-    page.scalars("build_info", {(("version", __version__),): 1.0})
-    page.scalars("backend_up", {kind: float(snap.backend_up)})
-    page.scalars("backend_scrape_duration_seconds", {kind: snap.backend_scrape_seconds})
+    sink.scalars("build_info", {(("version", __version__),): 1.0})
+    sink.scalars("backend_up", {kind: float(snap.backend_up)})
+    sink.scalars("backend_scrape_duration_seconds", {kind: snap.backend_scrape_seconds})
     status = snap.collectors
-    page.scalars(
+    sink.scalars(
         "collector_success", {(("collector", c),): float(s.success) for c, s in status.items()}
     )
-    page.scalars(
+    sink.scalars(
         "collector_duration_seconds",
         {(("collector", c),): s.duration_seconds for c, s in status.items()},
     )
@@ -264,20 +254,49 @@ def _page(snap: Snapshot, openmetrics: bool) -> _Page:
     if sample is not None:
         prefix = (("backend", sample.backend),)
         info = (*prefix, ("version", sample.version), ("model", sample.model))
-        page.scalars("backend_info", {info: 1.0})
+        sink.scalars("backend_info", {info: 1.0})
         for key, series in sample.values.items():
-            page.scalars(key, series, prefix)
+            sink.scalars(key, series, prefix)
         for key, hseries in sample.histograms.items():
-            page.histograms(key, hseries, prefix)
-    page.gpus(snap.gpus)
+            sink.histograms(key, hseries, prefix)
+    _write_gpus(snap.gpus, sink)
     d = snap.derived
-    page.scalars("queued_while_idle", {k: float(v) for k, v in d.queued_while_idle.items()})
-    page.scalars("queued_while_idle_seconds", d.queued_while_idle_seconds_total)
-    page.scalars("decode_floor_seconds", d.decode_floor_seconds)
+    sink.scalars("queued_while_idle", {k: float(v) for k, v in d.queued_while_idle.items()})
+    sink.scalars("queued_while_idle_seconds", d.queued_while_idle_seconds_total)
+    sink.scalars("decode_floor_seconds", d.decode_floor_seconds)
     for key, series in snap.baseline.items():
-        page.scalars(key, series)
+        sink.scalars(key, series)
     if snap.canary is not None:
-        page.canary(snap.canary, (("backend", snap.backend_kind), ("model", snap.canary.model)))
+        labels = (("backend", snap.backend_kind), ("model", snap.canary.model))
+        _write_canary(snap.canary, labels, sink)
+
+
+def _write_gpus(gpus: tuple[GpuSample, ...], sink: Sink) -> None:
+    for field in _GPU_GAUGES:
+        values = {g.labels: getattr(g, field) for g in gpus}
+        sink.scalars(f"gpu_{field}", {k: v for k, v in values.items() if v is not None})
+    sink.scalars("gpu_busy_seconds", {g.labels: g.busy_seconds_total for g in gpus})
+    throttled = {
+        (*g.labels, ("reason", reason)): float(on)
+        for g in gpus
+        for reason, on in g.clock_throttled.items()
+    }
+    sink.scalars("gpu_clock_throttled", throttled)
+
+
+def _write_canary(canary: CanarySample, labels: Labels, sink: Sink) -> None:
+    sink.histograms("canary_time_to_first_token_seconds", {labels: canary.ttft}, ())
+    sink.histograms("canary_inter_token_latency_seconds", {labels: canary.itl}, ())
+    sink.histograms("canary_request_duration_seconds", {labels: canary.e2e}, ())
+    probes = {(*labels, ("result", r)): n for r, n in canary.probes.items()}
+    sink.scalars("canary_probes", probes)
+    if canary.ttft_gap_seconds is not None:
+        sink.scalars("canary_ttft_gap_seconds", {labels: canary.ttft_gap_seconds})
+
+
+def _page(snap: Snapshot, openmetrics: bool) -> _Page:
+    page = _Page(openmetrics)
+    write_snapshot(snap, page)
     return page
 
 
