@@ -24,7 +24,6 @@ latency thresholds from it. Format (YAML)::
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any
 import yaml
 
 from inferwatch.model import BackendSample, Labels
-from inferwatch.settings import ConfigError, read_text
+from inferwatch.settings import ConfigError, non_negative_number, read_text
 
 FORMAT_VERSION = 1
 QUANTILES = ("p50", "p95", "p99")
@@ -346,7 +345,7 @@ def _cell(doc: Any, index: int) -> Cell:
     if values["concurrency"] == 0:
         raise ValueError(f"{where}.concurrency: must be at least 1")
     for name in ("requests_per_second", "output_tokens_per_second"):
-        values[name] = _number(doc[name], f"{where}.{name}")
+        values[name] = non_negative_number(doc[name], f"{where}.{name}")
     for name in ("ttft_seconds", "itl_seconds", "e2e_seconds", *OPTIONAL_FIELDS):
         if name in doc:
             values[name] = _quantiles(doc[name], f"{where}.{name}")
@@ -356,15 +355,4 @@ def _cell(doc: Any, index: int) -> Cell:
 def _quantiles(doc: Any, where: str) -> Quantiles:
     if not isinstance(doc, dict) or set(doc) != set(QUANTILES):
         raise ValueError(f"{where}: expected {{p50, p95, p99}}")
-    return Quantiles(**{q: _number(doc[q], f"{where}.{q}") for q in QUANTILES})
-
-
-def _number(value: Any, where: str) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise ValueError(f"{where}: {value!r} is not a non-negative number")
-    return float(value)
+    return Quantiles(**{q: non_negative_number(doc[q], f"{where}.{q}") for q in QUANTILES})

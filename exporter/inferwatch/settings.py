@@ -262,6 +262,18 @@ def check_keys(doc: Mapping[str, Any], allowed: Iterable[str], where: str) -> No
             raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(allowed))})")
 
 
+def non_negative_number(value: Any, where: str) -> float:
+    """A document's number that must be finite and >= 0 (YAML's bools are not numbers)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ConfigError(f"{where}: {value!r} is not a non-negative number")
+    return float(value)
+
+
 def resolve(
     options: Iterable[Option],
     flags: Mapping[str, Any],

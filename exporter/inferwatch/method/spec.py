@@ -8,7 +8,6 @@ both they and the thresholds can be overridden in the config file (``thresholds:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from typing import Any
 from inferwatch.method.alerts import ALERTS, Alert
 from inferwatch.method.slo import SLOs, slos_from_config
 from inferwatch.method.thresholds import THRESHOLDS
-from inferwatch.settings import ConfigError, check_keys
+from inferwatch.settings import ConfigError, check_keys, non_negative_number
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h)$")
 
@@ -116,14 +115,7 @@ def spec_from_config(
         raise ConfigError("thresholds: expected a mapping of threshold names to numbers")
     check_keys(given, THRESHOLDS, "thresholds")
     for name, value in given.items():
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise ConfigError(f"thresholds.{name}: {value!r} is not a non-negative number")
-        thresholds[name] = float(value)
+        thresholds[name] = non_negative_number(value, f"thresholds.{name}")
     alerting = config.get("alerting") or {}
     if not isinstance(alerting, Mapping):
         raise ConfigError("alerting: expected a mapping")
