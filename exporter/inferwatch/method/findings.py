@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from inferwatch.method import slo
 from inferwatch.method.alerts import INHIBITIONS, Alert, Cond
-from inferwatch.method.local import Window, holding, signal_values
+from inferwatch.method.local import Samples, Window, holding, signal_values
+from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import Spec
 
 EXIT = {"none": 0, "info": 1, "warning": 3, "critical": 4}
@@ -162,3 +163,20 @@ def evaluate(window: Window, spec: Spec, labels: Mapping[str, str]) -> list[Find
         Finding(alert, labels, evidence, severity=spec.severity(alert))
         for alert, evidence in holding(signal_values(window), spec)
     ]
+
+
+def exporter_labels(page: Samples) -> dict[str, str]:
+    """The backend and model an inferwatch page names (``inferwatch_backend_info``)."""
+    info = [labels for labels, _ in page.get("inferwatch_backend_info", [])]
+    return {k: info[0][k] for k in ("backend", "model") if info and k in info[0]}
+
+
+def exporter_report(
+    source: str, before: Samples, after: Samples, seconds: float, spec: Spec
+) -> Report:
+    """The report over two pages of one exporter ``seconds`` apart: ``diagnose --exporter``
+    and the exporter's own verdict page."""
+    window = Window(before, after, seconds)
+    phase = {name: window.value(SIGNALS[name].local) for name in ("ttft_p95", "itl_p95")}
+    findings = evaluate(window, spec, exporter_labels(after))
+    return Report(source, f"{seconds:.1f}s", spec, phase, findings)

@@ -9,8 +9,8 @@ yields:
   otherwise; less while the exporter has not polled that long): every signal of
   :data:`~inferwatch.method.signals.SIGNALS` over the window from the oldest page inside it
   to the newest (:class:`~inferwatch.method.local.Window`), the alerts whose conditions hold
-  (:func:`~inferwatch.method.local.holding`, through ``diagnose``'s ``evaluate`` and
-  ``Report``, so inhibitions and ranking are diagnose's), and the phase from TTFT and ITL p95;
+  (:func:`~inferwatch.method.findings.exporter_report`, the report ``diagnose --exporter``
+  builds, so inhibitions and ranking are diagnose's), and the phase from TTFT and ITL p95;
 - one point of each sparkline series: the signal over the window from the previous page.
 
 No number here has a recipe of its own: they all come from :mod:`inferwatch.method.local`.
@@ -32,7 +32,7 @@ from typing import Any
 
 from inferwatch.collect.poller import LogLimiter, Poller
 from inferwatch.method.alerts import Cond
-from inferwatch.method.findings import Finding, Report, evaluate, fmt, phase_of
+from inferwatch.method.findings import Finding, exporter_labels, exporter_report, fmt, phase_of
 from inferwatch.method.local import Samples, Window, parse_page
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import Spec
@@ -94,17 +94,10 @@ def number(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _labels(page: Samples) -> dict[str, str]:
-    info = [labels for labels, _ in page.get("inferwatch_backend_info", [])]
-    return {k: info[0][k] for k in ("backend", "model") if info and k in info[0]}
-
-
 def compute_verdict(before: Samples, after: Samples, seconds: float, spec: Spec) -> Verdict:
     """The verdict over two pages ``seconds`` apart, as ``diagnose --exporter`` reads them."""
-    window = Window(before, after, seconds)
-    labels = _labels(after)
-    phase_signals = {name: window.value(SIGNALS[name].local) for name in ("ttft_p95", "itl_p95")}
-    report = Report("self", f"{seconds:.0f}s", spec, phase_signals, evaluate(window, spec, labels))
+    report = exporter_report("self", before, after, seconds, spec)
+    phase_signals = report.phase_signals
     phase, detail = phase_of(phase_signals["ttft_p95"], phase_signals["itl_p95"], spec)
     up = [value for _, value in after.get("inferwatch_backend_up", [])]
     return Verdict(
@@ -115,7 +108,7 @@ def compute_verdict(before: Samples, after: Samples, seconds: float, spec: Spec)
         phase_detail=detail,
         phase_signals=phase_signals,
         findings=tuple(report.findings),
-        labels=labels,
+        labels=exporter_labels(after),
     )
 
 

@@ -67,11 +67,11 @@ from inferwatch.method.findings import (
     Burn,
     Finding,
     Report,
-    evaluate,
+    exporter_report,
     fmt,
     phase_of,
 )
-from inferwatch.method.local import Window, parse_page
+from inferwatch.method.local import parse_page
 from inferwatch.method.signals import (
     SIGNALS,
 )
@@ -312,11 +312,7 @@ async def from_exporter(
         raise SourceError(
             f"{redact_url(url)} is not an inferwatch exporter (no inferwatch_build_info)"
         )
-    info = [labels for labels, _ in second.get("inferwatch_backend_info", [])]
-    labels = {k: info[0][k] for k in ("backend", "model") if info and k in info[0]}
-    window = Window(first, second, seconds)
-    phase = {name: window.value(SIGNALS[name].local) for name in ("ttft_p95", "itl_p95")}
-    return Report(redact_url(url), f"{seconds:.1f}s", spec, phase, evaluate(window, spec, labels))
+    return exporter_report(redact_url(url), first, second, seconds, spec)
 
 
 def _number(value: float | None) -> float | None:
