@@ -35,7 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from inferwatch.collect.poller import CauseLog, LogLimiter
-from inferwatch.collect.stream import WORDS, Client, Sample
+from inferwatch.collect.stream import WORDS, Client, Sample, request_input
 from inferwatch.model import BackendSample, CanarySample, Histogram
 
 log = logging.getLogger("inferwatch.canary")
@@ -136,9 +136,7 @@ class TtftGap:
 def prompt_input(settings: CanarySettings) -> dict[str, Any]:
     """The probe's prompt (about one token a word) and its marker, for the chosen API."""
     text = " ".join(WORDS[i % len(WORDS)] for i in range(settings.prompt_tokens))
-    if settings.api == "chat":
-        return {"messages": [{"role": "user", "content": text}], "user": MARKER_USER}
-    return {"prompt": text, "user": MARKER_USER}
+    return {**request_input(text, settings.api), "user": MARKER_USER}
 
 
 class Canary:

@@ -27,6 +27,13 @@ WORDS = (
 )  # fmt: skip
 
 
+def request_input(text: str, api: str) -> dict[str, Any]:
+    """One user prompt as the API takes it: ``messages`` for chat, else ``prompt``."""
+    if api == "chat":
+        return {"messages": [{"role": "user", "content": text}]}
+    return {"prompt": text}
+
+
 # One SSE line and one streamed response: far above what a chunk or a long answer needs.
 MAX_LINE_BYTES = 1024 * 1024
 MAX_STREAM_BYTES = 64 * 1024 * 1024

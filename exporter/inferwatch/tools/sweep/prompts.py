@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferwatch.collect.stream import WORDS, Client
+from inferwatch.collect.stream import WORDS, Client, request_input
 from inferwatch.settings import ConfigError
 
 # Without usage in the stream, prompt lengths are estimated at this (English BPE ~1.3).
@@ -59,9 +59,7 @@ def _prompt_input(line: str, api: str) -> dict[str, Any]:
     if "prompt" in doc:
         if not isinstance(doc["prompt"], str) or not doc["prompt"]:
             raise ValueError("'prompt' must be a non-empty string")
-        if api == "chat":
-            return {"messages": [{"role": "user", "content": doc["prompt"]}]}
-        return {"prompt": doc["prompt"]}
+        return request_input(doc["prompt"], api)
     if api != "chat":
         raise ValueError("'messages' need --api chat")
     messages = doc["messages"]
@@ -117,10 +115,7 @@ class Prompts:
     file: tuple[dict[str, Any], ...] = ()
 
     def generated(self, tag: str, words: int) -> dict[str, Any]:
-        text = _words(tag, words)
-        if self.api == "chat":
-            return _tagged(tag, {"messages": [{"role": "user", "content": text}]})
-        return _tagged(tag, {"prompt": text})
+        return _tagged(tag, request_input(_words(tag, words), self.api))
 
     def tag(self, cell: int, index: int) -> str:
         return f"{self.seed}.{cell}.{index}"
