@@ -41,6 +41,9 @@ CONTRACT = {
     "InferenceLatencyRegression",
     "InferenceGPUThrottling",
     "InferenceExporterGPUMissing",
+    # The canary's (README: "The client's view").
+    "InferenceClientGap",
+    "InferenceCanaryFailing",
 }
 # The SLO alerts (an `errors` objective by default: no latency objective to be unmeasured).
 DEFAULT_SLO_ALERTS = {"InferenceSLOFastBurn", "InferenceSLOSlowBurn"}
@@ -271,6 +274,7 @@ def test_cause_alerts_page_only_without_slos() -> None:
     assert severities["slo"]["InferenceRequestErrors"] == "warning"
     assert severities["slo"]["InferenceSLOFastBurn"] == "critical"
     assert severities["slo"]["InferenceBackendDown"] == "critical"
+    assert severities["slo"]["InferenceCanaryFailing"] == "critical"  # users' requests fail
     assert severities["causes"]["InferenceRequestErrors"] == "critical"
     assert severities["causes"]["InferenceSLOFastBurn"] == "warning"
 

@@ -121,6 +121,24 @@ def test_thresholds_prefer_the_servers_histograms_and_a_slow_service_is_still_ju
     assert found["min_token_rate"].value == pytest.approx(0.01 * 64)
 
 
+@pytest.mark.parametrize(("client_p50", "expected"), [(0.2, 0.285), (0.03, None)])
+def test_a_slow_measured_path_raises_the_client_gap_threshold(
+    client_p50: float, expected: float | None
+) -> None:
+    doc = copy.deepcopy(DOC)
+    for c in doc["cells"]:
+        c["server_ttft_seconds"] = {"p50": 0.01, "p95": 0.02, "p99": 0.03}
+    doc["cells"][1]["ttft_seconds"]["p50"] = client_p50  # concurrency 1, prompt 512
+    found = thresholds_from(parse(doc), 1.5, window_seconds=300)
+    if expected is None:  # 1.5 x 0.02 s stays under the default's 0.1 s
+        assert "client_gap_seconds" not in found
+        return
+    assert found["client_gap_seconds"].value == pytest.approx(expected)
+    assert found["client_gap_seconds"].source == (
+        "1.5 x 0.19 s, client TTFT p50 - server TTFT p50 at concurrency 1 (prompt 512, output 64)"
+    )
+
+
 def broken(path: str, value: object) -> dict:
     doc = copy.deepcopy(DOC)
     target = doc

@@ -22,12 +22,12 @@ from test_exposition import full_snapshot
 from demo.stack import Inferwatch, VllmServer, metric_value
 from inferwatch.collect.canary import (
     MARKER_USER,
-    RESULTS,
     Canary,
     CanarySettings,
     TtftGap,
     server_ttft,
 )
+from inferwatch.metrics import CANARY_RESULTS
 from inferwatch.model import BackendSample, Histogram
 from inferwatch.serve.command import OPTIONS, ServeConfig
 from inferwatch.serve.exposition import render, render_openmetrics
@@ -172,7 +172,7 @@ async def test_a_probe_measures_ttft_gaps_and_e2e_and_carries_the_marker(
     # TTFT >= 50 ms: nothing at or under the 0.025 and 0.05 bounds but what lands on 0.05.
     assert dict(counted.ttft.buckets)["0.025"] == 0 and dict(counted.ttft.buckets)["+Inf"] == 1
     assert dict(counted.itl.buckets)["0.005"] == 0 and dict(counted.itl.buckets)["+Inf"] == 3
-    assert dict(counted.probes) == {r: float(r == "ok") for r in RESULTS}
+    assert dict(counted.probes) == {r: float(r == "ok") for r in CANARY_RESULTS}
     assert counted.ttft_gap_seconds is None  # no server page to compare with
 
 
@@ -195,7 +195,7 @@ async def test_failed_probes_are_counted_by_result(
     sample = await canary.probe_once()
     assert sample is not None and not sample.ok
     counted = canary.sample(0.0, None)
-    assert dict(counted.probes) == {r: float(r == result) for r in RESULTS}
+    assert dict(counted.probes) == {r: float(r == result) for r in CANARY_RESULTS}
     assert counted.ttft.count == 0 and counted.e2e.count == 0
 
 

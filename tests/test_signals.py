@@ -32,6 +32,7 @@ from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import spec_from_config
 from inferwatch.model import (
     BackendSample,
+    CanarySample,
     CollectorStatus,
     Derived,
     GpuSample,
@@ -91,6 +92,9 @@ HISTOGRAMS = {
 GPU_BUSY = {0: 0.5, 1: 0.3}
 THERMAL_FROM_STEP = {0: 3, 1: None}
 BASELINE = {"time_to_first_token_seconds": 0.9, "inter_token_latency_seconds": 0.035}
+# The canary: probes per second by result, and its TTFT gap (first page, last page).
+CANARY_PROBES = {"ok": 0.2, "http_error": 0.02, "timeout": 0.05, "connect_error": 0.0}
+CANARY_GAP = (0.02, 0.3)
 
 # Signals judged per GPU and reason (the alert names which): the local recipe is the worst
 # series', which is what an alert on any of them reduces to for one exporter.
@@ -186,6 +190,14 @@ def snapshot(step: int) -> Snapshot:
             decode_floor_seconds={(*vllm, *_engine(e)): DECODE_FLOOR[e] for e in ENGINES},
         ),
         baseline={f"baseline_{name}": {baseline_cell: value} for name, value in BASELINE.items()},
+        canary=CanarySample(
+            model=MODEL,
+            ttft=_histogram(("0.1", "+Inf"), (0.2, 0.0), 0.05, step),
+            itl=_histogram(("0.01", "+Inf"), (2.0, 0.0), 0.008, step),
+            e2e=_histogram(("0.5", "+Inf"), (0.2, 0.0), 0.2, step),
+            probes={result: _counter(rate, step) for result, rate in CANARY_PROBES.items()},
+            ttft_gap_seconds=_line(CANARY_GAP, step),
+        ),
     )
 
 

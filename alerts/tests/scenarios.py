@@ -97,6 +97,8 @@ LATENCY_LE = (
 TOKENS_LE = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 STEP_TOKENS_LE = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
+CANARY_RESULTS = ("ok", "http_error", "timeout", "connect_error", "bad_stream")
+CANARY_OK = {"ok": 1 / 15}  # a probe every 15 s, all answered
 MODEL = "llama-3-8b"
 RUNBOOKS = "https://github.com/inferwatch/inferwatch/blob/main/alerts/runbooks/"
 A, B, C = "10.0.0.1:10177", "10.0.0.2:10177", "10.0.0.3:10177"
@@ -139,6 +141,8 @@ class Replica:
     scrape_duration: str = "0.004x40"
     gpu_memory_total: str = "85899345920x40"  # '_' where the GPU's series are gone
     baseline: tuple[float, float] | None = None  # TTFT p95, ITL p95 at concurrency 8
+    canary_gap: str | None = None  # the canary's TTFT gap (None: canary off)
+    canary_probes: dict[str, float] | None = None  # probes/s by result (None: canary off)
 
 
 def _labels(**labels: str) -> str:
@@ -270,6 +274,20 @@ def input_series(r: Replica) -> list[dict]:
                     "values": f"{value:g}x40",
                 }
             )
+    if r.canary_gap is not None:
+        out.append(
+            {
+                "series": "inferwatch_canary_ttft_gap_seconds" + _labels(**backend),
+                "values": r.canary_gap,
+            }
+        )
+    for result in CANARY_RESULTS if r.canary_probes is not None else ():
+        out.append(
+            {
+                "series": "inferwatch_canary_probes_total" + _labels(**backend, result=result),
+                "values": _counter(r.canary_probes.get(result, 0.0)),
+            }
+        )
     for gpu, busy in enumerate(r.gpu_busy or ()):
         labels = {
             **target,
@@ -458,6 +476,8 @@ PHASE = [
             "InferenceLatencyRegression",
             "InferenceGPUThrottling",
             "InferenceExporterGPUMissing",
+            "InferenceClientGap",
+            "InferenceCanaryFailing",
         ),
     ),
     Scenario(
@@ -772,6 +792,36 @@ SYSTEM = [
     ),
 ]
 
+SYSTEM.append(
+    Scenario(
+        # The canary's first tokens come 250 ms after the server's own TTFT on A; B's path adds
+        # 40 ms (near miss).
+        "client path adds to the first token",
+        (
+            healthy(A, canary_gap="0.25x40", canary_probes=CANARY_OK),
+            healthy(B, canary_gap="0.04x40", canary_probes=CANARY_OK),
+        ),
+        fires={
+            "InferenceClientGap": [
+                instance_alert(
+                    "InferenceClientGap",
+                    A,
+                    "warning",
+                    "any",
+                    "system",
+                    f"The canary's first tokens from {MODEL} arrive 250ms later than the "
+                    "server's own TTFT says (mean over the last 5m; threshold 0.1s; the server's "
+                    "mean TTFT 400ms). The time is spent between the client and the engine: the "
+                    "network, an ingress or gateway, the API server's HTTP handling and "
+                    "tokenization, or SSE framing.",
+                    f"The path to {A} adds 250ms to the first token",
+                )
+            ]
+        },
+        silent=("InferenceCanaryFailing",),
+    )
+)
+
 AVAILABILITY = [
     Scenario(
         # A's backend stops answering at 5m; B misses a single scrape (near miss).
@@ -887,6 +937,58 @@ AVAILABILITY = [
         },
     ),
 ]
+
+AVAILABILITY.append(
+    Scenario(
+        # A's canary: a probe every 12 s, 40 % answered, 40 % time out, 20 % get an HTTP error
+        # (60 % failing, 10 timeouts and 5 errors in 5 m) while the server reports up. B: one
+        # timeout in 11 probes (near miss). C's server is down: its canary failing is no news.
+        "canary failing while the server reports up",
+        (
+            healthy(A, canary_probes={"ok": 1 / 30, "timeout": 1 / 30, "http_error": 1 / 60}),
+            healthy(B, canary_probes={"ok": 1 / 15, "timeout": 1 / 150}),
+            healthy(C, backend_up="0x40", canary_probes={"connect_error": 1 / 15}),
+        ),
+        fires={
+            "InferenceCanaryFailing": [
+                instance_alert(
+                    "InferenceCanaryFailing",
+                    A,
+                    "critical",
+                    "any",
+                    "availability",
+                    f"60% of the canary's probes of {MODEL} failed over the last 5m (threshold "
+                    "25 %) while the server's /metrics answers: 10 timed out, 5 got an HTTP "
+                    "error, 0 could not connect. Users on the same path (ingress, gateway, "
+                    "authentication, the API server) fail too; the sidecar's log names each kind "
+                    "of failure.",
+                    f"The canary's requests to {A} fail while the server reports up",
+                )
+            ],
+            "InferenceBackendDown": [
+                {
+                    "exp_labels": {
+                        "severity": "critical",
+                        "phase": "any",
+                        "layer": "availability",
+                        "instance": C,
+                        "job": "inferwatch",
+                        "backend": "vllm",
+                    },
+                    "exp_annotations": {
+                        "summary": f"Inference backend on {C} cannot be scraped",
+                        "description": f"inferwatch on {C} has not been able to read the vllm "
+                        "server's /metrics (or the sidecar itself is down) for 1m; its last "
+                        "scrape attempt took 4ms (the sidecar's log names the cause). Latency "
+                        "alerts of this pod are inhibited meanwhile.",
+                        "runbook_url": f"{RUNBOOKS}InferenceBackendDown.md",
+                    },
+                }
+            ],
+        },
+        silent=("InferenceClientGap",),
+    )
+)
 
 BASELINE = [
     Scenario(

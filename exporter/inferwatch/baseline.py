@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.model import BackendSample, Labels
 from inferwatch.settings import ConfigError, non_negative_number, read_text
 
@@ -169,6 +170,17 @@ def _where(cell: Cell) -> str:
     )
 
 
+def _client_gap(baseline: Baseline, concurrency: int) -> tuple[float, Cell] | None:
+    """What the sweep's path added to the server's TTFT p50 at ``concurrency`` (the largest
+    over its cells), where the sweep read the server's histograms."""
+    gaps = [
+        (c.ttft_seconds.get("p50") - c.server_ttft_seconds.get("p50"), c)
+        for c in baseline.cells
+        if c.concurrency == concurrency and c.server_ttft_seconds is not None
+    ]
+    return max(gaps, key=lambda g: g[0]) if gaps else None
+
+
 def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) -> dict[str, Derived]:
     """The thresholds a baseline determines, each with its source.
 
@@ -178,6 +190,9 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
       requests per rate window, but at most half of what the lowest measured concurrency
       carried (so a slow service is still judged at its own light load); the token rate
       is that many requests of the shortest measured answer.
+    - The client gap: ``factor`` x what the sweep's path added to the server's TTFT at the
+      lowest concurrency, where that is above the default (a path measured slower is the
+      service's normal; a faster one keeps the default's margin for noise).
     """
     busiest = baseline.busiest()
     if not busiest:
@@ -206,6 +221,12 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
             f"{MIN_REQUESTS_PER_WINDOW} requests per {window_seconds:g} s rate window",
         )
     out["min_request_rate"] = rate
+    gap = _client_gap(baseline, lowest)
+    if gap is not None and factor * gap[0] > THRESHOLDS["client_gap_seconds"].default:
+        out["client_gap_seconds"] = Derived(
+            _significant(factor * gap[0]),
+            f"{factor:g} x {gap[0]:.4g} s, client TTFT p50 - server TTFT p50 at {_where(gap[1])}",
+        )
     shortest = min(_tokens_per_request(c) for c in baseline.cells)
     if shortest > 0:
         out["min_token_rate"] = Derived(

@@ -142,7 +142,8 @@ BASELINE: dict[str, MetricDef] = _defs(
 )
 
 # The canary (``serve --canary on``): small streamed requests of its own, timed client side
-# (labels: backend, model). Only while the canary is on.
+# (labels: backend, model). Only while the canary is on. A probe's result is one of these.
+CANARY_RESULTS = ("ok", "http_error", "timeout", "connect_error", "bad_stream")
 CANARY: dict[str, MetricDef] = _defs(
     MetricDef(
         "canary_time_to_first_token_seconds",
@@ -162,7 +163,7 @@ CANARY: dict[str, MetricDef] = _defs(
     MetricDef(
         "canary_probes",
         C,
-        "Canary probes by result (ok, http_error, timeout, connect_error, bad_stream).",
+        f"Canary probes by result ({', '.join(CANARY_RESULTS)}).",
         ("result",),
     ),
     MetricDef(

@@ -36,6 +36,7 @@ from typing import Any
 
 from inferwatch.collect.poller import CauseLog, LogLimiter
 from inferwatch.collect.stream import WORDS, Client, Sample, request_input
+from inferwatch.metrics import CANARY_RESULTS
 from inferwatch.model import BackendSample, CanarySample, Histogram
 
 log = logging.getLogger("inferwatch.canary")
@@ -48,7 +49,6 @@ TTFT_BOUNDS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 ITL_BOUNDS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 E2E_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-RESULTS = ("ok", "http_error", "timeout", "connect_error", "bad_stream")
 MARKER_USER = "inferwatch-canary"
 MARKER_HEADERS = MappingProxyType({"X-Inferwatch-Canary": "1"})
 
@@ -66,11 +66,12 @@ class CanarySettings:
     output_tokens: int = 8
     api_key: str | None = field(default=None, repr=False)
     max_backoff: float = 120.0  # the longest wait after failures (never below interval)
-    gap_window: float | None = None  # None: max(60 s, 4 intervals)
+    gap_window: float | None = None  # None: 5 min, as the rules' default rate window
 
     @property
     def window(self) -> float:
-        return self.gap_window if self.gap_window is not None else max(60.0, 4 * self.interval)
+        """Seconds the TTFT gap is measured over: at least two probes' worth."""
+        return max(300.0 if self.gap_window is None else self.gap_window, 2 * self.interval)
 
 
 class Counts:
@@ -163,7 +164,7 @@ class Canary:
         self._ttft = Counts(TTFT_BOUNDS)
         self._itl = Counts(ITL_BOUNDS)
         self._e2e = Counts(E2E_BOUNDS)
-        self._probes = dict.fromkeys(RESULTS, 0)
+        self._probes = dict.fromkeys(CANARY_RESULTS, 0)
         self._gap = TtftGap(settings.window)
         self._log = CauseLog("canary probe", unit="probes")
         self._bug_log = LogLimiter()

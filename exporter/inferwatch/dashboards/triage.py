@@ -41,7 +41,7 @@ def triage_panels(spec: Spec) -> list[Row]:
         ("Latency by phase: prefill or decode?", _latency_row(spec)),
         ("Scheduler: is continuous batching working?", _scheduler_row(spec)),
         ("GPU: compute and memory", gpu_panels(spec)),
-        ("System: frontend CPU and workload", _system_row(spec)),
+        ("System: frontend CPU, the client's path, workload", _system_row(spec)),
         ("Baseline: what regressed?", _baseline_row(spec)),
     ]
 
@@ -296,7 +296,7 @@ def _scheduler_row(spec: Spec) -> list[PanelSpec]:
 
 
 def _system_row(spec: Spec) -> list[PanelSpec]:
-    """System: frontend CPU and workload."""
+    """System: frontend CPU, the client's path (the canary), workload."""
     w, t = spec.w, spec.t
     return [
         PanelSpec(
@@ -306,6 +306,30 @@ def _system_row(spec: Spec) -> list[PanelSpec]:
             "the bottleneck: more API-server processes, a fast tokenizer.",
             [Query(f"instance:inferwatch_frontend_cpu_seconds:{w}{{{TARGET}}}", "{{instance}}")],
             thresholds=limit(t("frontend_cpu_cores")),
+        ),
+        PanelSpec(
+            P.CLIENT_GAP,
+            "Canary-only (serve --canary on). How much later the canary's first token arrives "
+            "than the server's own TTFT says, over the rate window: what the network, ingress, "
+            "HTTP handling, tokenization and SSE framing add. Healthy: a few ms in one data "
+            "centre. The engine is not what is slow when only this one grows.",
+            [Query(f"inferwatch_canary_ttft_gap_seconds{{{TARGET}}}", "{{instance}}")],
+            unit="s",
+            thresholds=limit(t("client_gap_seconds")),
+        ),
+        PanelSpec(
+            P.CANARY_PROBES,
+            "Canary-only. The canary's probes per second by result: ok, or why they failed "
+            "(timeout, http_error, connect_error, bad_stream). Failures while the server reports "
+            "up mean users on the same path fail too.",
+            [
+                Query(
+                    f"sum by (result) (rate(inferwatch_canary_probes_total{{{TARGET}}}[$__rate_interval]))",
+                    "{{result}}",
+                )
+            ],
+            unit="reqps",
+            stacked=True,
         ),
         PanelSpec(
             P.REQUEST_LENGTHS,

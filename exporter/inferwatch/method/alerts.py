@@ -139,6 +139,13 @@ def _q(selector: str, level: str, fmt: str = "humanize", match_model: bool = Tru
 
 
 NUM = 'printf "%%.3g"'  # plain numbers (rates, ratios): 0.1, not humanize's "100m"
+
+
+def _probes(result: str) -> str:
+    """The canary's probes with this result over the window, for an annotation."""
+    return f'sum(increase(inferwatch_canary_probes_total{{result="{result}"}}[%(window)s]))'
+
+
 P95, P99, P50 = '{quantile="0.95"}', '{quantile="0.99"}', '{quantile="0.5"}'
 
 
@@ -361,6 +368,23 @@ ALERTS: dict[str, Alert] = {
             unless=(Cond("gpu_busy", ">", "gpu_busy_high"),),
         ),
         Alert(
+            "InferenceClientGap",
+            "warning",
+            I,
+            "any",
+            "system",
+            "5m",
+            "The path to {{ $labels.instance }} adds {{ $value | humanizeDuration }} to the "
+            "first token",
+            "The canary's first tokens from {{ $labels.model }} arrive {{ $value | "
+            "humanizeDuration }} later than the server's own TTFT says (mean over the last "
+            "%(window)s; threshold %(t.client_gap_seconds)ss; the server's mean TTFT "
+            + _q(f"{ittft}:mean_%(w)s", I, "humanizeDuration")
+            + "). The time is spent between the client and the engine: the network, an ingress "
+            "or gateway, the API server's HTTP handling and tokenization, or SSE framing.",
+            when=(Cond("canary_ttft_gap", ">", "client_gap_seconds"),),
+        ),
+        Alert(
             "InferenceRequestErrors",
             "critical",
             M,
@@ -376,6 +400,29 @@ ALERTS: dict[str, Alert] = {
             when=(
                 Cond("model_error_ratio", ">", "error_ratio"),
                 Cond("model_request_rate", ">", "min_request_rate"),
+            ),
+        ),
+        Alert(
+            "InferenceCanaryFailing",
+            "critical",
+            I,
+            "any",
+            "availability",
+            "5m",
+            "The canary's requests to {{ $labels.instance }} fail while the server reports up",
+            "{{ $value | humanizePercentage }} of the canary's probes of {{ $labels.model }} "
+            "failed over the last %(window)s (threshold %(pct.canary_failure_ratio)s) while the "
+            "server's /metrics answers: "
+            + _q(_probes("timeout"), I, NUM)
+            + " timed out, "
+            + _q(_probes("http_error"), I, NUM)
+            + " got an HTTP error, "
+            + _q(_probes("connect_error"), I, NUM)
+            + " could not connect. Users on the same path (ingress, gateway, authentication, the "
+            "API server) fail too; the sidecar's log names each kind of failure.",
+            when=(
+                Cond("canary_failure_ratio", ">", "canary_failure_ratio"),
+                Cond("backend_up", "==", 1),
             ),
         ),
         Alert(
@@ -439,6 +486,10 @@ ALERTS: dict[str, Alert] = {
         ),
     )
 }
+
+# Critical alerts about requests the server never counts (a dead server, a path to it that
+# fails): no SLI sees them, so they page even where the SLOs do the paging.
+OUTSIDE_THE_SLIS = ("InferenceBackendDown", "InferenceCanaryFailing")
 
 # Alertmanager inhibitions: (source alert, target alerts, labels that must be equal).
 INHIBITIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (

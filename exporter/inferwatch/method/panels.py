@@ -38,6 +38,8 @@ class Panel(str, Enum):
     MEMORY_BANDWIDTH = "Memory bandwidth used (vLLM estimate)"
     # System
     FRONTEND_CPU = "Frontend CPU"
+    CLIENT_GAP = "Client gap: canary TTFT minus server TTFT"
+    CANARY_PROBES = "Canary probes by result"
     REQUEST_LENGTHS = "Request lengths"
     TOKEN_THROUGHPUT = "Token throughput"
     FINISHED_BY_REASON = "Finished requests by reason"

@@ -330,6 +330,41 @@ CAUSE_RUNBOOKS: dict[str, Runbook] = {
         ),
         escalate="Escalate if several API processes are already saturated.",
     ),
+    "InferenceClientGap": Runbook(
+        meaning=(
+            "The sidecar's canary (`serve --canary on`) streams a small request through the "
+            "same path as users every few seconds and times its first token; the server's own "
+            "TTFT histogram says how long the engine took. Their difference is what the path "
+            "between the client and the engine adds: the network, an ingress or gateway, the "
+            "API server's HTTP handling, tokenization and SSE framing. The engine is not what "
+            "is slow: the phase and layer alerts stay quiet while this one fires."
+        ),
+        confirm=(
+            (Panel.CLIENT_GAP, "the gap above its threshold, and since when"),
+            (Panel.TTFT, "the server's TTFT unchanged while the gap grew"),
+            (Panel.FRONTEND_CPU, "near 1 core: tokenization/HTTP in the API process is slow"),
+        ),
+        causes=(
+            "A proxy, ingress or gateway in front of the server buffers or queues: connection "
+            "limits, a saturated ingress pod, response buffering turned on for SSE.",
+            "The network: a cross-zone or cross-region hop, packet loss, DNS lookups per request.",
+            "The API server's own work before the engine sees the request: a slow (Python) "
+            "tokenizer, a chat template, request validation; it shows as Frontend CPU.",
+            "TLS handshakes per request (no keep-alive between the client and the ingress).",
+        ),
+        actions=(
+            "Point a second canary straight at the server's port (`--canary-url "
+            "http://127.0.0.1:8000`) and compare: the hop whose gap differs is the one adding it.",
+            "`curl -N -w '%{time_connect} %{time_starttransfer}\\n'` a streamed completion from "
+            "the client side and from inside the pod.",
+            "Turn off response buffering for the streaming route (nginx "
+            "`proxy_buffering off`), keep connections alive, scale the ingress.",
+        ),
+        escalate=(
+            "Escalate to the owner of the hop that adds the time (network, ingress, API "
+            "gateway) with the canary's gap and the server's TTFT side by side."
+        ),
+    ),
     "InferenceRequestErrors": Runbook(
         meaning=(
             "A significant share of the model's finished requests ended in error or abort, "
@@ -352,6 +387,40 @@ CAUSE_RUNBOOKS: dict[str, Runbook] = {
             "Roll back a recent model or template change.",
         ),
         escalate="Page the serving owner if errors (not aborts) exceed the threshold.",
+    ),
+    "InferenceCanaryFailing": Runbook(
+        meaning=(
+            "The sidecar's canary requests fail (time out, get HTTP errors, cannot connect, or "
+            "get a broken stream) while the server's `/metrics` answers and looks healthy. "
+            "Users on the same path fail too, and no server-side SLI counts their requests: "
+            "the server never saw them, or saw them and could not answer. This alert pages "
+            "even where the SLOs do the paging."
+        ),
+        confirm=(
+            (Panel.CANARY_PROBES, "which result grew: timeout, http_error or connect_error"),
+            (Panel.FINISHED_BY_REASON, "whether the server itself records errors"),
+            (Panel.RUNNING_WAITING, "a server too busy to answer within the canary's timeout"),
+        ),
+        causes=(
+            "The path in front of the server is broken: an ingress, gateway or load balancer "
+            "route, a certificate, an expired credential (HTTP 401/403/5xx from the proxy).",
+            "The server's API process hangs or refuses requests while its metrics endpoint "
+            "still answers (a stuck event loop, an engine that stopped stepping).",
+            "Overload: requests queue longer than the canary's timeout (`--canary-timeout`); "
+            "then InferenceQueueingDelay or the TTFT objective fire as well.",
+            "The canary's own configuration: a wrong `--canary-model` (HTTP 404) or token.",
+        ),
+        actions=(
+            "Read the sidecar's log: each kind of failure is named once, e.g. `canary probe "
+            "failing: HTTP 503 from http://ingress/v1/completions`.",
+            "Send the same streamed request by hand from outside the cluster and from inside "
+            "the pod; the first hop that fails is the broken one.",
+            "Roll back the last change to the route, gateway or credentials.",
+        ),
+        escalate=(
+            "Page the serving owner at once when every replica's canary fails (users get "
+            "errors); the network or gateway owner if only the external path fails."
+        ),
     ),
     "InferenceLatencyRegression": Runbook(
         meaning=(

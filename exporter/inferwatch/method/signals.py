@@ -18,15 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from inferwatch.method.thresholds import THROTTLE_REASONS
-
-#
-# Each has a PromQL form (over the recording rules, for the rules and `diagnose
-# --prometheus`) and a local recipe (for `diagnose --exporter`, which computes it from two
-# scrapes of one exporter). Both forms mean the same quantity over the same series: a
-# recipe combines an exporter's engines and GPUs as the PromQL does (tests/test_signals.py
-# evaluates both on the same series). Levels say which labels a signal's series carry:
-#   INSTANCE  target labels + backend + model      MODEL  the fleet labels
-#   NODE      target labels (+ gpu labels)         (joined to others on instance, job)
+from inferwatch.metrics import CANARY_RESULTS
 
 # Per instance: keep every target label (instance, job, pod, namespace...), drop the
 # backend's data-parallel rank. Per model: the fleet labels.
@@ -103,6 +95,7 @@ QUEUE = "request_queue_time_seconds"
 BASELINE95 = '{percentile="95"}'  # the baseline's gauges carry a percentile label
 _ERRORS = {"reason": "error"}
 _ABORTS = {"reason": "abort"}
+_FAILED = "|".join(r for r in CANARY_RESULTS if r != "ok")
 
 SIGNALS: dict[str, Signal] = {
     s.name: s
@@ -256,7 +249,28 @@ SIGNALS: dict[str, Signal] = {
             # Judged per GPU and reason (the alert names them); locally, the worst one.
             Gauge("inferwatch_gpu_clock_throttled", {"reason": THROTTLE_REASONS}, averaged=True),
         ),
+        Signal(
+            "canary_ttft_gap",
+            "client gap (canary TTFT - server TTFT)",
+            "seconds",
+            INSTANCE,
+            "inferwatch_canary_ttft_gap_seconds",
+            Gauge("inferwatch_canary_ttft_gap_seconds"),
+        ),
         # Availability
+        Signal(
+            "canary_failure_ratio",
+            "canary probes failing",
+            "ratio",
+            INSTANCE,
+            f'sum without (result) (rate(inferwatch_canary_probes_total{{result=~"{_FAILED}"}}'
+            "[%(window)s]))\n  / sum without (result) "
+            "(rate(inferwatch_canary_probes_total[%(window)s]))",
+            Ratio(
+                Rate("inferwatch_canary_probes_total", {"result": _FAILED}),
+                Rate("inferwatch_canary_probes_total"),
+            ),
+        ),
         Signal(
             "backend_up",
             "backend up",

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferwatch.method.alerts import ALERTS, Alert
+from inferwatch.method.alerts import ALERTS, OUTSIDE_THE_SLIS, Alert
 from inferwatch.method.slo import SLOs, slos_from_config
 from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.settings import ConfigError, check_keys, non_negative_number
@@ -81,10 +81,10 @@ class Spec:
         return self.thresholds[name]
 
     def severity(self, alert: Alert) -> str:
-        """The alert's severity; with SLOs paging, only a dead backend pages besides them
-        (requests that never reach the server are in no SLI)."""
+        """The alert's severity; with SLOs paging, only the alerts about requests that never
+        reach the server (they are in no SLI) page besides them."""
         if self.paging == "slo" and alert.severity == "critical":
-            return "critical" if alert.name == "InferenceBackendDown" else "warning"
+            return "critical" if alert.name in OUTSIDE_THE_SLIS else "warning"
         return alert.severity
 
 

@@ -119,6 +119,20 @@ THRESHOLDS: dict[str, Threshold] = {
         "x",
         "50 % worse than the benchmark at the same concurrency is beyond run-to-run noise.",
     ),
+    "client_gap_seconds": Threshold(
+        0.1,
+        "s",
+        "What the path between users and the engine (network, ingress, the API server's HTTP "
+        "and tokenizer, SSE framing) adds to the first token, as the canary sees it: a few ms "
+        "in one data centre; 100 ms more than the engine's own TTFT is a problem of its own. "
+        "`inferwatch calibrate` raises it to what the baseline's path measured, if more.",
+    ),
+    "canary_failure_ratio": Threshold(
+        0.25,
+        "ratio",
+        "One canary probe in four failing (a timeout, an HTTP error, a broken stream) while "
+        "the server reports itself up: users on the same path are failing too.",
+    ),
     "throttled_share": Threshold(
         0.5,
         "ratio",

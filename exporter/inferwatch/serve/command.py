@@ -22,7 +22,7 @@ from inferwatch.collect.canary import describe as describe_canary
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.collect.poller import DEFAULT_MAX_SERIES, Poller, PollSettings
 from inferwatch.collect.upstream import Upstream, redact_url
-from inferwatch.method.spec import Spec
+from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.web import make_app
 from inferwatch.serve.webconfig import load as load_web_config
 from inferwatch.settings import (
@@ -309,8 +309,10 @@ class ServeConfig:
             headers[name] = value
         return headers
 
-    def canary_settings(self) -> CanarySettings | None:
-        """The canary's settings (None when off); reads its token file (ConfigError)."""
+    def canary_settings(self, gap_window: float | None = None) -> CanarySettings | None:
+        """The canary's settings (None when off); reads its token file (ConfigError).
+
+        ``gap_window``: seconds the TTFT gap is measured over (the rules' rate window)."""
         if self.canary != "on":
             return None
         token = None
@@ -326,6 +328,7 @@ class ServeConfig:
             prompt_tokens=self.canary_prompt_tokens,
             output_tokens=self.canary_output_tokens,
             api_key=token,
+            gap_window=gap_window,
         )
 
     def weight_bytes(self) -> int | None:
@@ -418,13 +421,16 @@ def listen(host: str, port: int) -> list[socket.socket]:
 
 
 def run(config: ServeConfig, spec: Spec | None = None) -> None:
+    """Serve until a signal; ``spec`` (default: the defaults) is the verdict's and sets the
+    window of the canary's TTFT gap."""
+    spec = spec_from_config({}) if spec is None else spec
     web_config = None
     if config.web_config_file is not None:
         web_config = load_web_config(config.web_config_file)
     ssl_context = web_config.ssl_context() if web_config is not None else None
     host, port = config.web_listen_address
     sockets = listen(host, port)
-    canary_settings = config.canary_settings()
+    canary_settings = config.canary_settings(gap_window=spec.window_seconds)
     poller = build_poller(config)
     log.info(
         "serving on %s:%d (%s), polling %s backend at %s every %g s",

@@ -53,6 +53,7 @@ SERIES = (
     "kv_usage",
     "gpu_busy",
     "queued_while_idle_ratio",
+    "canary_ttft_gap",
 )
 PHASE_CODES = {
     "prefill": "prefill",
