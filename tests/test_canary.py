@@ -234,6 +234,24 @@ async def test_recovery_resets_the_backoff(fake: Fake, canary_for) -> None:
     assert sleeps.delays[:2] == [2.0, 4.0] and more.delays[0] == 1.0
 
 
+async def test_a_server_back_up_ends_the_backoff_at_once(fake: Fake, canary_for) -> None:
+    fake.mode = "500"
+    canary = canary_for(fake.url, interval=30.0, max_backoff=600.0)
+    task = asyncio.create_task(canary.run())
+    try:
+        while canary.sample(0.0, None).probes["http_error"] < 1:  # the server is down
+            await asyncio.sleep(0.01)
+        fake.mode = "ok"  # ...and back: the next poll reads its page
+        canary.sample(1.0, ttft_backend(1.0, 10))
+        async with asyncio.timeout(5):  # not the 60 s the backoff asked for
+            while canary.sample(2.0, ttft_backend(1.0, 10)).probes["ok"] < 1:
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_a_hanging_stream_times_out_with_one_probe_in_flight(fake: Fake, canary_for) -> None:
     fake.mode = "hang"
     canary = canary_for(fake.url, timeout=0.3, interval=0.01, max_backoff=0.01)

@@ -9,7 +9,8 @@ histograms with fixed bounds, and every probe's result.
 
 Cost is bounded: the probes run one after the other on their own task (never two in
 flight), each under a hard timeout, and after a failure the next waits twice as long as the
-last, up to ``max_backoff``. Failures are logged one line per kind (``http_error``,
+last, up to ``max_backoff``, or until a poll sees the server up again after it was down.
+Failures are logged one line per kind (``http_error``,
 ``timeout``...), then at most once a minute per kind. Nothing here runs on the scrape path:
 a poll only reads the counts (:meth:`Canary.sample`), and a canary that fails, hangs or
 raises leaves the backend's series as they are.
@@ -171,6 +172,8 @@ class Canary:
         self._said_no_model = False
         self.in_flight = 0
         self.failures = 0  # consecutive
+        self._server_up: bool | None = None  # as the last poll saw it
+        self._wake = asyncio.Event()  # the server came back up: end the backoff
 
     @property
     def model(self) -> str:
@@ -183,6 +186,9 @@ class Canary:
         """The counts so far, and the TTFT gap against the server's page of this poll."""
         if not self.settings.model and server is not None and server.model != "unknown":
             self._client.model = server.model  # the model the backend names
+        if server is not None and self._server_up is False and self.failures:
+            self._wake.set()  # probe now, not at the end of a backoff of up to max_backoff
+        self._server_up = server is not None
         gap = self._gap.update(now, (self._ttft.sum, self._ttft.count), server_ttft(server))
         return CanarySample(
             model=self.model or "unknown",
@@ -243,10 +249,23 @@ class Canary:
             interval * 2.0 ** min(self.failures, 30), max(self.settings.max_backoff, interval)
         )
 
+    async def _pause(self, delay: float) -> None:
+        """Wait ``delay`` seconds, or until the server is seen up again after failures."""
+        tasks = {
+            asyncio.ensure_future(self._sleep(delay)),
+            asyncio.ensure_future(self._wake.wait()),
+        }
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+
     async def run(self) -> None:
         """Probe forever, one at a time; a bug is logged, never raised."""
         while True:
             sample: Sample | None
+            self._wake.clear()
             try:
                 sample = await self.probe_once()
             except asyncio.CancelledError:
@@ -255,7 +274,7 @@ class Canary:
                 if self._bug_log.allow("probe") is not None:
                     log.exception("canary probe failed")
                 sample = Sample(error="bug", kind="bad_stream")  # back off all the same
-            await self._sleep(self.next_delay(sample))
+            await self._pause(self.next_delay(sample))
 
 
 def describe(settings: CanarySettings, redact: Callable[[str], str]) -> str:
