@@ -169,8 +169,8 @@ CANARY: dict[str, MetricDef] = _defs(
     MetricDef(
         "canary_ttft_gap_seconds",
         G,
-        "The canary's mean TTFT minus the server's own mean TTFT over the same recent window; "
-        "absent unless both saw a first token in it.",
+        "The canary's median TTFT minus the server's own median TTFT (from its histogram) over "
+        "the same recent window; absent unless both saw a first token in it.",
     ),
 )
 

@@ -152,7 +152,7 @@ class CanarySample:
     """What the canary measured so far (``serve --canary on``), cumulative since start.
 
     Histograms of its successful probes (client side, fixed bounds), probe counts by
-    result, and the gap between its mean TTFT and the server's own over a recent window
+    result, and the gap between its median TTFT and the server's own over a recent window
     (None unless both observed a first token in it).
     """
 

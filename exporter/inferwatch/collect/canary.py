@@ -30,13 +30,14 @@ import logging
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from inferwatch.collect.poller import CauseLog, LogLimiter
 from inferwatch.collect.stream import WORDS, Client, Sample, request_input
+from inferwatch.method.quantile import histogram_quantile, increase, sample_quantile
 from inferwatch.metrics import CANARY_RESULTS
 from inferwatch.model import BackendSample, CanarySample, Histogram
 
@@ -98,41 +99,51 @@ class Counts:
         return Histogram(tuple(cumulative), self.sum, float(self.count))
 
 
-def server_ttft(sample: BackendSample | None) -> tuple[float, float] | None:
-    """(sum, count) of the server's own TTFT histogram over all its series, or None."""
+def server_ttft(sample: BackendSample | None) -> Histogram | None:
+    """The server's own TTFT histogram, its series (engines) merged by bound, or None."""
     series = sample.histograms.get("time_to_first_token_seconds") if sample else None
-    if not series:
-        return None
-    hists = [h for h in series.values() if not (math.isnan(h.sum) or math.isnan(h.count))]
+    hists = [h for h in (series or {}).values() if not math.isnan(h.count)]
     if not hists:
         return None
-    return math.fsum(h.sum for h in hists), math.fsum(h.count for h in hists)
+    merged: dict[str, float] = {}
+    for hist in hists:
+        for le, count in hist.buckets:
+            merged[le] = merged.get(le, 0.0) + count
+    total = math.fsum(h.sum for h in hists)
+    return Histogram(tuple(merged.items()), total, math.fsum(h.count for h in hists))
 
 
 class TtftGap:
-    """The canary's mean TTFT minus the server's over the last ``window`` seconds, from the
-    cumulative sums and counts of both at each poll (a server restart starts afresh)."""
+    """The canary's median TTFT minus the server's over the last ``window`` seconds.
+
+    At each poll: the TTFTs of the canary's probes since the last one, and the server's TTFT
+    histogram; the server's median is read from its buckets' increase over the window, as
+    ``histogram_quantile`` reads it. Medians, not means: a tail on either side (the probe's
+    own process kept off the CPU a moment, another client's long prompt) leaves them be,
+    while a delay on the path moves every probe alike. A server restart starts afresh.
+    """
 
     def __init__(self, window: float) -> None:
         self.window = window
-        self._points: deque[tuple[float, float, float, float, float]] = deque()
+        self._points: deque[tuple[float, tuple[float, ...], Histogram]] = deque()
+        self._waiting: list[float] = []  # probes seen while the server's page was missing
 
-    def update(
-        self, now: float, canary: tuple[float, float], server: tuple[float, float] | None
-    ) -> float | None:
+    def update(self, now: float, probes: Sequence[float], server: Histogram | None) -> float | None:
+        self._waiting.extend(probes)
         if server is None:
             return None
-        if self._points and server[1] < self._points[-1][4]:
+        if self._points and server.count < self._points[-1][2].count:
             self._points.clear()  # the server's counters went back: it restarted
-        self._points.append((now, *canary, *server))
+        self._points.append((now, tuple(self._waiting), server))
+        self._waiting.clear()
         while len(self._points) > 1 and self._points[1][0] <= now - self.window:
             self._points.popleft()
-        _, canary_sum, canary_count, server_sum, server_count = self._points[0]
-        probes = canary[1] - canary_count
-        observed = server[1] - server_count
-        if probes <= 0 or observed <= 0:
+        canary = [ttft for _, ttfts, _ in list(self._points)[1:] for ttft in ttfts]
+        observed = increase(self._points[0][2], server)
+        server_median = histogram_quantile(0.5, observed.buckets)
+        if not canary or math.isnan(server_median):
             return None
-        return (canary[0] - canary_sum) / probes - (server[0] - server_sum) / observed
+        return sample_quantile(0.5, canary) - server_median
 
 
 def prompt_input(settings: CanarySettings) -> dict[str, Any]:
@@ -167,6 +178,7 @@ class Canary:
         self._e2e = Counts(E2E_BOUNDS)
         self._probes = dict.fromkeys(CANARY_RESULTS, 0)
         self._gap = TtftGap(settings.window)
+        self._new_ttfts: list[float] = []  # since the last sample()
         self._log = CauseLog("canary probe", unit="probes")
         self._bug_log = LogLimiter()
         self._said_no_model = False
@@ -189,7 +201,8 @@ class Canary:
         if server is not None and self._server_up is False and self.failures:
             self._wake.set()  # probe now, not at the end of a backoff of up to max_backoff
         self._server_up = server is not None
-        gap = self._gap.update(now, (self._ttft.sum, self._ttft.count), server_ttft(server))
+        probes, self._new_ttfts = self._new_ttfts, []
+        gap = self._gap.update(now, probes, server_ttft(server))
         return CanarySample(
             model=self.model or "unknown",
             ttft=self._ttft.frozen(),
@@ -222,6 +235,7 @@ class Canary:
         if sample.ok:
             self._probes["ok"] += 1
             self._ttft.observe(sample.ttft)
+            self._new_ttfts.append(sample.ttft)
             for gap in sample.gaps:
                 self._itl.observe(gap)
             self._e2e.observe(sample.e2e)

@@ -254,7 +254,9 @@ SIGNALS: dict[str, Signal] = {
             "client gap (canary TTFT - server TTFT)",
             "seconds",
             INSTANCE,
-            "inferwatch_canary_ttft_gap_seconds",
+            # The last value in the window: a missed scrape (a stale series) must not reset
+            # the alert's `for`.
+            "last_over_time(inferwatch_canary_ttft_gap_seconds[%(window)s])",
             Gauge("inferwatch_canary_ttft_gap_seconds"),
         ),
         # Availability

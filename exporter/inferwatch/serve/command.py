@@ -186,7 +186,8 @@ OPTIONS = (
         "--canary-interval",
         bounded_float(0.1, 3600),
         15.0,
-        "seconds between canary probes (doubling after each failure, up to 120 s)",
+        "seconds between canary probes (doubling after each failure, up to 120 s, until "
+        "the server is seen up again)",
         metavar="S",
     ),
     Option(
