@@ -108,6 +108,19 @@ def test_findings_alertmanager_inhibits_are_ranked_after_their_cause() -> None:
     ]
 
 
+def test_a_failing_canary_is_listed_after_the_cause_yet_counts_as_critical() -> None:
+    spec = spec_from_config({})
+    pod = {"instance": "a:10177", "backend": "vllm", "model": "tiny"}
+    canary = Finding(ALERTS["InferenceCanaryFailing"], pod, severity="critical")
+    stall = Finding(ALERTS["InferenceQueuedWhileIdle"], pod)
+    report = Report("x", "5m", spec, {"ttft_p95": None, "itl_p95": None}, [canary, stall])
+    assert [f.alert.name for f in report.findings] == [
+        "InferenceQueuedWhileIdle",  # why
+        "InferenceCanaryFailing",  # what users see
+    ]
+    assert report.worst() == "critical" and report.exit_code() == 4
+
+
 def test_a_burning_slo_without_a_cause_says_so_and_counts_for_the_exit_status() -> None:
     spec = spec_from_config({})
     tiny = {"namespace": "prod", "backend": "vllm", "model": "tiny"}
@@ -219,3 +232,19 @@ def test_cli_needs_exactly_one_source() -> None:
     )
     out = diagnose("--prometheus", "localhost:9090")
     assert out.returncode == 2 and "is not an http:// or https:// URL" in out.stderr
+
+
+def test_a_series_missing_from_the_first_page_has_no_increase() -> None:
+    # The first page is a failed poll's (no backend series): the counters' whole values
+    # are not the window's increase (PromQL's increase needs two samples too).
+    down = parse_page('inferwatch_backend_up{backend="vllm"} 0\n')
+    up = parse_page(
+        'inferwatch_backend_up{backend="vllm"} 1\n'
+        'inferwatch_preemptions_total{backend="vllm",model="tiny"} 5000\n'
+        'inferwatch_frontend_cpu_seconds_total{backend="vllm",model="tiny"} 900\n'
+    )
+    window = Window(down, up, 10.0)
+    assert window.value(SIGNALS["preemption_rate"].local) is None
+    assert window.value(SIGNALS["frontend_cpu"].local) is None
+    later = parse_page('inferwatch_preemptions_total{backend="vllm",model="tiny"} 5002\n')
+    assert Window(up, later, 10.0).value(SIGNALS["preemption_rate"].local) == 0.2

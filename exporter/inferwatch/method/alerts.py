@@ -83,6 +83,9 @@ class Alert:
     when: tuple[Cond, ...] = ()
     any_of: tuple[Cond, ...] = ()
     unless: tuple[Cond, ...] = ()
+    # Says what users see, not why: the client's view (the canary's alerts), which the
+    # server-side causes found with it explain; ``diagnose`` and the verdict list it after.
+    symptom: bool = False
 
     def conditions(self) -> tuple[Cond, ...]:
         return self.when + self.any_of + self.unless
@@ -383,6 +386,7 @@ ALERTS: dict[str, Alert] = {
             + "). The time is spent between the client and the engine: the network, an ingress "
             "or gateway, the API server's HTTP handling and tokenization, or SSE framing.",
             when=(Cond("canary_ttft_gap", ">", "client_gap_seconds"),),
+            symptom=True,
         ),
         Alert(
             "InferenceRequestErrors",
@@ -424,6 +428,7 @@ ALERTS: dict[str, Alert] = {
                 Cond("canary_failure_ratio", ">", "canary_failure_ratio"),
                 Cond("backend_up", "==", 1),
             ),
+            symptom=True,
         ),
         Alert(
             "InferenceLatencyRegression",

@@ -41,10 +41,12 @@ class Finding:
         self.severity = self.severity or self.alert.severity
 
     @property
-    def rank(self) -> tuple[int, bool, bool, str]:
-        """Severity, then causes before what they explain, then a regression against the
-        baseline (what got worse) after the causes (why), then the name."""
+    def rank(self) -> tuple[bool, int, bool, bool, str]:
+        """What users see (a symptom alert) after the causes, then severity, then causes
+        before what they explain, then a regression against the baseline (what got worse)
+        after the causes (why), then the name."""
         return (
+            self.alert.symptom,
             SEVERITY_ORDER.index(self.severity),
             bool(self.explained_by),
             self.alert.layer == "baseline",

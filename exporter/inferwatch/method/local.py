@@ -93,11 +93,14 @@ class Window:
         }
 
     def _increases(self, name: str, where: Mapping[str, str]) -> dict[tuple, float]:
-        """Each series' increase over the window; a reset counts from zero."""
+        """Each series' increase over the window; a reset counts from zero. A series missing
+        from the first page (a failed poll's page has no backend series) has none, as
+        PromQL's ``increase`` needs two samples: its whole count is not the window's."""
         before = self._series(self.before, name, where)
         return {
-            key: value - before[key] if value >= before.get(key, math.inf) else value
+            key: value - before[key] if value >= before[key] else value
             for key, value in self._series(self.after, name, where).items()
+            if key in before
         }
 
     def _delta(self, name: str, where: Mapping[str, str] | None = None) -> float | None:

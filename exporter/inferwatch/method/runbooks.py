@@ -336,8 +336,10 @@ CAUSE_RUNBOOKS: dict[str, Runbook] = {
             "same path as users every few seconds and times its first token; the server's own "
             "TTFT histogram says how long the engine took. Their difference is what the path "
             "between the client and the engine adds: the network, an ingress or gateway, the "
-            "API server's HTTP handling, tokenization and SSE framing. The engine is not what "
-            "is slow: the phase and layer alerts stay quiet while this one fires."
+            "API server's HTTP handling, tokenization and SSE framing. Alone, it says the "
+            "engine is not what is slow. With a server-side cause (overload, KV pressure, a "
+            "stall), fix that first: requests then also wait in the API server before the "
+            "engine counts them, and `inferwatch diagnose` lists the cause first."
         ),
         confirm=(
             (Panel.CLIENT_GAP, "the gap above its threshold, and since when"),

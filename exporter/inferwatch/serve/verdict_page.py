@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from inferwatch import __version__
-from inferwatch.method.findings import fmt
+from inferwatch.method.findings import SEVERITY_ORDER, fmt
 
 REFRESH_SECONDS = 10
 WIDTH, HEIGHT = 260, 56
@@ -48,7 +48,7 @@ def _banner(doc: Mapping[str, Any]) -> str:
     if state == "healthy":
         text = "healthy: no alert condition of the heuristics spec holds"
         return f'<div class="banner ok" id="status">{text}</div>'
-    worst = doc["findings"][0]
+    worst = min(doc["findings"], key=lambda f: SEVERITY_ORDER.index(f["severity"]))
     kind = "bad" if worst["severity"] == "critical" else "warn"
     names = ", ".join(f["alert"] for f in doc["findings"])
     return f'<div class="banner {kind}" id="status">{_e(worst["severity"])}: {_e(names)}</div>'
