@@ -132,7 +132,9 @@ async def test_bad_backend_flips_up_to_zero_logs_once_and_keeps_gpu_data(
 ) -> None:
     gpu = GpuSource(nvml=FakeNvml([FakeGpu(0, util=30)]))
     gpu.start()
-    poller = poller_for(backend.url, gpu=gpu, timeout=0.3)
+    # Short, for the hanging backend; reading 16 MiB on a busy machine may take longer.
+    timeout = 10.0 if mode == "50MB" else 0.3
+    poller = poller_for(backend.url, gpu=gpu, timeout=timeout)
     client = await aiohttp_client(make_app(poller, run_poller=False))
     await poller.poll_once()
     assert poller.snapshot.backend_up
