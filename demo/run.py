@@ -3,11 +3,13 @@ driven through faults while the terminal shows what inferwatch sees.
 
 Baseline first: once vLLM is up, ``inferwatch calibrate`` measures it and the thresholds
 and fault sizes come from that (the first screen shows them). Phases: normal -> overload
--> long prompts -> KV-cache pressure -> engine stall -> backend crash -> recovery. For
-each, the live view shows the phase verdict (which phase and layer the firing alerts
-name), the key series, and the alerts Alertmanager holds with their runbooks; at the end,
-a table of the time from each fault to its alert. Ctrl-C stops every
-process the demo started.
+-> long prompts -> KV-cache pressure -> engine stall -> slow path (a proxy in front of the
+server delays the canary's requests) -> broken route (the proxy answers 503) -> backend crash
+-> recovery. For each, the live view shows the phase verdict (which phase and layer the
+firing alerts name), the key series (the canary's client gap among them), and the alerts
+Alertmanager holds with their runbooks; at the end, a table of the time from each fault to
+its alert. inferwatch's own verdict page (its URL is on every screen) shows the same from
+the sidecar's polls alone. Ctrl-C stops every process the demo started.
 
     .venv/bin/python demo/run.py [--workdir DIR] [--quick]
 """
@@ -32,9 +34,9 @@ from inferwatch.method.slo import FAST as SLO_PAGE
 RESET = "\x1b[H\x1b[2J"
 
 
-def _value(page: str, name: str) -> str:
+def _value(page: str, name: str, labels: str = "") -> str:
     try:
-        return f"{metric_value(page, name):g}"
+        return f"{metric_value(page, name, labels):g}"
     except KeyError:
         return "-"
 
@@ -62,9 +64,12 @@ def render(stack: LocalStack, phase: str, story: str, started: float) -> str:
     ttft = f"max(model:inferwatch_time_to_first_token_seconds:quantile_{w}{p95})"
     itl = f"max(model:inferwatch_inter_token_latency_seconds:quantile_{w}{p95})"
     queue = f"max(model:inferwatch_request_queue_time_seconds:mean_{w})"
+    gap = "max(inferwatch_canary_ttft_gap_seconds)"
+    ok = 'result="ok"'
     assert stack.calibration is not None
     lines = [
-        f"inferwatch demo  |  phase: {phase}  ({time.monotonic() - started:4.0f} s)",
+        f"inferwatch demo  |  phase: {phase}  ({time.monotonic() - started:4.0f} s)"
+        f"  |  verdict page {stack.inferwatch.url}/",
         f"  {story}",
         "",
         *stack.calibration.summary(),
@@ -77,6 +82,9 @@ def render(stack: LocalStack, phase: str, story: str, started: float) -> str:
         f"{_value(page, 'inferwatch_preemptions_total')}",
         f"  TTFT p95 {_latency(stack, ttft)}   queue mean {_latency(stack, queue)}"
         f"   ITL p95 {_latency(stack, itl)}",
+        f"  canary (through the proxy): client gap {_latency(stack, gap)} over the server's "
+        f"TTFT   probes ok {_value(page, 'inferwatch_canary_probes_total', ok)}"
+        f" / {_value(page, 'inferwatch_canary_probes_total')}",
         "",
         "  verdict: " + verdict(stack),
         "",
@@ -198,6 +206,7 @@ def main() -> int:
     try:
         stack.start()
         assert stack.inferwatch and stack.prometheus and stack.alertmanager
+        print(f"  verdict page {stack.inferwatch.url}/  (open it in a browser)")
         print(f"  inferwatch   {stack.inferwatch.url}/metrics")
         print(f"  Prometheus   {stack.prometheus.url}/alerts")
         print(f"  Alertmanager {stack.alertmanager.url}")

@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 
 from demo.calibration import (
+    GAP_WINDOWS,
     LONG_PROMPT_OUTPUT,
     NORMAL_CLIENTS,
     NORMAL_OUTPUT,
@@ -42,9 +44,11 @@ from demo.stack import (
     Alertmanager,
     Inferwatch,
     Prometheus,
+    Proxy,
     StackError,
     VllmServer,
     WebhookReceiver,
+    metric_value,
     tiny_model,
 )
 from demo.traffic import Burst, burst, complete_many
@@ -83,6 +87,7 @@ class LocalStack:
         self.spec = spec_from_config(load_config_file(CONFIG))
         self.vllm = vllm or VllmServer(workdir)
         self.receiver = WebhookReceiver()
+        self.proxy: Proxy | None = None  # the users' path in front of vLLM: the canary's
         self.inferwatch: Inferwatch | None = None
         self.prometheus: Prometheus | None = None
         self.alertmanager: Alertmanager | None = None
@@ -92,6 +97,7 @@ class LocalStack:
         if not self.vllm.alive():
             self.vllm.start()
         write(self.workdir, self.spec)  # the base config's rules until calibrated
+        self.proxy = Proxy(self.workdir, self.vllm.url).start()
         self.receiver.start()
         am_config = self.workdir / "alertmanager.yml"
         am_config.write_text(
@@ -113,6 +119,9 @@ class LocalStack:
         # Baseline first, with the stack running: the service is measured under the load its
         # monitoring puts on the machine, as it will be judged.
         self.calibration = calibrate(self.vllm, CONFIG, self.workdir)
+        # The canary's path, measured too: its gap under the normal traffic, on this machine.
+        gaps = asyncio.run(self.canary_gaps(GAP_WINDOWS * self.spec.window_seconds))
+        self.calibration = self.calibration.with_client_gap(gaps)
         self.spec = self.calibration.spec
         write(self.workdir, self.spec)
         self.prometheus.reload()
@@ -121,6 +130,7 @@ class LocalStack:
         return self
 
     def _inferwatch(self, config: Path, port: int | None = None) -> Inferwatch:
+        assert self.proxy is not None
         return Inferwatch(
             self.workdir,
             self.vllm.url,
@@ -129,13 +139,48 @@ class LocalStack:
                 "--model-path", str(tiny_model()),
                 "--peak-memory-bandwidth", "2e10",  # ~DDR4 dual channel: a decode floor on CPU
                 "--config", str(config),
+                "--canary-url", self.proxy.url,
             ],
             port=port,
         )  # fmt: skip
 
+    async def canary_gaps(self, seconds: float) -> list[float]:
+        """The canary's client gap under normal traffic, read every half second for
+        ``seconds`` once a whole rate window of it has passed."""
+        assert self.inferwatch is not None
+        stop = asyncio.Event()
+        traffic = asyncio.create_task(normal_traffic(self, stop))
+        gaps: list[float] = []
+        metrics = f"{self.inferwatch.url}/metrics"
+        # Read on this event loop, not in a thread: the traffic running on it holds the GIL
+        # most of the time, and a thread's blocking read would wait for it.
+        timeout = aiohttp.ClientTimeout(total=60)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                await asyncio.sleep(self.spec.window_seconds)
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    async with session.get(metrics) as response:
+                        page = await response.text()
+                    with contextlib.suppress(KeyError):  # no gap on this poll
+                        gaps.append(metric_value(page, "inferwatch_canary_ttft_gap_seconds"))
+                    await asyncio.sleep(0.5)
+        finally:
+            stop.set()
+            await traffic
+        if not gaps:
+            raise StackError(f"the canary measured no client gap in {seconds:g} s")
+        return gaps
+
     def stop(self) -> None:
         """Stop everything this stack started, by pid, whatever state it is in."""
-        for component in (self.prometheus, self.inferwatch, self.alertmanager, self.vllm):
+        for component in (
+            self.prometheus,
+            self.inferwatch,
+            self.alertmanager,
+            self.proxy,
+            self.vllm,
+        ):
             if component is not None:
                 with contextlib.suppress(Exception):
                     component.stop()
@@ -309,6 +354,27 @@ async def engine_stall(stack: LocalStack, stop: asyncio.Event) -> None:
         await load
 
 
+async def slow_path(stack: LocalStack, stop: asyncio.Event) -> None:
+    """The path in front of the server holds each request twice the client-gap threshold
+    before passing it on; the users' traffic goes on as normal."""
+    assert stack.proxy is not None
+    await asyncio.to_thread(stack.proxy.set_fault, stack.faults.path_delay)
+    try:
+        await normal_traffic(stack, stop)
+    finally:
+        await asyncio.to_thread(stack.proxy.set_fault)
+
+
+async def broken_route(stack: LocalStack, stop: asyncio.Event) -> None:
+    """The path in front of the server answers 503 to every request; the server is fine."""
+    assert stack.proxy is not None
+    await asyncio.to_thread(stack.proxy.set_fault, 0.0, 503)
+    try:
+        await normal_traffic(stack, stop)
+    finally:
+        await asyncio.to_thread(stack.proxy.set_fault)
+
+
 async def backend_crash(stack: LocalStack, stop: asyncio.Event) -> None:
     """Kill the server outright; it is started again when the scenario ends (recovery)."""
     process = stack.vllm.process
@@ -322,13 +388,19 @@ async def backend_crash(stack: LocalStack, stop: asyncio.Event) -> None:
 
 # Every latency fault is also a regression against the calibrated baseline.
 REGRESSION = "InferenceLatencyRegression"
+# Overloaded or stalled, the server answers the canary after its timeout, as it would a user.
+CANARY = "InferenceCanaryFailing"
+# Under these faults the engine's threads hold both of this machine's cores: the API server
+# and the canary wait for CPU before the engine sees a request, and the canary's first token
+# comes later than the server's TTFT says, as a user's would.
+GAP = "InferenceClientGap"
 
 SCENARIOS = (
     Scenario(
         "overload",
         "InferenceQueueingDelay",
         overload,
-        also_allowed=frozenset({REGRESSION}),
+        also_allowed=frozenset({REGRESSION, CANARY, GAP}),
         story="4x the batch in clients: requests wait to be scheduled; TTFT is queue time; "
         "the TTFT objective's budget burns: a page.",
         pages="ttft",
@@ -337,7 +409,7 @@ SCENARIOS = (
         "long prompts",
         "InferencePrefillBottleneck",
         long_prompts,
-        also_allowed=frozenset({REGRESSION}),
+        also_allowed=frozenset({REGRESSION, GAP}),
         story="Prompts whose prefill alone is 2x the TTFT threshold, no queue: TTFT is "
         "prefill compute.",
     ),
@@ -346,7 +418,7 @@ SCENARIOS = (
         "InferenceKVCachePressure",
         kv_pressure,
         # Bursts of 1.5x the batch also queue.
-        also_allowed=frozenset({"InferenceQueueingDelay", REGRESSION}),
+        also_allowed=frozenset({"InferenceQueueingDelay", REGRESSION, CANARY, GAP}),
         story="A batch of long generations that needs twice the KV cache: the scheduler preempts.",
     ),
     Scenario(
@@ -355,8 +427,21 @@ SCENARIOS = (
         engine_stall,
         # Queued requests finish late after the stall: their queueing is the stall's, and
         # Alertmanager inhibits InferenceQueueingDelay while InferenceQueuedWhileIdle fires.
-        also_allowed=frozenset({"InferenceQueueingDelay", REGRESSION}),
+        also_allowed=frozenset({"InferenceQueueingDelay", REGRESSION, CANARY, GAP}),
         story="The engine process is paused with requests waiting: queued while idle.",
+    ),
+    Scenario(
+        "slow path",
+        "InferenceClientGap",
+        slow_path,
+        story="A proxy in front of the server holds each request 2x the client-gap threshold: "
+        "the canary's first token is late, the server's own TTFT is not.",
+    ),
+    Scenario(
+        "broken route",
+        "InferenceCanaryFailing",
+        broken_route,
+        story="The proxy in front of the server answers 503; the server itself is healthy.",
     ),
     Scenario(
         "backend crash",

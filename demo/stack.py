@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -43,6 +44,28 @@ VLLM_ARGS = (
 
 class StackError(RuntimeError):
     """A component failed to start or answer; the message carries its log tail."""
+
+
+def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
+    """Headless Chromium (Debian's ``chromium``, installed by ``make debs``) with ``args``:
+    ``--dump-dom URL`` prints the page as rendered, ``--screenshot=FILE URL`` saves it."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        raise StackError("no chromium on PATH (make debs installs it)")
+    return subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,  # a guard against a hung browser
+    )
 
 
 def free_port() -> int:
@@ -272,6 +295,41 @@ class Inferwatch:
 
     def metric(self, name: str, labels: str = "") -> float:
         return metric_value(self.page(), name, labels)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+
+class Proxy:
+    """``demo/proxy.py`` in front of ``upstream``: the users' path, with a fault switch."""
+
+    def __init__(self, workdir: Path, upstream: str, port: int | None = None):
+        self.workdir = workdir
+        self.upstream = upstream
+        self.port = port or free_port()
+        self.process: Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> Proxy:
+        argv = [sys.executable, "-m", "demo.proxy", "--upstream", self.upstream]
+        argv += ["--port", str(self.port)]
+        env = {
+            "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
+        }
+        self.process = Process("proxy", argv, self.workdir / "proxy.log", env).start()
+        self.process.wait_http(f"{self.url}/_fault", timeout)
+        return self
+
+    def set_fault(self, delay: float = 0.0, status: int | None = None) -> None:
+        """Hold each request ``delay`` s, or answer each with ``status``; none: pass through."""
+        body = json.dumps({"delay": delay, "status": status}).encode()
+        request = urllib.request.Request(f"{self.url}/_fault", data=body, method="PUT")
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            resp.read()
 
     def stop(self) -> None:
         if self.process is not None:

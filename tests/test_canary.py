@@ -19,7 +19,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from test_exposition import full_snapshot
 
-from demo.stack import Inferwatch, VllmServer, metric_value
+from demo.stack import Inferwatch, Proxy, VllmServer, metric_value
 from inferwatch.collect.canary import (
     MARKER_USER,
     Canary,
@@ -242,9 +242,9 @@ async def test_a_server_back_up_ends_the_backoff_at_once(fake: Fake, canary_for)
         while canary.sample(0.0, None).probes["http_error"] < 1:  # the server is down
             await asyncio.sleep(0.01)
         fake.mode = "ok"  # ...and back: the next poll reads its page
-        canary.sample(1.0, ttft_backend(1.0, 10))
+        canary.sample(1.0, ttft_backend(10, 10, 10))
         async with asyncio.timeout(5):  # not the 60 s the backoff asked for
-            while canary.sample(2.0, ttft_backend(1.0, 10)).probes["ok"] < 1:
+            while canary.sample(2.0, ttft_backend(10, 10, 10)).probes["ok"] < 1:
                 await asyncio.sleep(0.01)
     finally:
         task.cancel()
@@ -265,34 +265,45 @@ async def test_a_hanging_stream_times_out_with_one_probe_in_flight(fake: Fake, c
     assert canary.in_flight == 0
 
 
-def ttft_backend(total: float, count: float) -> BackendSample:
-    hist = Histogram((("+Inf", count),), total, count)
-    return BackendSample("vllm", "tiny", histograms={"time_to_first_token_seconds": {(): hist}})
+def ttft_backend(under_10ms: float, under_100ms: float, total: float) -> BackendSample:
+    """A server page whose TTFT histogram holds these cumulative counts (two engines)."""
+
+    def engine(share: float) -> Histogram:
+        counts = (under_10ms * share, under_100ms * share, total * share)
+        return Histogram(tuple(zip(("0.01", "0.1", "+Inf"), counts, strict=True)), 0.0, counts[2])
+
+    engines = {(("engine", "0"),): engine(0.75), (("engine", "1"),): engine(0.25)}
+    return BackendSample("vllm", "tiny", histograms={"time_to_first_token_seconds": engines})
 
 
-def test_ttft_gap_compares_means_over_the_same_window() -> None:
+def test_ttft_gap_compares_medians_over_the_same_window() -> None:
     gap = TtftGap(window=10.0)
-    assert gap.update(0.0, (0.0, 0), (100.0, 1000)) is None  # nothing new in the window yet
-    # 2 probes at 0.3 s mean; the server saw 4 first tokens at 0.2 s mean meanwhile.
-    assert gap.update(5.0, (0.6, 2), (100.8, 1004)) == pytest.approx(0.1)
-    # 20 s on the old points are out of the window: only what came after t=5 counts.
-    assert gap.update(20.0, (1.6, 4), (101.8, 1009)) == pytest.approx(0.5 - 0.2)
-    assert gap.update(21.0, (1.6, 4), None) is None  # no server page: no gap
+    server = server_ttft
+    assert gap.update(0.0, (), server(ttft_backend(100, 100, 100))) is None  # nothing new yet
+    # 3 probes, median 0.3 s (a 0.9 s tail does not move it); the server's 4 new first tokens
+    # in (0.01, 0.1]: median 0.055 s, as histogram_quantile reads it.
+    five = gap.update(5.0, (0.3, 0.2, 0.9), server(ttft_backend(100, 104, 104)))
+    assert five == pytest.approx(0.3 - 0.055)
+    # At 20 s what came before 5 s is out of the window: 1 probe, 2 first tokens under 10 ms.
+    twenty = gap.update(20.0, (0.5,), server(ttft_backend(102, 106, 106)))
+    assert twenty == pytest.approx(0.5 - 0.005)
+    assert gap.update(21.0, (0.7,), None) is None  # no server page: no gap
     # The server restarted (its count went back): start afresh.
-    assert gap.update(22.0, (1.6, 4), (0.0, 0)) is None
-    assert gap.update(23.0, (2.0, 5), (0.1, 1)) == pytest.approx(0.4 - 0.1)
-    assert server_ttft(ttft_backend(3.0, 6)) == (3.0, 6)
-    assert server_ttft(BackendSample("vllm", "tiny")) is None
+    assert gap.update(22.0, (), server(ttft_backend(0, 0, 0))) is None
+    assert gap.update(23.0, (0.4,), server(ttft_backend(1, 1, 1))) == pytest.approx(0.4 - 0.005)
+    assert server(BackendSample("vllm", "tiny")) is None
+    merged = server(ttft_backend(4, 8, 8))
+    assert merged is not None and merged.buckets == (("0.01", 4.0), ("0.1", 8.0), ("+Inf", 8.0))
 
 
 async def test_model_comes_from_the_backend_and_series_render(fake: Fake, canary_for) -> None:
     canary = canary_for(fake.url, model=None, gap_window=60.0)
     assert await canary.probe_once() is None and fake.bodies == []  # no model known yet
-    canary.sample(0.0, ttft_backend(1.0, 10))
+    canary.sample(0.0, ttft_backend(10, 10, 10))
     sample = await canary.probe_once()
     assert sample is not None and sample.ok and fake.bodies[0]["model"] == "tiny"
-    counted = canary.sample(1.0, ttft_backend(1.02, 11))
-    assert counted.ttft_gap_seconds == pytest.approx(sample.ttft - 0.02)
+    counted = canary.sample(1.0, ttft_backend(12, 12, 12))  # two first tokens under 10 ms
+    assert counted.ttft_gap_seconds == pytest.approx(sample.ttft - 0.005)
     snap = replace(full_snapshot("vllm-0.32.0-cpu-loaded-kv-full.prom"), canary=counted)
     page = render(snap).decode()
     gap = page_value(page, "inferwatch_canary_ttft_gap_seconds", **TINY)
@@ -354,3 +365,47 @@ def test_real_vllm_canary_fills_ttft_and_shows_the_gap(
     assert page_value(page, "inferwatch_backend_up", backend="vllm") == 1.0
     assert math.isfinite(gap) and mean > 0
     print(f"canary TTFT mean {mean * 1000:.1f} ms over {count:g} probes, gap {gap * 1000:.1f} ms")
+
+
+DELAY = 0.2  # what the proxy adds before the server sees a request (the issue's example)
+
+
+def gap_over_a_fresh_window(sidecar: Inferwatch, window: float) -> float:
+    """The gap once a whole window has passed since now: the mean of three readings."""
+    time.sleep(window + 1.0)
+    readings = []
+    for _ in range(3):
+        readings.append(sidecar.metric("inferwatch_canary_ttft_gap_seconds"))
+        time.sleep(1.0)
+    return sum(readings) / len(readings)
+
+
+@pytest.mark.vllm
+def test_a_delay_in_front_of_the_server_is_measured_as_the_gap(
+    vllm_server: VllmServer, tmp_path: Path
+) -> None:
+    vllm_server.ensure_running()
+    window = 10.0
+    config = tmp_path / "inferwatch.yaml"
+    config.write_text(
+        f"alerting:\n  rate_window: {window:g}s\n  evaluation_interval: 1s\n"
+        "canary: 'on'\ncanary_interval: 0.5\npoll_interval: 0.25\n"
+    )
+    proxy = Proxy(tmp_path, vllm_server.url).start()
+    sidecar = Inferwatch(
+        tmp_path, vllm_server.url, ["--config", str(config), "--canary-url", proxy.url]
+    ).start()
+    try:
+        before = gap_over_a_fresh_window(sidecar, window)
+        proxy.set_fault(delay=DELAY)
+        during = gap_over_a_fresh_window(sidecar, window)
+    finally:
+        sidecar.stop()
+        proxy.stop()
+    measured = during - before
+    print(
+        f"client gap {before * 1000:.1f} ms, with {DELAY * 1000:.0f} ms injected "
+        f"{during * 1000:.1f} ms: measured {measured * 1000:.1f} ms "
+        f"({(measured / DELAY - 1) * 100:+.1f} %)"
+    )
+    assert abs(measured - DELAY) <= 0.1 * DELAY

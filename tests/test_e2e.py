@@ -16,13 +16,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
+import aiohttp
 import pytest
 
-from demo.scenarios import SCENARIOS, LocalStack, Outcome, Scenario, run_scenario, settle
-from demo.stack import VllmServer
+from demo.scenarios import (
+    SCENARIOS,
+    LocalStack,
+    Outcome,
+    Scenario,
+    normal_traffic,
+    run_scenario,
+    settle,
+)
+from demo.stack import VllmServer, chromium
 from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
 from inferwatch.method.slo import FAST as SLO_PAGE
 
@@ -35,16 +48,20 @@ NOTIFY_SLACK = 2.0
 @pytest.fixture(scope="module")
 def stack(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory):
     local = LocalStack(tmp_path_factory.mktemp("e2e"), vllm=vllm_server)
-    components = []
     try:
         local.start()
-        components = [local.prometheus, local.inferwatch, local.alertmanager]
         print("\n" + "\n".join(local.calibration.summary()))
         yield local
     finally:
+        # Whatever started, even if start() failed half-way; the session's vLLM stays.
+        components = [
+            c
+            for c in (local.prometheus, local.inferwatch, local.alertmanager, local.proxy)
+            if c is not None and c.process is not None
+        ]
         for component in components:
             component.stop()
-        local.receiver.stop()  # the session's vLLM stays for other tests
+        local.receiver.stop()
     # Every process the stack started is gone (stopped by pid, SIGKILL after a grace period).
     for component in components:
         assert component.process.popen.poll() is not None, f"{component.process.name} survived"
@@ -70,6 +87,96 @@ async def diagnose(stack: LocalStack) -> tuple[int, dict]:
     )  # fmt: skip
     out, _ = await asyncio.wait_for(process.communicate(), timeout=60)
     return process.returncode, json.loads(out)
+
+
+@dataclass(frozen=True)
+class Seen:
+    verdict: dict  # /verdict.json
+    page: Path  # the verdict page as served at the same moment
+
+
+async def verdict_served(stack: LocalStack, name: str, until: Callable[[dict], bool]) -> Seen:
+    """The exporter's verdict once ``until(verdict.json)`` holds (or 60 s passed), and its
+    page as served then, saved in the stack's workdir."""
+    assert stack.inferwatch is not None
+    url = f"{stack.inferwatch.url}/"
+    deadline = time.monotonic() + 60  # a guard, not a bound on how fast the verdict is
+    # On this event loop, not a thread: the traffic running on it holds the GIL most of the
+    # time, and a thread's blocking read would wait for it.
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        while True:
+            async with session.get(url + "verdict.json") as response:
+                doc = await response.json()
+            if until(doc) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(1)
+        async with session.get(url) as response:
+            html = await response.text()
+    page = stack.workdir / f"verdict-{name.replace(' ', '-')}.html"
+    page.write_text(html)
+    return Seen(doc, page)
+
+
+# Pages saved during health and each fault, rendered in Chromium by the last test.
+SAVED: dict[str, tuple[Seen, str]] = {}  # name -> (what was served, the alert it must show)
+
+
+def rendered(workdir: Path, seen: Seen) -> str:
+    """The saved page as headless Chromium renders it (its DOM), with a screenshot beside it.
+
+    Rendered after the last scenario: a browser starting up takes this 2-core machine's CPU
+    for seconds (Prometheus' scrapes of the sidecar time out meanwhile), which would be a
+    fault of its own. The page is complete as served (no script, nothing fetched), so the
+    file renders as the live page did."""
+    profile = workdir / "chromium"
+    url = seen.page.as_uri()
+    dom = chromium("--dump-dom", url, profile=profile)
+    assert dom.returncode == 0, dom.stderr
+    shot = seen.page.with_suffix(".png")
+    size = "--window-size=1200,1500"
+    taken = chromium(f"--screenshot={shot}", size, "--hide-scrollbars", url, profile=profile)
+    assert taken.returncode == 0, taken.stderr
+    print(f"\nverdict page: {shot}")
+    return dom.stdout
+
+
+def findings_of(seen: Seen) -> list[str]:
+    return [f["alert"] for f in seen.verdict["findings"]]
+
+
+def sparkline_with_data(dom: str, series: str) -> bool:
+    """The page's sparkline of ``series`` draws a line of at least two points."""
+    cell = re.search(rf'data-series="{series}">(.*?)</div>', dom, re.S)
+    return (
+        cell is not None
+        and re.search(r'points="[\d.]+,[\d.]+ [\d.]+,[\d.]+', cell.group(1)) is not None
+    )
+
+
+SPARKLINES = ("running", "canary_ttft_gap")
+
+
+def healthy_with_sparklines(doc: dict) -> bool:
+    """Healthy, with two points or more in each of :data:`SPARKLINES`."""
+    drawn = [sum(v is not None for _, v in doc["series"][name]) >= 2 for name in SPARKLINES]
+    return doc["state"] == "healthy" and all(drawn)
+
+
+def test_the_verdict_page_is_healthy_under_normal_traffic(stack: LocalStack) -> None:
+    async def run() -> Seen:
+        await settle(stack, timeout=240)
+        stop = asyncio.Event()
+        traffic = asyncio.create_task(normal_traffic(stack, stop))
+        try:
+            return await verdict_served(stack, "health", healthy_with_sparklines)
+        finally:
+            stop.set()
+            await traffic
+
+    seen = asyncio.run(run())
+    assert seen.verdict["state"] == "healthy", findings_of(seen)
+    assert healthy_with_sparklines(seen.verdict), seen.verdict["series"]
+    SAVED["health"] = (seen, "")
 
 
 def _page(alert: dict, scenario: Scenario) -> bool:
@@ -123,9 +230,16 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
                 raise AssertionError(f"the objective pages before the fault: {burning}\n{why}")
         stop = asyncio.Event()
         watch = asyncio.create_task(first_pending(stack, scenario.expect, stop))
-        outcome = await run_scenario(
-            stack, scenario, hold=5, timeout=240, on_alert=lambda: diagnose(stack)
-        )
+
+        async def on_alert() -> tuple:
+            shown = await verdict_served(
+                stack,
+                scenario.name,
+                lambda doc: scenario.expect in [f["alert"] for f in doc["findings"]],
+            )
+            return await diagnose(stack), shown
+
+        outcome = await run_scenario(stack, scenario, hold=5, timeout=240, on_alert=on_alert)
         stop.set()
         return outcome, await watch
 
@@ -147,7 +261,11 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
     )
     assert took <= budget
 
-    code, report = outcome.on_alert
+    (code, report), shown = outcome.on_alert
+    # The sidecar's own verdict page names the cause too, from its polls alone.
+    print(f"verdict page: {', '.join(findings_of(shown)) or shown.verdict['state']}")
+    assert scenario.expect in findings_of(shown)
+    SAVED[scenario.name] = (shown, scenario.expect)
     named = [f["alert"] for f in report["findings"]]
     print(f"diagnose (exit {code}): {', '.join(named)}")
     assert named[0] == scenario.expect
@@ -158,3 +276,17 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
     severities = {f["severity"] for f in report["findings"]}
     severities |= {o["severity"] for burn in report["slos"] for o in burn["objectives"]}
     assert code == (4 if "critical" in severities else 3)
+
+
+def test_the_saved_verdict_pages_render_in_chromium(stack: LocalStack) -> None:
+    """What the page showed during health and each fault, as a browser renders it."""
+    assert "health" in SAVED, "the health test saved no page"
+    for name, (seen, alert) in SAVED.items():
+        dom = rendered(stack.workdir, seen)
+        if alert:
+            assert f'data-alert="{alert}"' in dom, name
+            assert 'id="status">healthy' not in dom, name
+        else:
+            assert 'id="status">healthy' in dom
+            for series in SPARKLINES:
+                assert sparkline_with_data(dom, series), series

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import bcrypt
 import pytest
 from aiohttp import web
 
+from demo.stack import chromium
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
@@ -28,7 +27,6 @@ from conftest import fixture_text
 KV_FULL = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
 AFTER = fixture_text("vllm-0.32.0-cpu-after-preemptions.prom")
 HOSTILE_MODEL = "<img src=x onerror=alert(1)>"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 class Backend:
@@ -274,24 +272,6 @@ async def test_the_running_app_records_polls_without_requests(aiohttp_server, ai
     assert history.verdict.state == "healthy"
 
 
-def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            CHROMIUM or "chromium",
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            f"--user-data-dir={profile}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,  # a guard against a hung browser
-    )
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (make debs installs it)")
 async def test_a_real_browser_renders_the_verdict(exporter, tmp_path: Path) -> None:
     client = await exporter[3]()
     await poll(exporter, KV_FULL, AFTER, AFTER)
