@@ -192,9 +192,13 @@ class LocalStack:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def firing_at_alertmanager(self) -> list[dict]:
+    def held_at_alertmanager(self) -> list[dict]:
+        """The alerts Alertmanager has not seen resolve (active or inhibited)."""
         assert self.alertmanager is not None
-        return [a for a in self.alertmanager.alerts() if a["status"]["state"] == "active"]
+        return self.alertmanager.alerts()
+
+    def firing_at_alertmanager(self) -> list[dict]:
+        return [a for a in self.held_at_alertmanager() if a["status"]["state"] == "active"]
 
     def for_seconds(self, alert: str) -> float:
         return seconds(self.spec.timing.for_alert(ALERTS[alert]))
@@ -521,10 +525,15 @@ async def settle(stack: LocalStack, timeout: float) -> None:
         while time.monotonic() < deadline:
             # An SLO alert says how much budget the past burned; it clears with its windows
             # (minutes to days), not with the fault.
-            if not [a for a in await asyncio.to_thread(stack.prometheus_alerts) if not _slo(a)]:
+            # Alertmanager too must have seen them resolve: an alert that fires again before
+            # it did is the same notification to it, and is not sent again.
+            held = await asyncio.to_thread(stack.prometheus_alerts)
+            held += await asyncio.to_thread(stack.held_at_alertmanager)
+            if not [a for a in held if not _slo(a)]:
                 return
             await asyncio.sleep(1)
-        names = sorted({a["labels"]["alertname"] for a in stack.prometheus_alerts() if not _slo(a)})
+        held = stack.prometheus_alerts() + stack.held_at_alertmanager()
+        names = sorted({a["labels"]["alertname"] for a in held if not _slo(a)})
         raise StackError(f"alerts did not clear within {timeout:g} s: {', '.join(names)}")
     finally:
         stop.set()

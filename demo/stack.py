@@ -507,7 +507,8 @@ class Alertmanager:
         return self
 
     def alerts(self) -> list[dict]:
-        return http_json(f"{self.url}/api/v2/alerts")
+        """Alerts not resolved yet (active, inhibited); a generous timeout, as Prometheus'."""
+        return http_json(f"{self.url}/api/v2/alerts", timeout=30.0)
 
     def stop(self) -> None:
         if self.process is not None:

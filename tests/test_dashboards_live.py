@@ -62,6 +62,7 @@ def stack(vllm_server: VllmServer, tmp_path: Path):
             "--baseline", str(baseline_file(tmp_path / "baseline.yaml")),
             "--model-path", str(tiny_model()),
             "--peak-memory-bandwidth", "2e10",  # ~DDR4 dual channel: a floor on CPU too
+            "--canary", "on", "--canary-interval", "1",  # the client's-path panels
         ],
     ).start()  # fmt: skip
     prometheus = Prometheus(
