@@ -409,3 +409,10 @@ def test_a_delay_in_front_of_the_server_is_measured_as_the_gap(
         f"({(measured / DELAY - 1) * 100:+.1f} %)"
     )
     assert abs(measured - DELAY) <= 0.1 * DELAY
+
+
+async def test_backoff_stays_within_half_the_gap_window(canary_for) -> None:
+    canary = canary_for(closed_port_url(), interval=1.0, max_backoff=120.0, gap_window=15.0)
+    await run_until(canary, sleeps := Sleeps(), 6)
+    # Two probes per window at least: the failure ratio stays defined while the server fails.
+    assert sleeps.delays[:6] == [2.0, 4.0, 7.5, 7.5, 7.5, 7.5]

@@ -259,9 +259,9 @@ class Canary:
             self.failures = 0
             return interval
         self.failures += 1
-        return min(
-            interval * 2.0 ** min(self.failures, 30), max(self.settings.max_backoff, interval)
-        )
+        # At most half the gap window: two probes per window keep the failure ratio defined.
+        cap = min(self.settings.max_backoff, self.settings.window / 2)
+        return min(interval * 2.0 ** min(self.failures, 30), max(cap, interval))
 
     async def _pause(self, delay: float) -> None:
         """Wait ``delay`` seconds, or until the server is seen up again after failures."""
