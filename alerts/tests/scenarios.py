@@ -353,6 +353,23 @@ def instance_alert(
     return _expected(alertname, labels, description, summary)
 
 
+def backend_down(instance: str, took: str) -> dict:
+    """InferenceBackendDown for ``instance``, its last scrape attempt having taken ``took``."""
+    return instance_alert(
+        "InferenceBackendDown",
+        instance,
+        "critical",
+        "any",
+        "availability",
+        f"inferwatch on {instance} has not been able to read the vllm server's /metrics (or the "
+        f"sidecar itself is down) for 1m; its last scrape attempt took {took} (the sidecar's log "
+        "names the cause). Latency alerts of this pod are inhibited meanwhile.",
+        f"Inference backend on {instance} cannot be scraped",
+        no_model="",
+        backend="vllm",
+    )
+
+
 def model_alert(
     alertname: str, severity: str, phase: str, layer: str, description: str, summary: str
 ) -> dict:
@@ -830,28 +847,7 @@ AVAILABILITY = [
             healthy(A, backend_up="1x10 0x30", scrape_duration="0.004x10 2x30"),
             healthy(B, backend_up="1x10 0 1x29"),
         ),
-        fires={
-            "InferenceBackendDown": [
-                {
-                    "exp_labels": {
-                        "severity": "critical",
-                        "phase": "any",
-                        "layer": "availability",
-                        "instance": A,
-                        "job": "inferwatch",
-                        "backend": "vllm",
-                    },
-                    "exp_annotations": {
-                        "summary": f"Inference backend on {A} cannot be scraped",
-                        "description": f"inferwatch on {A} has not been able to read the vllm "
-                        "server's /metrics (or the sidecar itself is down) for 1m; its last scrape "
-                        "attempt took 2s (the sidecar's log names the cause). Latency alerts of "
-                        "this pod are inhibited meanwhile.",
-                        "runbook_url": RUNBOOKS + "InferenceBackendDown.md",
-                    },
-                }
-            ]
-        },
+        fires={"InferenceBackendDown": [backend_down(A, "2s")]},
     ),
     Scenario(
         # 10 % of A's and B's requests end in error (2/s each); C fails 2 % (near miss, but C
@@ -965,26 +961,7 @@ AVAILABILITY.append(
                     f"The canary's requests to {A} fail while the server reports up",
                 )
             ],
-            "InferenceBackendDown": [
-                {
-                    "exp_labels": {
-                        "severity": "critical",
-                        "phase": "any",
-                        "layer": "availability",
-                        "instance": C,
-                        "job": "inferwatch",
-                        "backend": "vllm",
-                    },
-                    "exp_annotations": {
-                        "summary": f"Inference backend on {C} cannot be scraped",
-                        "description": f"inferwatch on {C} has not been able to read the vllm "
-                        "server's /metrics (or the sidecar itself is down) for 1m; its last "
-                        "scrape attempt took 4ms (the sidecar's log names the cause). Latency "
-                        "alerts of this pod are inhibited meanwhile.",
-                        "runbook_url": f"{RUNBOOKS}InferenceBackendDown.md",
-                    },
-                }
-            ],
+            "InferenceBackendDown": [backend_down(C, "4ms")],
         },
         silent=("InferenceClientGap",),
     )
