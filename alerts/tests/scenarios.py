@@ -827,7 +827,7 @@ SYSTEM.append(
                     "any",
                     "system",
                     f"The canary's first tokens from {MODEL} arrive 250ms later than the "
-                    "server's own TTFT says (mean over the last 5m; threshold 0.1s; the server's "
+                    "server's own TTFT says (medians over the last 5m; threshold 0.1s; the server's "
                     "mean TTFT 400ms). The time is spent between the client and the engine: the "
                     "network, an ingress or gateway, the API server's HTTP handling and "
                     "tokenization, or SSE framing.",

@@ -380,7 +380,7 @@ ALERTS: dict[str, Alert] = {
             "The path to {{ $labels.instance }} adds {{ $value | humanizeDuration }} to the "
             "first token",
             "The canary's first tokens from {{ $labels.model }} arrive {{ $value | "
-            "humanizeDuration }} later than the server's own TTFT says (mean over the last "
+            "humanizeDuration }} later than the server's own TTFT says (medians over the last "
             "%(window)s; threshold %(t.client_gap_seconds)ss; the server's mean TTFT "
             + _q(f"{ittft}:mean_%(w)s", I, "humanizeDuration")
             + "). The time is spent between the client and the engine: the network, an ingress "
