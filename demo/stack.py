@@ -27,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache"
 VLLM_PYTHON = Path(os.environ.get("INFERWATCH_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
@@ -461,6 +463,18 @@ class Prometheus:
         """Pending and firing alerts. Generous timeout: on two cores shared with vLLM under
         load, an answer can take seconds."""
         return http_json(f"{self.url}/api/v1/alerts", timeout=30.0)["data"]["alerts"]
+
+    def missed_evaluations(self) -> dict[str, float]:
+        """Per rule group, the evaluations skipped so far because the one before overran its
+        interval (an overloaded machine): each delays that group's results by an interval."""
+        page = http_get(f"{self.url}/metrics", timeout=30.0)[1].decode()
+        name = "prometheus_rule_group_iterations_missed_total"
+        return {
+            sample.labels["rule_group"]: sample.value
+            for family in text_string_to_metric_families(page)
+            for sample in family.samples
+            if sample.name == name
+        }
 
     def reload(self, timeout: float = 30.0) -> None:
         """Re-read the config and rule files (SIGHUP); returns once the reload succeeded."""
