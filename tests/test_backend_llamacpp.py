@@ -9,7 +9,7 @@ import pytest
 from inferwatch.collect.backends import LLAMACPP, detect
 from inferwatch.collect.textparse import ExpositionError
 
-from conftest import FIXTURES, assert_matches_oracle, fixture_text
+from conftest import FIXTURES, assert_matches_oracle, fixture_text, page_value
 
 LLAMACPP_FIXTURES = sorted(p.name for p in FIXTURES.glob("llamacpp*.prom"))
 
@@ -108,3 +108,30 @@ def test_every_series_matches_an_independent_parse(fixture: str) -> None:
 @pytest.mark.parametrize("fixture", LLAMACPP_FIXTURES)
 def test_auto_detection_recognises_every_llamacpp_capture(fixture: str) -> None:
     assert detect(fixture_text(fixture)) is LLAMACPP
+
+
+def test_spec_decode_token_counters_of_a_2026_build() -> None:
+    text = fixture_text("llamacpp-b11434-cpu-1-slot-1-deferred.prom")
+    sample = LLAMACPP.normalize(text, model_hint="tiny")
+    draft = page_value(text, "llamacpp:spec_decode_num_draft_tokens_total")
+    accepted = page_value(text, "llamacpp:spec_decode_num_accepted_tokens_total")
+    assert sample.values["spec_decode_draft_tokens"] == {M: draft}
+    assert sample.values["spec_decode_accepted_tokens"] == {M: accepted}
+    # With a draft model (same names, counting): draft and accepted are not swapped.
+    sample = LLAMACPP.normalize(
+        "llamacpp:spec_decode_num_draft_tokens_total 160\n"
+        "llamacpp:spec_decode_num_accepted_tokens_total 97\n"
+        "llamacpp:spec_decode_num_drafts_total 40\n",
+        model_hint="tiny",
+    )
+    assert sample.values["spec_decode_draft_tokens"] == {M: 160.0}
+    assert sample.values["spec_decode_accepted_tokens"] == {M: 97.0}
+
+
+def test_kv_cache_tokens_in_use_are_not_the_capacity() -> None:
+    # ik_llama.cpp: llamacpp:kv_cache_tokens 31428 counts tokens in the cache, not its size.
+    text = fixture_text("llamacpp-ik_llama-fork-2025-08-pr695-comment.prom")
+    assert page_value(text, "llamacpp:kv_cache_tokens") == 31428.0
+    sample = LLAMACPP.normalize(text, model_hint="tiny")
+    for key in ("kv_cache_capacity_tokens", "http_requests", "spec_decode_draft_tokens"):
+        assert key not in sample.values, key

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
-from inferwatch.collect.backends import SGLANG, detect
+from inferwatch.collect.backends import SGLANG, Backend, detect
 
-from conftest import FIXTURES, assert_matches_oracle, fixture_text
+from conftest import FIXTURES, assert_matches_oracle, fixture_text, oracle_samples, page_value
 
 SGLANG_FIXTURES = sorted(p.name for p in FIXTURES.glob("sglang*.prom"))
 
@@ -121,11 +122,107 @@ def test_scheduler_idle_counter_and_retractions_are_read_where_published() -> No
     assert sample.values["preemptions"] == {(("model", "m"),): 3.0}
 
 
+# The conftest oracle tests `where` by equality and keeps status codes as written: the
+# HTTP feed is checked against the capture's lines below instead.
+def without_http(backend: Backend) -> Backend:
+    return dataclasses.replace(
+        backend, feeds=tuple(f for f in backend.feeds if f.key != "http_requests")
+    )
+
+
 @pytest.mark.parametrize("fixture", SGLANG_FIXTURES)
 def test_every_series_matches_an_independent_parse(fixture: str) -> None:
-    assert_matches_oracle(SGLANG, fixture_text(fixture))
+    assert_matches_oracle(without_http(SGLANG), fixture_text(fixture))
 
 
 @pytest.mark.parametrize("fixture", SGLANG_FIXTURES)
 def test_auto_detection_recognises_every_sglang_capture(fixture: str) -> None:
     assert detect(fixture_text(fixture)) is SGLANG
+
+
+def test_kv_capacity_is_the_max_total_num_tokens_gauge() -> None:
+    text = fixture_text(FULL)
+    sample = SGLANG.normalize(text)
+    want = page_value(text, "sglang:max_total_num_tokens")
+    assert want == 125292.0
+    assert sample.values["kv_cache_capacity_tokens"] == {QWOPUS: want}
+
+
+def test_kv_capacity_reads_the_smg_router_prefix_too() -> None:
+    sample = SGLANG.normalize('sglang_max_total_num_tokens{model_name="m",tp_rank="0"} 4096.0\n')
+    assert sample.values["kv_cache_capacity_tokens"] == {(("model", "m"),): 4096.0}
+
+
+def test_http_requests_count_inference_responses_by_status_class() -> None:
+    text = fixture_text(FULL)
+    sample = SGLANG.normalize(text)
+    chat = page_value(
+        text,
+        "sglang:http_responses_total",
+        endpoint="/v1/chat/completions",
+        method="POST",
+        status_code="200",
+    )
+    assert chat == 2.0
+    # /model_info, /v1/models, /freeze_gc and /get_server_info answered 200 too: left out.
+    every = sum(v for _, v in oracle_samples(text)["sglang:http_responses_total"])
+    assert every == 6.0
+    assert sample.values["http_requests"] == {(*QWOPUS, ("status", "2xx")): chat}
+
+
+def test_http_status_codes_are_grouped_into_classes() -> None:
+    text = (
+        'sglang:num_queue_reqs{model_name="m"} 1.0\n'
+        'sglang:http_responses_total{endpoint="/generate",method="POST",status_code="200"} 4.0\n'
+        'sglang:http_responses_total{endpoint="/v1/completions",method="POST",status_code="200"} 3.0\n'
+        'sglang:http_responses_total{endpoint="/v1/completions",method="POST",status_code="201"} 1.0\n'
+        'sglang:http_responses_total{endpoint="/v1/completions",method="POST",status_code="400"} 2.0\n'
+        'sglang:http_responses_total{endpoint="/v1/completions",method="POST",status_code="503"} 5.0\n'
+        'sglang:http_responses_total{endpoint="/health",method="GET",status_code="503"} 90.0\n'
+        'sglang:http_responses_total{endpoint="/metrics",method="GET",status_code="200"} 90.0\n'
+    )
+    assert SGLANG.normalize(text).values["http_requests"] == {
+        (("model", "m"), ("status", "2xx")): 8.0,
+        (("model", "m"), ("status", "4xx")): 2.0,
+        (("model", "m"), ("status", "5xx")): 5.0,
+    }
+
+
+@pytest.mark.parametrize("code", ["2OO", "600", "099", "OK", "2000"])
+def test_http_status_code_that_is_no_status_leaves_the_family_out(code: str) -> None:
+    text = (
+        'sglang:num_queue_reqs{model_name="m"} 1.0\n'
+        'sglang:http_responses_total{endpoint="/generate",method="POST",status_code="200"} 4.0\n'
+        f'sglang:http_responses_total{{endpoint="/generate",method="POST",status_code="{code}"}} 1\n'
+    )
+    sample = SGLANG.normalize(text)
+    assert "http_requests" not in sample.values
+    assert sample.values["requests_waiting"] == {(("model", "m"),): 1.0}
+    assert [d.family for d in sample.dropped] == ["sglang:http_responses_total"]
+
+
+def test_request_tpot_is_the_per_request_family_not_the_2024_per_token_one() -> None:
+    # The 2024 time_per_output_token_seconds is per token (it is the ITL above).
+    docs = SGLANG.normalize(fixture_text(DOCS))
+    assert "inter_token_latency_seconds" in docs.histograms
+    assert "request_time_per_output_token_seconds" not in docs.histograms
+    # No capture has the per-request family yet (>0.5.20; the 2026 capture had only
+    # non-streaming requests): its shape per the 0.5.23 metrics_collector.
+    labels = 'engine_type="unified",is_streaming="true",model_name="m"'
+    name = "sglang:request_time_per_output_token_seconds"
+    text = (
+        f'{name}_bucket{{{labels},le="0.02"}} 3.0\n'
+        f'{name}_bucket{{{labels},le="+Inf"}} 4.0\n'
+        f"{name}_sum{{{labels}}} 0.11\n"
+        f"{name}_count{{{labels}}} 4.0\n"
+    )
+    tpot = SGLANG.normalize(text).histograms["request_time_per_output_token_seconds"]
+    assert tpot[(("model", "m"),)].buckets == (("0.02", 3.0), ("+Inf", 4.0))
+    assert (tpot[(("model", "m"),)].sum, tpot[(("model", "m"),)].count) == (0.11, 4.0)
+
+
+def test_spec_decode_gauges_are_not_the_token_counters() -> None:
+    text = fixture_text(FULL)
+    assert "sglang:spec_accept_rate{" in text and "sglang:spec_accept_length{" in text
+    sample = SGLANG.normalize(text)
+    assert not {"spec_decode_draft_tokens", "spec_decode_accepted_tokens"} & set(sample.values)

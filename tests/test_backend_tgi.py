@@ -38,9 +38,18 @@ def test_what_tgi_does_not_provide_honestly_is_absent() -> None:
         "inter_token_latency_seconds",
         "request_prefill_time_seconds",
         "request_decode_time_seconds",
+        "request_time_per_output_token_seconds",  # mean_time_per_token includes prefill
     ):
         assert key not in sample.histograms, key
-    for key in ("kv_cache_usage_ratio", "requests_finished", "preemptions"):
+    for key in (
+        "kv_cache_usage_ratio",
+        "requests_finished",
+        "preemptions",
+        "kv_cache_capacity_tokens",
+        "spec_decode_draft_tokens",
+        "spec_decode_accepted_tokens",
+        "http_requests",
+    ):
         assert key not in sample.values, key
 
 

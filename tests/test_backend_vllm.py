@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
-from inferwatch.collect.backends import VLLM, detect
+from inferwatch.collect.backends import VLLM, Backend, detect
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.metrics import BACKEND
 
-from conftest import FIXTURES, assert_matches_oracle, fixture_text
+from conftest import FIXTURES, assert_matches_oracle, fixture_text, oracle_samples, page_value
 
 VLLM_FIXTURES = sorted(p.name for p in FIXTURES.glob("vllm*.prom"))
 
@@ -139,9 +140,20 @@ def test_docs_snippet_without_inf_bucket_is_reexported_as_written() -> None:
     assert "engine_steps" not in sample.values
 
 
+# Feeds the conftest oracle cannot read (it takes each sample's own value and tests `where`
+# by equality): checked against the capture lines in the tests below instead.
+DERIVED = ("kv_cache_capacity_tokens", "http_requests")
+
+
+def without_derived(backend: Backend) -> Backend:
+    return dataclasses.replace(
+        backend, feeds=tuple(f for f in backend.feeds if f.key not in DERIVED)
+    )
+
+
 @pytest.mark.parametrize("fixture", VLLM_FIXTURES)
 def test_every_series_matches_an_independent_parse(fixture: str) -> None:
-    assert_matches_oracle(VLLM, fixture_text(fixture))
+    assert_matches_oracle(without_derived(VLLM), fixture_text(fixture))
 
 
 def test_every_contract_key_the_feed_table_names_is_a_backend_series() -> None:
@@ -212,3 +224,184 @@ def test_histogram_with_a_bad_bound_is_left_out_and_said_so() -> None:
     assert [d.detail for d in sample.dropped] == [
         "vllm:e2e_request_latency_seconds: bucket bound le='soon' is not a number; family left out"
     ]
+
+
+VLLM_032 = [name for name in VLLM_FIXTURES if name.startswith("vllm-0.32.0-")]
+
+
+def cache_config(fixture: str) -> dict[str, str]:
+    """The labels of the capture's one vllm:cache_config_info line."""
+    [(labels, value)] = oracle_samples(fixture_text(fixture))["vllm:cache_config_info"]
+    assert value == 1.0
+    return labels
+
+
+@pytest.mark.parametrize("fixture", VLLM_032)
+def test_kv_capacity_is_the_cache_configs_kv_cache_size_tokens(fixture: str) -> None:
+    labels = cache_config(fixture)
+    want = float(labels["kv_cache_size_tokens"])
+    # The 0.32 label agrees with blocks x block size (so the fallback reads the same).
+    assert want == float(labels["num_gpu_blocks"]) * float(labels["block_size"])
+    sample = VLLM.normalize(fixture_text(fixture))
+    assert sample.values["kv_cache_capacity_tokens"] == {E0: want}
+
+
+def test_kv_capacity_of_the_overridden_cache_is_its_1024_tokens() -> None:
+    # --num-gpu-blocks-override 32 --block-size 32: kv_cache_size_tokens="1024".
+    sample = VLLM.normalize(fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom"))
+    assert sample.values["kv_cache_capacity_tokens"] == {E0: 1024.0}
+
+
+def test_kv_capacity_of_v0_is_gpu_blocks_times_block_size() -> None:
+    # v0 has no kv_cache_size_tokens: num_gpu_blocks="2375" x block_size="16".
+    fixture = "vllm-v0-0.6.x-korean-grafana-guide.prom"
+    labels = cache_config(fixture)
+    assert "kv_cache_size_tokens" not in labels
+    assert (labels["num_gpu_blocks"], labels["block_size"]) == ("2375", "16")
+    sample = VLLM.normalize(fixture_text(fixture))
+    model = (("model", "meta-llama/Llama-3.1-8B-Instruct"),)
+    assert sample.values["kv_cache_capacity_tokens"] == {model: 2375.0 * 16.0}
+
+
+@pytest.mark.parametrize(
+    ("labels", "want"),
+    [
+        ('kv_cache_size_tokens="None",num_gpu_blocks="10",block_size="16"', 160.0),
+        ('num_gpu_blocks="10",block_size="16"', 160.0),
+        ('kv_cache_size_tokens="2048",num_gpu_blocks="None",block_size="16"', 2048.0),
+    ],
+)
+def test_kv_capacity_falls_back_past_absent_labels(labels: str, want: float) -> None:
+    text = f'vllm:cache_config_info{{engine="0",{labels}}} 1.0\n'
+    sample = VLLM.normalize(text)
+    assert sample.values["kv_cache_capacity_tokens"] == {
+        (("model", "unknown"), ("engine", "0")): want
+    }
+    assert sample.dropped == ()
+
+
+@pytest.mark.parametrize(
+    ("labels", "said"),
+    [
+        # vLLM 0.8.x: num_gpu_blocks="None" (vllm#16560); nothing to say, just absent.
+        ('block_size="16",num_gpu_blocks="None"', False),
+        ('block_size="16"', False),
+        ("", False),
+        ('block_size="16",num_gpu_blocks="many"', True),
+        ('kv_cache_size_tokens="1k"', True),
+        ('kv_cache_size_tokens="-1"', True),
+        ('kv_cache_size_tokens="NaN"', True),
+        ('kv_cache_size_tokens="+Inf"', True),
+        ('block_size="1e200",num_gpu_blocks="1e200"', True),  # the product overflows
+    ],
+)
+def test_kv_capacity_from_unusable_labels_is_absent(labels: str, said: bool) -> None:
+    text = (
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 2\n'
+        f'vllm:cache_config_info{{engine="0"{"," if labels else ""}{labels}}} 1.0\n'
+    )
+    sample = VLLM.normalize(text)
+    assert "kv_cache_capacity_tokens" not in sample.values
+    assert sample.values["requests_waiting"] == {(("model", "m"), ("engine", "0")): 2.0}
+    assert [d.family for d in sample.dropped] == (["vllm:cache_config_info"] if said else [])
+
+
+@pytest.mark.parametrize("fixture", VLLM_032)
+def test_request_tpot_is_the_per_request_histogram(fixture: str) -> None:
+    text = fixture_text(fixture)
+    name = "vllm:request_time_per_output_token_seconds"
+    tpot = VLLM.normalize(text).histograms["request_time_per_output_token_seconds"][E0]
+    assert tpot.count == page_value(text, f"{name}_count")
+    assert tpot.sum == page_value(text, f"{name}_sum")
+    assert tpot.buckets[-1] == ("+Inf", page_value(text, f"{name}_bucket", le="+Inf"))
+
+
+def test_request_tpot_is_absent_before_0_11_not_taken_from_the_per_token_histogram() -> None:
+    text = fixture_text("vllm-0.10.0-production-stack-issue617.prom")
+    assert "vllm:time_per_output_token_seconds_bucket" in text
+    sample = VLLM.normalize(text)
+    assert "inter_token_latency_seconds" in sample.histograms
+    assert "request_time_per_output_token_seconds" not in sample.histograms
+
+
+def test_spec_decode_token_counters_of_a_real_ngram_run() -> None:
+    # 9 drafts of 3 tokens proposed, none accepted (a random-weight model); the per-position
+    # counters are not the contract's.
+    text = fixture_text("vllm-0.32.0-cpu-ngram-spec-decode.prom")
+    sample = VLLM.normalize(text)
+    key = (("model", "tiny"), ("engine", "0"))
+    drafted = page_value(text, "vllm:spec_decode_num_draft_tokens_total")
+    assert drafted == 27.0
+    assert sample.values["spec_decode_draft_tokens"] == {key: drafted}
+    assert sample.values["spec_decode_accepted_tokens"] == {
+        key: page_value(text, "vllm:spec_decode_num_accepted_tokens_total")
+    }
+
+
+def test_spec_decode_accepted_and_draft_are_not_swapped() -> None:
+    labels = 'engine="0",model_name="m"'
+    text = (
+        f"vllm:spec_decode_num_drafts_total{{{labels}}} 40.0\n"
+        f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} 120.0\n"
+        f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} 75.0\n"
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="0"}} 35.0\n'
+    )
+    sample = VLLM.normalize(text)
+    key = (("model", "m"), ("engine", "0"))
+    assert sample.values["spec_decode_draft_tokens"] == {key: 120.0}
+    assert sample.values["spec_decode_accepted_tokens"] == {key: 75.0}
+
+
+def test_spec_decode_is_absent_without_a_draft_model() -> None:
+    sample = VLLM.normalize(fixture_text("vllm-0.32.0-cpu-idle-after-load.prom"))
+    assert not {"spec_decode_draft_tokens", "spec_decode_accepted_tokens"} & set(sample.values)
+
+
+def test_http_requests_by_status_class_from_the_instrumentator() -> None:
+    # Two API servers; 20 requests refused with 4xx, 21 answered.
+    text = fixture_text("vllm-0.32.0-cpu-api-server-count-2-mfu.prom")
+    sample = VLLM.normalize(text)
+    handler = {"handler": "/v1/completions", "method": "POST"}
+    assert sample.values["http_requests"] == {
+        (("model", "tiny"), ("status", "2xx")): page_value(
+            text, "http_requests_total", **handler, status="2xx"
+        ),
+        (("model", "tiny"), ("status", "4xx")): page_value(
+            text, "http_requests_total", **handler, status="4xx"
+        ),
+    }
+    assert sample.values["http_requests"][(("model", "tiny"), ("status", "4xx"))] == 20.0
+
+
+def test_http_requests_count_the_inference_api_only_summed_over_handler_and_method() -> None:
+    text = (
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 0\n'
+        'http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 5.0\n'
+        'http_requests_total{handler="/v1/chat/completions",method="POST",status="2xx"} 7.0\n'
+        'http_requests_total{handler="/v1/chat/completions",method="POST",status="5xx"} 1.0\n'
+        'http_requests_total{handler="/invocations",method="POST",status="2xx"} 2.0\n'
+        'http_requests_total{handler="/v1/models",method="GET",status="2xx"} 900.0\n'
+        'http_requests_total{handler="/metrics",method="GET",status="2xx"} 900.0\n'
+        'http_requests_total{handler="/health",method="GET",status="5xx"} 900.0\n'
+        'http_requests_total{handler="/version",method="GET",status="2xx"} 900.0\n'
+        'http_requests_total{handler="none",method="GET",status="4xx"} 900.0\n'
+        'http_requests_total{method="GET",status="4xx"} 900.0\n'
+    )
+    sample = VLLM.normalize(text)
+    assert sample.values["http_requests"] == {
+        (("model", "m"), ("status", "2xx")): 14.0,
+        (("model", "m"), ("status", "5xx")): 1.0,
+    }
+
+
+@pytest.mark.parametrize("status", ["teapot", "", "6xx", "2XX", "20"])
+def test_http_requests_with_a_status_that_is_no_http_status_are_left_out(status: str) -> None:
+    text = (
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 3\n'
+        'http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 5.0\n'
+        f'http_requests_total{{handler="/v1/completions",method="POST",status="{status}"}} 1.0\n'
+    )
+    sample = VLLM.normalize(text)
+    assert "http_requests" not in sample.values
+    assert sample.values["requests_waiting"] == {(("model", "m"), ("engine", "0")): 3.0}
+    assert [d.family for d in sample.dropped] == ["http_requests_total"]

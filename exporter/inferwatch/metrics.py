@@ -75,6 +75,30 @@ BACKEND: dict[str, MetricDef] = _defs(
     MetricDef("request_prompt_tokens", H, "Prompt length of finished requests, in tokens."),
     MetricDef("request_generation_tokens", H, "Output length of finished requests, in tokens."),
     MetricDef("engine_step_tokens", H, "Tokens per scheduler step (batch size proxy)."),
+    MetricDef(
+        "request_time_per_output_token_seconds",
+        H,
+        "Time per output token of finished requests (TPOT: decode time over output tokens "
+        "after the first), as the server measures it per request.",
+    ),
+    MetricDef(
+        "kv_cache_capacity_tokens",
+        G,
+        "Tokens the KV cache holds when full (its size in tokens, or blocks x block size), as "
+        "the server reports it.",
+    ),
+    MetricDef("spec_decode_draft_tokens", C, "Speculative decoding: draft tokens proposed."),
+    MetricDef(
+        "spec_decode_accepted_tokens",
+        C,
+        "Speculative decoding: draft tokens the target model accepted.",
+    ),
+    MetricDef(
+        "http_requests",
+        C,
+        "HTTP responses of the server's inference API by status class (2xx, 4xx, 5xx).",
+        ("status",),
+    ),
 )
 
 # Series the GPU source provides (labels: gpu, uuid, name).

@@ -4,11 +4,18 @@ A backend module declares a :class:`Backend` with one :class:`Feed` per contract
 provide. A feed lists :class:`Source` families in order of preference (current name first,
 then the names older releases used); the first one present on the page wins, so a server
 that exposes both a new and a deprecated name is never counted twice.
+
+Most sources read a sample's value. Two kinds derive it: :func:`info` reads numbers from
+the label values of an info series (``vllm:cache_config_info{num_gpu_blocks="32",...} 1``),
+and ``Source(..., times=other)`` multiplies each series by the other source's series with
+the same contract labels. A value they cannot derive (a label missing, ``"None"``, not a
+number) leaves the series absent.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -31,7 +38,14 @@ SIGNAL_KEYS = frozenset(
 )
 
 # Contract labels in the order they are exposed; a backend maps its own label names onto them.
-LABEL_ORDER = ("model", "engine", "reason")
+LABEL_ORDER = ("model", "engine", "reason", "status")
+
+# The contract's ``status`` is an HTTP status class: a server's "2xx" is kept and its code
+# "200" becomes "2xx"; any other value makes the family malformed (left out).
+_STATUS = re.compile(r"([1-5])(?:xx|[0-9][0-9])")
+
+# A ``where`` test: the label's value equals the string, or the callable accepts it.
+LabelTest = str | Callable[[str], bool]
 
 
 @dataclass(frozen=True)
@@ -40,16 +54,25 @@ class Source:
 
     ``name`` is the sample name for gauges and counters (``vllm:prompt_tokens_total``) and
     the family name for histograms (``vllm:time_to_first_token_seconds``). ``where`` keeps
-    only samples with those label values; ``scale`` converts units (0.001 for ms -> s).
+    only samples whose labels pass its tests (a value, or a callable on the value; a missing
+    label fails); ``scale`` converts units (0.001 for ms -> s).
+
+    Gauges and counters may derive their value instead of reading it: ``from_labels`` (see
+    :func:`info`) takes it from the sample's label values, and ``times`` multiplies each
+    series by the series of another source with the same contract labels.
     """
 
     name: str
-    where: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    where: Mapping[str, LabelTest] = field(default_factory=lambda: MappingProxyType({}))
     scale: float = 1.0
+    from_labels: tuple[tuple[str, ...], ...] = ()
+    times: Source | None = None
 
     def sample_names(self, kind: Kind) -> tuple[str, ...]:
         if kind is Kind.HISTOGRAM:
             return (f"{self.name}_bucket", f"{self.name}_sum", f"{self.name}_count")
+        if self.times is not None:
+            return (self.name, *self.times.sample_names(kind))
         return (self.name,)
 
 
@@ -72,6 +95,35 @@ class Feed:
 def feed(key: str, *names: str | Source) -> Feed:
     """``feed("requests_waiting", "vllm:num_requests_waiting")``: names in preference order."""
     return Feed(key, tuple(n if isinstance(n, Source) else Source(n) for n in names))
+
+
+def info(name: str, *alternatives: str | tuple[str, ...]) -> Source:
+    """An info series (value 1) whose labels hold the number: ``info("vllm:cache_config_info",
+    "kv_cache_size_tokens", ("num_gpu_blocks", "block_size"))`` reads the first label, else
+    the product of the other two. Per sample, the first alternative whose labels are all
+    present and numbers (finite, >= 0) wins; a label reading ``"None"`` counts as missing."""
+    return Source(
+        name, from_labels=tuple((a,) if isinstance(a, str) else tuple(a) for a in alternatives)
+    )
+
+
+def inference_api(*paths: str) -> Callable[[str], bool]:
+    """A ``where`` test for an HTTP handler label: the OpenAI-compatible API (paths under
+    ``/v1/``) other than ``/v1/models``, plus the server's own inference ``paths``.
+
+    It leaves out what monitoring and load balancers request (``/metrics``, ``/health``,
+    ``/ping``, ``/version``, ``/load``, model and server info...): those requests say nothing
+    about the service's answers to its clients, and the exporter makes some of them itself.
+    ``/v1/models`` is left out for the same reason (clients, probes and routers poll it).
+    """
+    native = frozenset(paths)
+
+    def test(handler: str) -> bool:
+        if handler == "/v1/models" or handler.startswith("/v1/models/"):
+            return False
+        return handler in native or handler.startswith("/v1/")
+
+    return test
 
 
 @dataclass(frozen=True)
@@ -170,6 +222,10 @@ class Mapper:
                         histograms[f.key] = hseries
                     continue
                 series = _scalars(found.samples[source.name], source, f, self._relabel, dropped)
+                if source.times is not None:
+                    other = found.samples.get(source.times.name, [])
+                    factors = _scalars(other, source.times, f, self._relabel, dropped)
+                    series = _product(series, factors, source, f, dropped)
             except ExpositionError as exc:
                 if f.key in SIGNAL_KEYS:
                     raise ExpositionError(f"{source.name}: {exc}") from None
@@ -228,7 +284,7 @@ class _Relabeler:
         if out is None:
             own = tuple(sorted(parse_labels(text)))
             renamed = {self._mapping[k]: v for k, v in own if k in self._mapping}
-            out = (own, tuple((k, renamed[k]) for k in LABEL_ORDER if k in renamed))
+            out = (own, _contract_labels(renamed))
             if len(self._series) >= self._MAX_ENTRIES:
                 self._series.clear()
             self._series[text] = out
@@ -248,12 +304,21 @@ class _Relabeler:
                 raise ExpositionError(f"bucket bound le={le[:20]!r} is not a number")
             without_le = tuple((k, v) for k, v in own if k != "le")
             renamed = {self._mapping[k]: v for k, v in without_le if k in self._mapping}
-            key = tuple((k, renamed[k]) for k in LABEL_ORDER if k in renamed)
-            out = (key, without_le, le, bound)
+            out = (_contract_labels(renamed), without_le, le, bound)
             if len(self._buckets) >= self._MAX_ENTRIES:
                 self._buckets.clear()
             self._buckets[text] = out
         return out
+
+
+def _contract_labels(renamed: Mapping[str, str]) -> Labels:
+    """Contract labels in exposition order; a status code becomes its class (200 -> 2xx)."""
+    if "status" in renamed:
+        match = _STATUS.fullmatch(renamed["status"])
+        if match is None:
+            raise ExpositionError(f"status={renamed['status'][:20]!r} is not an HTTP status")
+        renamed = {**renamed, "status": f"{match.group(1)}xx"}
+    return tuple((k, renamed[k]) for k in LABEL_ORDER if k in renamed)
 
 
 def _first_model(values: Mapping[str, Mapping[Labels, object]]) -> str:
@@ -276,9 +341,33 @@ def _present(found: Scan, source: Source, kind: Kind) -> bool:
     return name in found.samples or name in found.malformed
 
 
-def _matches(labels: Labels, where: Mapping[str, str]) -> bool:
+def _matches(labels: Labels, where: Mapping[str, LabelTest]) -> bool:
     present = dict(labels)
-    return all(present.get(k) == v for k, v in where.items())
+    for k, test in where.items():
+        value = present.get(k)
+        if value is None or not (value == test if isinstance(test, str) else test(value)):
+            return False
+    return True
+
+
+def _from_labels(labels: Labels, alternatives: tuple[tuple[str, ...], ...]) -> float | str:
+    """The product of the first alternative's label values that are all numbers; else why
+    not ('' when every alternative lacks a label or reads "None": the series is absent)."""
+    present = dict(labels)
+    problem = ""
+    for names in alternatives:
+        texts = [present.get(n, "None") for n in names]
+        if "None" in texts:
+            continue
+        try:
+            numbers = [float(t) for t in texts]
+        except ValueError:
+            numbers = [math.nan]
+        if all(math.isfinite(x) and x >= 0 for x in numbers):
+            return math.prod(numbers)
+        shown = ", ".join(f"{n}={t[:20]!r}" for n, t in zip(names, texts, strict=True))
+        problem = problem or f"{shown}: not a number (finite, >= 0)"
+    return problem
 
 
 def _invalid(feed: Feed, value: float) -> str:
@@ -317,6 +406,14 @@ def _scalars(
             )
             continue
         seen.add(own)
+        if source.from_labels:
+            derived = _from_labels(own, source.from_labels)
+            if isinstance(derived, str):
+                if derived:
+                    detail = f"{_series(source.name, text)}: {derived}"
+                    dropped.append(Dropped(source.name, "invalid value", detail))
+                continue
+            value = derived
         value *= source.scale
         problem = _invalid(feed, value)
         if key in out:
@@ -328,6 +425,31 @@ def _scalars(
     for key, problem in bad.items():
         del out[key]
         dropped.append(Dropped(source.name, "invalid value", problem))
+    return MappingProxyType(out)
+
+
+def _product(
+    series: SeriesValues,
+    factors: SeriesValues,
+    source: Source,
+    feed: Feed,
+    dropped: list[Dropped],
+) -> SeriesValues:
+    """Each series times the factor with the same contract labels; one without a factor is
+    absent, and so is a product that is not a valid value (an overflow)."""
+    out: dict[Labels, float] = {}
+    for key, value in series.items():
+        if key not in factors:
+            continue
+        product = value * factors[key]
+        problem = _invalid(feed, product)
+        if problem:
+            labels = ",".join(f'{k}="{v}"' for k, v in key)
+            dropped.append(
+                Dropped(source.name, "invalid value", f"{_series(source.name, labels)}: {problem}")
+            )
+            continue
+        out[key] = product
     return MappingProxyType(out)
 
 

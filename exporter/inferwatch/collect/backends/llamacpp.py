@@ -9,6 +9,7 @@ No series carries a label, so the model comes from ``GET /v1/models`` -> ``data[
     llamacpp:tokens_predicted_total 200
     llamacpp:n_decode_total 202
     llamacpp:requests_processing 0
+    llamacpp:spec_decode_num_draft_tokens_total 0
 
 becomes::
 
@@ -16,6 +17,7 @@ becomes::
     inferwatch_generation_tokens_total{backend="llamacpp",model="tiny"} 200.0
     inferwatch_engine_steps_total{backend="llamacpp",model="tiny"} 202.0
     inferwatch_requests_running{backend="llamacpp",model="tiny"} 0.0
+    inferwatch_spec_decode_draft_tokens_total{backend="llamacpp",model="tiny"} 0.0
 
 ``engine_steps`` is ``n_decode_total`` (one ``llama_decode()`` call per batch step).
 ``requests_waiting`` is ``requests_deferred`` (tasks waiting for a free slot).
@@ -23,7 +25,9 @@ becomes::
 May 2025, and the ik_llama.cpp fork). ``prefix_cache_hits`` is ``prompt_tokens_cached_total``
 (2026 builds); those builds count only computed tokens in ``prompt_tokens_total``, so the
 prefix-cache lookups are the sum of both and ``prefix_cache_queries`` is left absent rather
-than exported as either one.
+than exported as either one. ``spec_decode_draft_tokens`` / ``spec_decode_accepted_tokens``
+are ``spec_decode_num_draft_tokens_total`` / ``spec_decode_num_accepted_tokens_total``
+(2026 builds; 0 while speculative decoding is off).
 
 Quirks handled:
 
@@ -43,7 +47,12 @@ Absent, and why: TTFT, inter-token latency, request duration, queue/prefill/deco
 token-length histograms (llama-server has no histograms; ``prompt_seconds_total`` and
 ``tokens_predicted_seconds_total`` give mean prefill and decode speed per token, not
 per-request distributions); ``preemptions``, ``requests_finished``,
-``frontend_cpu_seconds`` and ``engine_step_tokens`` (not exposed).
+``frontend_cpu_seconds`` and ``engine_step_tokens`` (not exposed);
+``request_time_per_output_token_seconds`` (``tokens_predicted_seconds_total`` /
+``tokens_predicted_total`` is an aggregate mean, not a per-request histogram);
+``kv_cache_capacity_tokens`` (``kv_cache_tokens``, where a build has it, counts the tokens in
+the cache, not its size; ``n_ctx`` is only in ``/props``); ``http_requests`` (no HTTP
+counter).
 """
 
 import json
@@ -83,5 +92,7 @@ LLAMACPP = Backend(
         feed("generation_tokens", "llamacpp:tokens_predicted_total"),
         feed("prefix_cache_hits", "llamacpp:prompt_tokens_cached_total"),
         feed("engine_steps", "llamacpp:n_decode_total"),
+        feed("spec_decode_draft_tokens", "llamacpp:spec_decode_num_draft_tokens_total"),
+        feed("spec_decode_accepted_tokens", "llamacpp:spec_decode_num_accepted_tokens_total"),
     ),
 )

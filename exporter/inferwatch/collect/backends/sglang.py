@@ -12,12 +12,17 @@ Sample of what it maps (in the shape of a 2026 build, TP1; ``L`` stands for the 
     sglang:cuda_graph_passes_total{L,mode="decode_cuda_graph"} 8.0
     sglang:time_to_first_token_seconds_bucket{engine_type="unified",is_streaming="false",
         le="0.1",model_name="Qwen3"} 0.0
+    sglang:max_total_num_tokens{L} 125292.0
+    sglang:http_responses_total{endpoint="/v1/chat/completions",method="POST",
+        status_code="200"} 2.0
 
 becomes::
 
     inferwatch_requests_waiting{backend="sglang",model="Qwen3"} 3.0
     inferwatch_engine_steps_total{backend="sglang",model="Qwen3"} 10.0
     inferwatch_time_to_first_token_seconds_bucket{backend="sglang",model="Qwen3",le="0.1"} 0.0
+    inferwatch_kv_cache_capacity_tokens{backend="sglang",model="Qwen3"} 125292.0
+    inferwatch_http_requests_total{backend="sglang",model="Qwen3",status="2xx"} 2.0
 
 ``dp_rank`` (data-parallel attention) is kept as ``engine``; ``tp_rank``, ``pp_rank``,
 ``moe_ep_rank``, ``engine_type``, ``is_streaming``, ``pid`` and the SMG ``worker_addr`` are
@@ -55,15 +60,27 @@ back to ``prompt_tokens_total`` / ``cached_tokens_total`` on releases before it;
 ``frontend_cpu_seconds`` is ``process_cpu_seconds_total{component="tokenizer"}`` (the HTTP
 server's process); prefill time is ``per_stage_req_latency_seconds{stage="prefill_forward"}``
 (first forward to the end of the last prefill chunk); ``inter_token_latency_seconds`` falls
-back to ``time_per_output_token_seconds`` (per-token, 2024 releases).
+back to ``time_per_output_token_seconds`` (per-token, 2024 releases);
+``request_time_per_output_token_seconds`` is the family of that name (after 0.5.20: per
+request, (finished - first token) / (output tokens - 1)), never the per-token 2024 family;
+``kv_cache_capacity_tokens`` is ``max_total_num_tokens`` (0.5.12+, the KV pool's size);
+``http_requests`` is ``http_responses_total{endpoint,method,status_code}`` (the status code
+grouped into its class), summed over endpoint and method for the inference API only
+(``/v1/...`` but ``/v1/models``, and the native ``/generate``, ``/encode``, ``/classify``:
+not ``/metrics``, ``/health``, ``/get_server_info``, ``/model_info``, ``/freeze_gc``...).
 
 Absent, and why: ``requests_finished`` (``num_requests_total`` has no finish reason, only
 aborts are counted apart); ``request_decode_time_seconds`` (no family); ``engine_step_tokens``
 (no per-step histogram); the grammar and disaggregation queues are not added to
-``requests_waiting``.
+``requests_waiting``; ``spec_decode_draft_tokens`` / ``spec_decode_accepted_tokens``
+(SGLang exports no spec-decode counters, only gauges of the last interval:
+``spec_accept_rate`` (accepted / proposed drafts), ``spec_accept_length`` (mean accepted
+drafts + bonus token per forward), ``spec_block_accept_length``, ``spec_cap_length``, and the
+settings ``spec_num_steps`` / ``spec_num_draft_tokens``; a rate cannot be summed into a
+counter).
 """
 
-from inferwatch.collect.backends.base import Backend, Feed, Source, feed
+from inferwatch.collect.backends.base import Backend, Feed, Source, feed, inference_api
 
 
 def _sglang(key: str, name: str, **where: str) -> Feed:
@@ -71,10 +88,14 @@ def _sglang(key: str, name: str, **where: str) -> Feed:
     return feed(key, *(Source(f"{prefix}{name}", where) for prefix in ("sglang:", "sglang_")))
 
 
+# SGLang's native inference routes outside /v1/.
+_INFERENCE = inference_api("/generate", "/encode", "/classify")
+
+
 SGLANG = Backend(
     name="sglang",
     signature=("sglang:", "sglang_"),
-    labels={"model_name": "model", "dp_rank": "engine"},
+    labels={"model_name": "model", "dp_rank": "engine", "status_code": "status"},
     version_path="/get_server_info",
     feeds=(
         _sglang("requests_running", "num_running_reqs"),
@@ -117,5 +138,14 @@ SGLANG = Backend(
         ),
         _sglang("request_prompt_tokens", "prompt_tokens_histogram"),
         _sglang("request_generation_tokens", "generation_tokens_histogram"),
+        _sglang("request_time_per_output_token_seconds", "request_time_per_output_token_seconds"),
+        _sglang("kv_cache_capacity_tokens", "max_total_num_tokens"),
+        feed(
+            "http_requests",
+            *(
+                Source(f"{prefix}http_responses_total", {"endpoint": _INFERENCE})
+                for prefix in ("sglang:", "sglang_")
+            ),
+        ),
     ),
 )

@@ -37,6 +37,9 @@ Absent, and why:
   request's inference time (prefill included) over its tokens, so it overstates the decode
   latency of short outputs; ``tgi_batch_inference_duration{method="decode"}`` is per batch
   step and misses decode stalls behind prefills. Neither is a per-token latency.
+- ``request_time_per_output_token_seconds``: for the same reason,
+  ``tgi_request_mean_time_per_token_duration`` (prefill included) is not the contract's
+  TPOT (decode time over the tokens after the first).
 - ``request_prefill_time_seconds`` / ``request_decode_time_seconds``: only per-batch
   durations exist.
 - ``kv_cache_usage_ratio``: ``tgi_batch_current_max_tokens / tgi_batch_max_total_tokens`` is
@@ -45,6 +48,12 @@ Absent, and why:
   ``tgi_request_failure{err}`` uses other categories.
 - ``preemptions``, ``prefix_cache_*``, ``engine_step_tokens``, ``frontend_cpu_seconds``:
   not exposed (``tgi_batch_next_size`` counts requests per new batch, not tokens per step).
+- ``kv_cache_capacity_tokens``: ``tgi_batch_max_total_tokens`` (v3 backend, 2.3.1+) is the
+  batch token budget, which an operator can set below what the KV cache holds; no capture.
+- ``spec_decode_*``: ``tgi_request_skipped_tokens`` (a summary of speculated tokens per
+  request) does not say how many drafts were proposed and accepted.
+- ``http_requests``: TGI counts requests (``tgi_request_count``, ``tgi_request_success``,
+  ``tgi_request_failure{err}``), not HTTP status classes.
 """
 
 from inferwatch.collect.backends.base import Backend, feed

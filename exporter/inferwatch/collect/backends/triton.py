@@ -9,19 +9,23 @@ for ``model="tensorrt_llm",version="1"``)::
 
     nv_trt_llm_request_metrics{M,request_type="waiting"} 1
     nv_trt_llm_kv_cache_block_metrics{M,kv_cache_block_type="fraction"} 0.4875
+    nv_trt_llm_kv_cache_block_metrics{M,kv_cache_block_type="tokens_per"} 64
+    nv_trt_llm_kv_cache_block_metrics{M,kv_cache_block_type="max"} 6239
     nv_trt_llm_general_metrics{M,general_type="iteration_counter"} 0
 
 becomes::
 
     inferwatch_requests_waiting{backend="triton",model="tensorrt_llm"} 1.0
     inferwatch_kv_cache_usage_ratio{backend="triton",model="tensorrt_llm"} 0.4875
+    inferwatch_kv_cache_capacity_tokens{backend="triton",model="tensorrt_llm"} 399296.0
     inferwatch_engine_steps_total{backend="triton",model="tensorrt_llm"} 0.0
 
 With TensorRT-LLM, the ``nv_trt_llm_*`` gauges (refreshed from the executor's iteration
 statistics) give the running batch (``request_type="active"``), the executor's queue
 (``"waiting"``; builds without that label leave ``requests_waiting`` absent rather than
 fall back to Triton's own queue, which a decoupled TensorRT-LLM model bypasses), KV usage
-(``kv_cache_block_type="fraction"``) and engine progress (``general_type=
+(``kv_cache_block_type="fraction"``), KV capacity in tokens (``"max"`` blocks x
+``"tokens_per"`` block) and engine progress (``general_type=
 "iteration_counter"``, the executor's iteration number). Without TensorRT-LLM (any other
 backend), the queue is ``nv_inference_pending_request_count`` and engine progress is
 ``nv_inference_exec_count`` (one model execution per scheduled batch).
@@ -37,11 +41,15 @@ sums give the token counters; ensembles built before Nov 2024 lack them).
 Absent, and why: request duration and queue time are cumulative microsecond counters
 (``nv_inference_request_duration_us``, ``nv_inference_queue_duration_us``), which give
 means (delta us / delta ``nv_inference_request_success``), not the contract's histograms;
-inter-token latency, prefill and decode time have no family; ``requests_finished`` has no
+inter-token latency, per-request time per output token, prefill and decode time have no
+family; ``requests_finished`` has no
 finish reason (``nv_inference_request_failure{reason}`` counts failures only);
 ``preemptions``, prefix-cache token counters (``kv_cache_block_type="reused"`` counts
 blocks), ``engine_step_tokens`` and ``frontend_cpu_seconds`` are not exposed; Triton's own
-``nv_gpu_*`` gauges are left to the NVML source. There is no version endpoint on the
+``nv_gpu_*`` gauges are left to the NVML source; speculative decoding counters and
+``http_requests`` (Triton counts successes and failures per model,
+``nv_inference_request_success`` / ``nv_inference_request_failure{reason}``, not HTTP
+status classes) are not exposed. There is no version endpoint on the
 metrics port, so ``backend_info`` carries no version.
 """
 
@@ -65,6 +73,14 @@ TRITON = Backend(
             "nv_inference_pending_request_count",
         ),
         feed("kv_cache_usage_ratio", _trt("kv_cache_block", "kv_cache_block_type", "fraction")),
+        feed(
+            "kv_cache_capacity_tokens",
+            Source(
+                "nv_trt_llm_kv_cache_block_metrics",
+                {"kv_cache_block_type": "max"},
+                times=_trt("kv_cache_block", "kv_cache_block_type", "tokens_per"),
+            ),
+        ),
         feed("prompt_tokens", "nv_llm_input_token_len_sum"),
         feed("generation_tokens", "nv_llm_output_token_len_sum"),
         feed(
