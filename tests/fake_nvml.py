@@ -34,15 +34,33 @@ class FakeGpu:
     gpm_supported: bool = False
     gpm_values: tuple[float, float, float] = (0.0, 0.0, 0.0)  # SM, tensor, DRAM percent
     power_supported: bool = True
+    # Communication, defaults of an H100 SXM5: PCIe Gen5 x16 (NVIDIA H100 datasheet: "PCIe
+    # Gen5: 128 GB/s", both directions), 18 NVLink4 links at 26562 MBps each (`nvidia-smi
+    # nvlink --status` on an H100 80GB HBM3 prints "Link 0: 26.562 GB/s" ... "Link 17").
+    pcie_max_generation: int = 5
+    pcie_max_width: int = 16
+    pcie_kb_per_second: tuple[int, int] = (0, 0)  # (tx, rx) nvmlDeviceGetPcieThroughput, KB/s
+    pcie_throughput_supported: bool = True
+    gpm_pcie: tuple[float, float] = (0.0, 0.0)  # (tx, rx) GPM PCIE_{TX,RX}_PER_SEC, MiB/s
+    gpm_pcie_supported: bool = True
+    nvlink_links: int = 18  # NVML_FI_DEV_NVLINK_LINK_COUNT; 0: no NVLink (fields NOT_SUPPORTED)
+    nvlink_inactive: frozenset[int] = frozenset()  # links nvmlDeviceGetNvLinkState reports down
+    nvlink_speed_mbps: int = 26562  # NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON
+    nvlink_kib: dict[int, tuple[int, int]] = field(default_factory=dict)  # link: (tx, rx) KiB
+    nvlink_aggregate_scope: bool = True  # the driver sums the links for scopeId UINT_MAX
+    field_errors: dict[int, int] = field(default_factory=dict)  # fieldId: per-entry nvmlReturn
+    call_errors: dict[str, int] = field(default_factory=dict)  # function name: error it raises
     fail_with: int | None = None  # every call on this GPU raises this NVML error code
 
     @property
     def uuid(self) -> str:
         return f"GPU-00000000-0000-0000-0000-00000000000{self.index}"
 
-    def check(self) -> None:
+    def check(self, function: str = "") -> None:
         if self.fail_with is not None:
             raise nvml_error(self.fail_with)
+        if function in self.call_errors:
+            raise nvml_error(self.call_errors[function])
 
 
 class FakeNvml(types.ModuleType):
@@ -60,8 +78,10 @@ class FakeNvml(types.ModuleType):
         self.shutdown = False
         self.gpm_gets = 0
 
-    def _gpu(self, handle: FakeGpu) -> FakeGpu:
-        handle.check()
+    def _gpu(self, handle: FakeGpu, function: str = "") -> FakeGpu:
+        if function:
+            self.calls.append(function)  # asked, whether or not it fails
+        handle.check(function)
         return handle
 
     def nvmlInit(self) -> None:
@@ -162,8 +182,80 @@ class FakeNvml(types.ModuleType):
             real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: gpu.gpm_values[1],
             real.NVML_GPM_METRIC_DRAM_BW_UTIL: gpu.gpm_values[2],
         }
+        if gpu.gpm_pcie_supported:
+            by_id[real.NVML_GPM_METRIC_PCIE_TX_PER_SEC] = gpu.gpm_pcie[0]
+            by_id[real.NVML_GPM_METRIC_PCIE_RX_PER_SEC] = gpu.gpm_pcie[1]
         assert request.version == real.NVML_GPM_METRICS_GET_VERSION
         for i in range(request.numMetrics):
-            request.metrics[i].value = by_id[request.metrics[i].metricId]
-            request.metrics[i].nvmlReturn = real.NVML_SUCCESS
+            metric_id = request.metrics[i].metricId
+            if metric_id in by_id:
+                request.metrics[i].value = by_id[metric_id]
+                request.metrics[i].nvmlReturn = real.NVML_SUCCESS
+            else:
+                request.metrics[i].nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
         return request
+
+    # -- communication -----------------------------------------------------------------
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: FakeGpu) -> int:
+        return self._gpu(h, "nvmlDeviceGetMaxPcieLinkGeneration").pcie_max_generation
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: FakeGpu) -> int:
+        return self._gpu(h, "nvmlDeviceGetMaxPcieLinkWidth").pcie_max_width
+
+    def nvmlDeviceGetPcieThroughput(self, h: FakeGpu, counter: int) -> int:
+        g = self._gpu(h, "nvmlDeviceGetPcieThroughput")
+        if not g.pcie_throughput_supported:
+            raise nvml_error(real.NVML_ERROR_NOT_SUPPORTED)
+        return {
+            real.NVML_PCIE_UTIL_TX_BYTES: g.pcie_kb_per_second[0],
+            real.NVML_PCIE_UTIL_RX_BYTES: g.pcie_kb_per_second[1],
+        }[counter]
+
+    def nvmlDeviceGetNvLinkState(self, h: FakeGpu, link: int) -> int:
+        g = self._gpu(h, "nvmlDeviceGetNvLinkState")
+        if not g.nvlink_links:
+            raise nvml_error(real.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= link < g.nvlink_links:
+            raise nvml_error(real.NVML_ERROR_INVALID_ARGUMENT)
+        return (
+            real.NVML_FEATURE_DISABLED if link in g.nvlink_inactive else real.NVML_FEATURE_ENABLED
+        )
+
+    def nvmlDeviceGetFieldValues(self, h: FakeGpu, field_ids: list) -> object:
+        """As pynvml: each entry a fieldId or a (fieldId, scopeId) pair (scopeId 0 if bare);
+        errors per entry in nvmlReturn, as NVML reports them."""
+        g = self._gpu(h, "nvmlDeviceGetFieldValues")
+        values = (real.c_nvmlFieldValue_t * len(field_ids))()
+        for value, requested in zip(values, field_ids, strict=True):
+            fid, scope = requested if isinstance(requested, tuple) else (requested, 0)
+            value.fieldId, value.scopeId = fid, scope
+            value.nvmlReturn = real.NVML_SUCCESS
+            throughput = (
+                real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+                real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+            )
+            if fid in g.field_errors:
+                value.nvmlReturn = g.field_errors[fid]
+            elif not g.nvlink_links:
+                value.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
+            elif fid == real.NVML_FI_DEV_NVLINK_LINK_COUNT:
+                value.valueType = real.NVML_VALUE_TYPE_UNSIGNED_INT
+                value.value.uiVal = g.nvlink_links
+            elif fid == real.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON:
+                value.valueType = real.NVML_VALUE_TYPE_UNSIGNED_INT
+                value.value.uiVal = g.nvlink_speed_mbps
+            elif fid in throughput:
+                direction = throughput.index(fid)
+                if scope == 0xFFFFFFFF and g.nvlink_aggregate_scope:
+                    links = range(g.nvlink_links)
+                elif scope < g.nvlink_links:
+                    links = range(scope, scope + 1)
+                else:
+                    value.nvmlReturn = real.NVML_ERROR_INVALID_ARGUMENT
+                    continue
+                value.valueType = real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                value.value.ullVal = sum(g.nvlink_kib.get(i, (0, 0))[direction] for i in links)
+            else:
+                value.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
+        return values

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pynvml
 import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.model import CollectorStatus, Snapshot
-from inferwatch.serve.exposition import render
+from inferwatch.serve.exposition import render, render_openmetrics
 
 from conftest import page_value
 from fake_nvml import FakeGpu, FakeNvml
@@ -168,3 +169,227 @@ def test_close_shuts_nvml_down() -> None:
     src, nv = source(FakeGpu(0))
     src.close()
     assert nv.shutdown
+
+
+# --- communication: PCIe and NVLink -----------------------------------------------------
+
+FI = pynvml  # field IDs and error codes, as NVML numbers them
+
+
+def polls(src: GpuSource, n: int) -> list:
+    out = []
+    for _ in range(n):
+        samples, status = src.sample()
+        assert status.success, status.error
+        out.append(samples[0])
+    return out
+
+
+def test_pcie_throughput_from_the_20ms_sample_is_kb_per_second_times_1024() -> None:
+    # nvmlDeviceGetPcieThroughput returns KB/s (nvml.h); 1 KB = 1024 bytes.
+    src, nv = source(FakeGpu(0, pcie_kb_per_second=(2_560_000, 512)))
+    (gpu,), status = src.sample()
+    assert status.success
+    assert dict(gpu.pcie_bytes_per_second) == {"tx": 2_560_000 * 1024, "rx": 512 * 1024}
+    assert nv.calls.count("nvmlDeviceGetPcieThroughput") == 2  # one per direction
+
+
+def test_gpm_pcie_rate_in_mib_per_second_is_preferred_once_gpm_has_an_interval() -> None:
+    gpu = FakeGpu(0, gpm_supported=True, gpm_pcie=(2500.0, 0.5), pcie_kb_per_second=(7, 9))
+    src, nv = source(gpu)
+    first, second, third = polls(src, 3)
+    # First poll: one GPM sample is not an interval yet; NVML's 20 ms sample stands in.
+    assert dict(first.pcie_bytes_per_second) == {"tx": 7 * 1024, "rx": 9 * 1024}
+    # Then GPM's PCIE_{TX,RX}_PER_SEC, MiB/s (nvml.h), from the same GPM call as SM activity.
+    assert dict(second.pcie_bytes_per_second) == {"tx": 2500 * 1024**2, "rx": 0.5 * 1024**2}
+    assert dict(third.pcie_bytes_per_second) == dict(second.pcie_bytes_per_second)
+    assert nv.calls.count("nvmlDeviceGetPcieThroughput") == 2  # the first poll only
+    assert nv.gpm_gets == 3
+
+
+def test_gpm_without_pcie_metrics_falls_back_to_the_20ms_sample() -> None:
+    gpu = FakeGpu(0, gpm_supported=True, gpm_pcie_supported=False, pcie_kb_per_second=(3, 4))
+    src, _ = source(gpu)
+    _, second = polls(src, 2)
+    assert dict(second.pcie_bytes_per_second) == {"tx": 3 * 1024, "rx": 4 * 1024}
+    assert second.sm_active_ratio == 0.0  # the other GPM metrics are unaffected
+
+
+@pytest.mark.parametrize(
+    ("generation", "width", "expected"),
+    [
+        (1, 16, 16 * 250e6),  # 2.5 GT/s, 8b/10b
+        (2, 8, 8 * 500e6),  # 5 GT/s, 8b/10b
+        (3, 16, 16 * 8e9 * 128 / 130 / 8),  # ~15.75 GB/s
+        (4, 16, 16 * 16e9 * 128 / 130 / 8),  # ~31.5 GB/s
+        (5, 16, 16 * 32e9 * 128 / 130 / 8),  # ~63.0 GB/s: H100's "128 GB/s" both ways
+        (6, 16, 16 * 64e9 * 242 / 256 / 8),  # 121 GB/s: FLIT, 242 of 256 bytes payload
+    ],
+)
+def test_pcie_peak_is_lane_rate_times_width(generation: int, width: int, expected: float) -> None:
+    src, _ = source(FakeGpu(0, pcie_max_generation=generation, pcie_max_width=width))
+    (gpu,), _ = src.sample()
+    assert gpu.pcie_peak_bytes_per_second == pytest.approx(expected, rel=1e-12)
+
+
+def test_pcie_peak_of_h100_sxm_in_megabytes() -> None:
+    src, nv = source(FakeGpu(0))
+    (gpu,), _ = src.sample()
+    assert gpu.pcie_peak_bytes_per_second == pytest.approx(63.015e9, rel=1e-4)
+    src.sample()
+    assert nv.calls.count("nvmlDeviceGetMaxPcieLinkGeneration") == 1  # static: read once
+
+
+def test_pcie_peak_absent_for_an_unknown_generation_or_unsupported_query() -> None:
+    gpus = [
+        FakeGpu(0, pcie_max_generation=7),
+        FakeGpu(1, call_errors={"nvmlDeviceGetMaxPcieLinkWidth": FI.NVML_ERROR_NOT_SUPPORTED}),
+    ]
+    src, _ = source(*gpus)
+    samples, status = src.sample()
+    assert status.success
+    assert [g.pcie_peak_bytes_per_second for g in samples] == [None, None]
+
+
+def test_nvlink_counters_sum_all_links_in_bytes_with_one_call_per_poll() -> None:
+    gpu = FakeGpu(0, nvlink_kib={0: (1000, 10), 17: (3, 5)})
+    src, nv = source(gpu)
+    opened = nv.calls.count("nvmlDeviceGetFieldValues")
+    first, second = polls(src, 2)
+    # THROUGHPUT_DATA_{TX,RX} are KiB counters (nvml.h): x 1024.
+    assert dict(first.nvlink_bytes_total) == {"tx": 1003 * 1024, "rx": 15 * 1024}
+    gpu.nvlink_kib[5] = (1, 0)
+    assert dict(polls(src, 1)[0].nvlink_bytes_total) == {"tx": 1004 * 1024, "rx": 15 * 1024}
+    assert second.nvlink_bytes_total == first.nvlink_bytes_total
+    assert nv.calls.count("nvmlDeviceGetFieldValues") - opened == 3
+
+
+def test_nvlink_counters_per_link_where_the_aggregate_scope_is_refused() -> None:
+    gpu = FakeGpu(0, nvlink_aggregate_scope=False, nvlink_kib={2: (7, 1), 9: (1, 2)})
+    src, nv = source(gpu)
+    first, second = polls(src, 2)
+    assert dict(first.nvlink_bytes_total) == {"tx": 8 * 1024, "rx": 3 * 1024}
+    assert second.nvlink_bytes_total == first.nvlink_bytes_total
+    before = nv.calls.count("nvmlDeviceGetFieldValues")
+    polls(src, 1)
+    assert nv.calls.count("nvmlDeviceGetFieldValues") - before == 1  # still one batched call
+
+
+def test_nvlink_peak_is_speed_times_active_links() -> None:
+    # NVLINK_SPEED_MBPS_COMMON in MBps per link and direction, MB = 1e6 bytes.
+    src, _ = source(FakeGpu(0), FakeGpu(1, nvlink_inactive=frozenset({3, 17})))
+    full, degraded = src.sample()[0]
+    assert full.nvlink_peak_bytes_per_second == 18 * 26562e6  # ~478 GB/s (H100: 450 + overhead)
+    assert degraded.nvlink_peak_bytes_per_second == 16 * 26562e6
+
+
+def test_without_nvlink_its_series_are_absent_and_not_asked_each_poll() -> None:
+    src, nv = source(FakeGpu(0, name="NVIDIA A10G", nvlink_links=0, pcie_max_generation=4))
+    opened = nv.calls.count("nvmlDeviceGetFieldValues")
+    (gpu,), status = src.sample()
+    src.sample()
+    assert status.success
+    assert gpu.nvlink_bytes_total == {} and gpu.nvlink_peak_bytes_per_second is None
+    assert gpu.pcie_peak_bytes_per_second == pytest.approx(16 * 16e9 * 128 / 130 / 8)
+    assert nv.calls.count("nvmlDeviceGetFieldValues") == opened
+    page = render(Snapshot("vllm", False, 0.0, None, {"gpu": status}, gpus=(gpu,))).decode()
+    assert "inferwatch_gpu_nvlink" not in page
+    assert 'inferwatch_gpu_pcie_bytes_per_second{gpu="0"' in page
+
+
+def test_nvlink_counter_not_supported_leaves_only_that_series_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    unsupported = {
+        FI.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: FI.NVML_ERROR_NOT_SUPPORTED,
+        FI.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: FI.NVML_ERROR_NOT_SUPPORTED,
+    }
+    src, nv = source(FakeGpu(0, util=40, field_errors=unsupported, pcie_kb_per_second=(1, 2)))
+    opened = nv.calls.count("nvmlDeviceGetFieldValues")
+    with caplog.at_level("INFO", logger="inferwatch.collect.gpu"):
+        first, second = polls(src, 2)
+    assert first.nvlink_bytes_total == {}
+    assert first.nvlink_peak_bytes_per_second == 18 * 26562e6
+    assert first.utilization_ratio == 0.4 and first.pcie_bytes_per_second["rx"] == 2048
+    # NOT_SUPPORTED is for good: asked on the first poll (aggregate, then per link) only.
+    assert nv.calls.count("nvmlDeviceGetFieldValues") - opened == 2
+    assert second.nvlink_bytes_total == {}
+    assert sum("NVLink tx unavailable" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_one_direction_failing_keeps_the_other() -> None:
+    errors = {FI.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: FI.NVML_ERROR_UNKNOWN}
+    src, _ = source(FakeGpu(0, field_errors=errors, nvlink_kib={0: (5, 6)}))
+    (gpu,), status = src.sample()
+    assert status.success
+    assert dict(gpu.nvlink_bytes_total) == {"rx": 6 * 1024}
+
+
+def test_pcie_throughput_errors_leave_it_out_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gpu = FakeGpu(0, util=30, call_errors={"nvmlDeviceGetPcieThroughput": FI.NVML_ERROR_UNKNOWN})
+    src, nv = source(gpu)
+    with caplog.at_level("INFO", logger="inferwatch.collect.gpu"):
+        first, second = polls(src, 2)
+    assert first.pcie_bytes_per_second == {} and second.pcie_bytes_per_second == {}
+    assert first.utilization_ratio == 0.3 and first.nvlink_peak_bytes_per_second is not None
+    assert first.pcie_peak_bytes_per_second is not None
+    assert sum("PCIe tx throughput" in r.getMessage() for r in caplog.records) == 1
+    gpu.call_errors.clear()  # a transient error: asked again, and back
+    assert polls(src, 1)[0].pcie_bytes_per_second == {"tx": 0.0, "rx": 0.0}
+    gpu.call_errors["nvmlDeviceGetPcieThroughput"] = FI.NVML_ERROR_NOT_SUPPORTED
+    polls(src, 1)
+    asked = nv.calls.count("nvmlDeviceGetPcieThroughput")
+    assert polls(src, 1)[0].pcie_bytes_per_second == {}
+    assert nv.calls.count("nvmlDeviceGetPcieThroughput") == asked  # not supported: not asked
+
+
+@pytest.mark.parametrize(
+    "lose",
+    [
+        {"call_errors": {"nvmlDeviceGetFieldValues": FI.NVML_ERROR_GPU_IS_LOST}},
+        {"call_errors": {"nvmlDeviceGetPcieThroughput": FI.NVML_ERROR_GPU_IS_LOST}},
+        {"field_errors": {FI.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: FI.NVML_ERROR_GPU_IS_LOST}},
+    ],
+    ids=["field-values-call", "pcie-throughput", "field-value-entry"],
+)
+def test_gpu_lost_in_a_communication_reading_drops_that_gpu_then_recovers(lose: dict) -> None:
+    gpus = [FakeGpu(0, util=10), FakeGpu(1, util=20)]
+    src, _ = source(*gpus)
+    for attr, value in lose.items():
+        setattr(gpus[1], attr, value)
+    samples, status = src.sample()
+    assert [g.index for g in samples] == [0]
+    assert samples[0].nvlink_bytes_total and samples[0].pcie_bytes_per_second
+    assert not status.success and "GPU 1" in status.error and "GPU is lost" in status.error
+    gpus[1].call_errors, gpus[1].field_errors = {}, {}
+    samples, status = src.sample()
+    assert [g.index for g in samples] == [0, 1] and status.success
+    assert samples[1].nvlink_bytes_total == {"tx": 0.0, "rx": 0.0}
+
+
+def test_exposition_of_communication_series_text_and_openmetrics() -> None:
+    gpu = FakeGpu(0, pcie_kb_per_second=(1000, 250), nvlink_kib={1: (4096, 1024)})
+    src, _ = source(gpu)
+    gpus, status = src.sample()
+    snap = Snapshot("vllm", False, 0.0, None, {"gpu": status}, gpus=gpus)
+    page = render(snap).decode()
+    labels = {"gpu": "0", "uuid": gpu.uuid, "name": gpu.name}
+    pcie = "inferwatch_gpu_pcie_bytes_per_second"
+    assert page_value(page, pcie, direction="tx", **labels) == 1000 * 1024
+    assert page_value(page, pcie, direction="rx", **labels) == 250 * 1024
+    nvlink = "inferwatch_gpu_nvlink_bytes_total"
+    assert page_value(page, nvlink, direction="tx", **labels) == 4096 * 1024
+    assert page_value(page, nvlink, direction="rx", **labels) == 1024 * 1024
+    assert page.count("# TYPE inferwatch_gpu_nvlink_bytes_total counter\n") == 1
+    assert page_value(page, "inferwatch_gpu_nvlink_peak_bytes_per_second", **labels) == 4.78116e11
+    peak = page_value(page, "inferwatch_gpu_pcie_peak_bytes_per_second", **labels)
+    assert peak == pytest.approx(63.015e9, rel=1e-4)
+    om = render_openmetrics(snap).decode()
+    families = {f.name: f for f in parse_openmetrics(om)}  # raises on invalid OpenMetrics
+    assert families["inferwatch_gpu_nvlink_bytes"].type == "counter"
+    assert {s.labels["direction"] for s in families["inferwatch_gpu_nvlink_bytes"].samples} == {
+        "tx",
+        "rx",
+    }

@@ -124,6 +124,29 @@ GPU: dict[str, MetricDef] = _defs(
     MetricDef("gpu_sm_active_ratio", G, "GPM: fraction of SMs busy over the poll interval."),
     MetricDef("gpu_tensor_active_ratio", G, "GPM: fraction of time tensor cores were active."),
     MetricDef("gpu_dram_active_ratio", G, "GPM: fraction of peak DRAM bandwidth used."),
+    MetricDef(
+        "gpu_pcie_bytes_per_second",
+        G,
+        "PCIe throughput by direction (tx: GPU to host, rx: host to GPU) over NVML's last "
+        "sample (GPM: over the poll interval).",
+        ("direction",),
+    ),
+    MetricDef(
+        "gpu_pcie_peak_bytes_per_second",
+        G,
+        "PCIe link peak per direction: the link's generation rate x its width.",
+    ),
+    MetricDef(
+        "gpu_nvlink_bytes",
+        C,
+        "Bytes over all NVLink links by direction (tx, rx); absent without NVLink.",
+        ("direction",),
+    ),
+    MetricDef(
+        "gpu_nvlink_peak_bytes_per_second",
+        G,
+        "NVLink peak per direction: the sum of the active links' speeds.",
+    ),
 )
 
 # Signals derived by the poller (labels: backend, model).

@@ -122,6 +122,12 @@ class GpuSample:
     sm_active_ratio: float | None = None
     tensor_active_ratio: float | None = None
     dram_active_ratio: float | None = None
+    # Communication: by direction ("tx": from the GPU, "rx": to it); a direction is absent
+    # when NVML could not provide it, the whole map is empty without the link.
+    pcie_bytes_per_second: Mapping[str, float] = field(default_factory=lambda: EMPTY)
+    pcie_peak_bytes_per_second: float | None = None  # per direction
+    nvlink_bytes_total: Mapping[str, float] = field(default_factory=lambda: EMPTY)
+    nvlink_peak_bytes_per_second: float | None = None  # per direction, active links
 
     @property
     def labels(self) -> Labels:

@@ -79,6 +79,8 @@ _GPU_GAUGES = (
     "sm_active_ratio",
     "tensor_active_ratio",
     "dram_active_ratio",
+    "pcie_peak_bytes_per_second",
+    "nvlink_peak_bytes_per_second",
 )
 
 _MAX_CACHED = 20_000
@@ -282,6 +284,16 @@ def _write_gpus(gpus: tuple[GpuSample, ...], sink: Sink) -> None:
         for reason, on in g.clock_throttled.items()
     }
     sink.scalars("gpu_clock_throttled", throttled)
+    for key, by_direction in (
+        ("gpu_pcie_bytes_per_second", "pcie_bytes_per_second"),
+        ("gpu_nvlink_bytes", "nvlink_bytes_total"),
+    ):
+        series = {
+            (*g.labels, ("direction", d)): v
+            for g in gpus
+            for d, v in getattr(g, by_direction).items()
+        }
+        sink.scalars(key, series)
 
 
 def _write_canary(canary: CanarySample, labels: Labels, sink: Sink) -> None:
