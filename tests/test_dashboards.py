@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from inferwatch.dashboards import dashboards
-from inferwatch.dashboards.queries import GPU_ONLY_PANELS
+from inferwatch.dashboards.grafana import DATASOURCE, SCHEMA_VERSION, dashboard
+from inferwatch.dashboards.queries import GPU_ONLY_PANELS, MODEL, NODE, TARGET, PanelSpec, Query
+from inferwatch.dashboards.triage import triage_panels
 from inferwatch.method.panels import Panel
 from inferwatch.method.recording import recording_rules
 from inferwatch.method.rules import RUNBOOKS
@@ -129,9 +132,11 @@ def test_slo_panels_read_every_objective_kind(scope: str) -> None:
 @pytest.mark.parametrize("name", sorted(BOARDS))
 def test_no_anchor_mistakes(name: str) -> None:
     for expr in exprs(BOARDS[name]):
-        # Quantiles from per-le sums of rates (or recorded per-instance quantiles).
+        # Quantiles from per-le sums of bucket rates (recorded, or rate() over
+        # $__rate_interval), or recorded per-instance quantiles.
         for arg in re.findall(r"histogram_quantile\([^,]+,(.*)", expr):
-            assert "sum by (le)" in arg and "_bucket:rate" in arg, expr
+            raw = re.search(r"\brate\(inferwatch_[a-z_]+_bucket\{[^}]*\}\[\$__rate_interval\]", arg)
+            assert "sum by (le)" in arg and ("_bucket:rate" in arg or raw), expr
         # Lifetime counters only inside rate()/increase().
         for match in re.finditer(r"inferwatch_[a-z_]+_total\b", expr):
             before = expr[: match.start()]
@@ -143,15 +148,187 @@ def test_no_anchor_mistakes(name: str) -> None:
 
 def test_variables_and_alert_annotations() -> None:
     for board in BOARDS.values():
-        variables = {v["name"] for v in board["templating"]["list"]}
-        assert variables == {"datasource", "backend", "model", "instance"}
+        variables = [(v["name"], v["type"]) for v in board["templating"]["list"]]
+        assert variables == [
+            ("datasource", "datasource"),
+            ("cluster", "query"),
+            ("namespace", "query"),
+            ("backend", "query"),
+            ("model", "query"),
+            ("instance", "query"),
+            ("filters", "adhoc"),
+        ]
+        for v in board["templating"]["list"]:
+            if v["type"] == "query":
+                assert v["multi"] and v["includeAll"] and v["allValue"] == ".*", v["name"]
+                assert v["current"]["value"] == "$__all", v["name"]
+            if v["type"] != "datasource":
+                assert v["datasource"] == DATASOURCE, v["name"]
         (annotation,) = board["annotations"]["list"]
-        assert annotation["expr"].startswith('ALERTS{alertstate="firing"')
+        assert annotation["target"]["expr"].startswith('ALERTS{alertstate="firing"')
+        assert "expr" not in annotation and "step" not in annotation
+
+
+def test_selectors_follow_namespace_and_cluster() -> None:
+    for selector in (TARGET, MODEL, NODE):
+        assert 'namespace=~"$namespace"' in selector and 'cluster=~"$cluster"' in selector
+    for board in BOARDS.values():
+        for expr in exprs(board):
+            if 'instance=~"$instance"' in expr or 'model=~"$model"' in expr:
+                assert 'namespace=~"$namespace", cluster=~"$cluster"' in expr, expr
+
+
+LEGACY = {
+    "dashboard": {"rows", "style", "hideControls", "sharedCrosshair", "gnetId", "__inputs"},
+    "variable": {"tags", "useTags", "tagsQuery", "tagValuesQuery", "auto", "auto_min"},
+    "panel": {"editable", "error", "span", "height", "minSpan", "columns", "fontSize", "styles"},
+    "target": {"step", "metric", "target", "query", "intervalFactor"},
+    "annotation": {"expr", "step", "useValueForTime"},
+}
+
+
+def nulls(value: object, path: str = "") -> list[str]:
+    """Paths of null fields, but a threshold step's base ``value: null``."""
+    if isinstance(value, dict):
+        base = "color" in value
+        return [
+            n
+            for k, v in value.items()
+            if not (base and k == "value")
+            for n in ([f"{path}.{k}"] if v is None else nulls(v, f"{path}.{k}"))
+        ]
+    if isinstance(value, list):
+        return [n for i, v in enumerate(value) for n in nulls(v, f"{path}[{i}]")]
+    return []
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_no_nulls_and_no_legacy_fields(name: str) -> None:
+    board = BOARDS[name]
+    assert nulls(board) == []
+    assert board["schemaVersion"] == SCHEMA_VERSION
+    assert not LEGACY["dashboard"] & set(board)
+    assert "time_options" not in board["timepicker"]
+    for v in board["templating"]["list"]:
+        assert not LEGACY["variable"] & set(v) and "tags" not in v.get("current", {}), v["name"]
+    for a in board["annotations"]["list"]:
+        assert not LEGACY["annotation"] & set(a), a["name"]
+    for p in board["panels"]:
+        assert not LEGACY["panel"] & set(p), p["title"]
+        for t in p.get("targets", []):
+            assert not LEGACY["target"] & set(t), p["title"]
+            assert t["range"] is not t["instant"], p["title"]
+
+
+def test_dashboards_link_to_each_other_keeping_time_and_variables() -> None:
+    for board in BOARDS.values():
+        (link,) = board["links"]
+        assert link["type"] == "dashboards" and link["keepTime"] and link["includeVars"]
+        assert set(link["tags"]) <= set.intersection(*(set(b["tags"]) for b in BOARDS.values()))
+
+
+def test_panels_a_runbook_cites_link_to_it() -> None:
+    base = spec_from_config({}).runbook_url_base
+    cited: dict[str, set[str]] = {}
+    for alert, book in RUNBOOKS.items():
+        for panel, _ in book.confirm:
+            cited.setdefault(panel.value, set()).add(alert)
+    seen = set()
+    for board in BOARDS.values():
+        for p in panels(board):
+            links = {link["title"]: link["url"] for link in p["links"]}
+            assert links == {f"Runbook: {a}": f"{base}{a}.md" for a in cited.get(p["title"], ())}
+            seen |= {p["title"]} & set(cited)
+    assert seen == set(cited)
+    # The spec's base, not a constant.
+    spec = spec_from_config({"alerting": {"runbook_url_base": "https://runbooks.example/"}})
+    board = dashboards(spec)["inferwatch-triage.json"]
+    urls = [link["url"] for p in panels(board) for link in p["links"]]
+    assert urls and all(u.startswith("https://runbooks.example/Inference") for u in urls)
+
+
+def test_drilldown_links_open_the_instance_with_time_and_variables() -> None:
+    drills = [p for b in BOARDS.values() for p in panels(b) if p["fieldConfig"]["defaults"].get("links")]  # fmt: skip
+    assert drills
+    for p in drills:
+        (link,) = p["fieldConfig"]["defaults"]["links"]
+        path, query = link["url"].split("?")
+        assert path == "/d/inferwatch-triage", p["title"]
+        params = query.split("&")
+        assert params[:2] == ["var-instance=${__field.labels.instance}", "${__url_time_range}"]
+        names = [v["name"] for v in BOARDS["inferwatch-triage.json"]["templating"]["list"]]
+        assert params[2:] == [f"${{{n}:queryparam}}" for n in names if n != "instance"]
+
+
+def test_a_query_unit_overrides_its_series() -> None:
+    spec = PanelSpec(
+        "Two units",
+        "A panel whose second query has its own unit.",
+        [Query("a"), Query("b", unit="percentunit")],
+        unit="s",
+    )
+    board = dashboard("t", "T", "", [(None, [spec])], "https://r/")
+    (p,) = board["panels"]
+    assert p["fieldConfig"]["defaults"]["unit"] == "s"
+    assert p["fieldConfig"]["overrides"] == [
+        {
+            "matcher": {"id": "byFrameRefID", "options": "B"},
+            "properties": [{"id": "unit", "value": "percentunit"}],
+        }
+    ]
+
+
+def test_heatmaps_read_prometheus_buckets() -> None:
+    heatmaps = [p for b in BOARDS.values() for p in panels(b) if p["type"] == "heatmap"]
+    assert heatmaps
+    for p in heatmaps:
+        assert p["options"]["calculate"] is False, p["title"]
+        assert p["options"]["yAxis"]["unit"] not in (None, "short"), p["title"]
+        for t in p["targets"]:
+            assert t["format"] == "heatmap" and t["legendFormat"] == "{{le}}", p["title"]
+            assert "sum by (le)" in t["expr"] and "$__rate_interval" in t["expr"], p["title"]
+
+
+def alerts_table(board: dict) -> dict:
+    return next(p for p in panels(board) if p["title"] == Panel.FIRING_ALERTS)
+
+
+def check_alerts_table(p: dict, base: str) -> None:
+    assert p["type"] == "table"
+    (target,) = p["targets"]
+    assert target["format"] == "table" and target["instant"]
+    assert target["expr"].startswith("ALERTS{")
+    (organize,) = [t for t in p["transformations"] if t["id"] == "organize"]
+    order = sorted(organize["options"]["indexByName"], key=organize["options"]["indexByName"].get)
+    assert order == ["alertname", "severity", "phase", "layer", "instance", "pod"]
+    hidden = {k for k, v in organize["options"]["excludeByName"].items() if v}
+    assert {"Time", "Value", "__name__"} <= hidden
+    (override,) = [
+        o for o in p["fieldConfig"]["overrides"] if o["matcher"]["options"] == "alertname"
+    ]
+    assert override["matcher"]["id"] == "byName"
+    (prop,) = override["properties"]
+    assert prop["id"] == "links"
+    assert prop["value"][0]["url"] == base + "${__value.raw}.md"
+
+
+def test_an_alerts_table_links_each_alert_to_its_runbook() -> None:
+    spec = spec_from_config({})
+    firing = next(s for s in triage_panels(spec)[0][1] if s.title == Panel.FIRING_ALERTS)
+    firing = replace(firing, runbook_column="alertname")
+    board = dashboard("t", "T", "", [(None, [firing])], "https://r/")
+    check_alerts_table(alerts_table(board), "https://r/")
+
+
+def test_firing_alerts_link_each_alert_to_its_runbook() -> None:
+    base = spec_from_config({}).runbook_url_base
+    check_alerts_table(alerts_table(BOARDS["inferwatch-triage.json"]), base)
 
 
 def test_triage_top_row_answers_phase_and_layer() -> None:
     board = BOARDS["inferwatch-triage.json"]
-    top = [p["title"] for p in board["panels"] if p["gridPos"]["y"] == 0]
+    first_row = next(i for i, p in enumerate(board["panels"]) if p["type"] == "row")
+    top = [p["title"] for p in board["panels"][:first_row]]
     assert top == [
         Panel.TTFT_VS_THRESHOLD,
         Panel.ITL_VS_FLOOR,
@@ -167,6 +344,7 @@ def test_triage_top_row_answers_phase_and_layer() -> None:
         "Latency by phase",
         "Scheduler",
         "GPU",
+        "Communication",
         "System",
         "Baseline",
     ]

@@ -11,6 +11,7 @@ from inferwatch.dashboards.queries import (
     MODEL,
     NODE,
     TARGET,
+    TRIAGE_UID,
     PanelSpec,
     Query,
     Row,
@@ -99,36 +100,42 @@ def _models_table(spec: Spec) -> PanelSpec:
                 "req/s",
                 True,
                 True,
+                "reqps",
             ),
             Query(
                 f"max {by} (model:inferwatch_time_to_first_token_seconds:quantile_{w}{{{MODEL}, {Q95}}})",
                 "TTFT p95",
                 True,
                 True,
+                "s",
             ),
             Query(
                 f"max {by} (model:inferwatch_inter_token_latency_seconds:quantile_{w}{{{MODEL}, {Q95}}})",
                 "ITL p95",
                 True,
                 True,
+                "s",
             ),
             Query(
                 f"max {by} (model:inferwatch_requests_finished:error_ratio_{w}{{{MODEL}}})",
                 "server error share",
                 True,
                 True,
+                "percentunit",
             ),
             Query(
                 f"max {by} (model:inferwatch_requests_finished:abort_ratio_{w}{{{MODEL}}})",
                 "abort share",
                 True,
                 True,
+                "percentunit",
             ),
             Query(
                 f"count {by} (inferwatch_backend_info{{{MODEL}}})",
                 "instances",
                 True,
                 True,
+                "none",
             ),
         ],
         kind="table",
@@ -138,14 +145,17 @@ def _models_table(spec: Spec) -> PanelSpec:
 
 
 def _instances_row(spec: Spec) -> list[PanelSpec]:
-    """Instances: one series per replica, to find the odd one out."""
+    """Instances: one series per replica, to find the odd one out; each series opens the
+    triage dashboard for its instance."""
     w = spec.w
     return [
         PanelSpec(
             "Backend up by instance",
             "1 when the sidecar can read its server's /metrics. A 0 is InferenceBackendDown.",
             [Query(f'inferwatch_backend_up{{backend=~"$backend", {NODE}}}', "{{instance}}")],
+            unit="bool_yes_no",
             width=8,
+            drilldown=TRIAGE_UID,
         ),
         PanelSpec(
             "TTFT p95 by instance",
@@ -159,6 +169,7 @@ def _instances_row(spec: Spec) -> list[PanelSpec]:
             ],
             unit="s",
             width=8,
+            drilldown=TRIAGE_UID,
         ),
         PanelSpec(
             "ITL p95 by instance",
@@ -172,6 +183,7 @@ def _instances_row(spec: Spec) -> list[PanelSpec]:
             ],
             unit="s",
             width=8,
+            drilldown=TRIAGE_UID,
         ),
         PanelSpec(
             "Queue depth by instance",
@@ -179,6 +191,7 @@ def _instances_row(spec: Spec) -> list[PanelSpec]:
             "balancer is not spreading work.",
             [Query(f"sum by (instance) (inferwatch_requests_waiting{{{TARGET}}})", "{{instance}}")],
             width=8,
+            drilldown=TRIAGE_UID,
         ),
         PanelSpec(
             "KV cache by instance",
@@ -192,6 +205,7 @@ def _instances_row(spec: Spec) -> list[PanelSpec]:
             ],
             unit="percentunit",
             width=8,
+            drilldown=TRIAGE_UID,
         ),
         PanelSpec(
             "GPU busy by instance",
@@ -200,6 +214,7 @@ def _instances_row(spec: Spec) -> list[PanelSpec]:
             [Query(f"instance:inferwatch_gpu_busy_seconds:avg_{w}{{{NODE}}}", "{{instance}}")],
             unit="percentunit",
             width=8,
+            drilldown=TRIAGE_UID,
             no_value=GPU_ONLY,
         ),
     ]

@@ -1,8 +1,9 @@
-"""The "GPU: compute and memory" row of the triage dashboard: the panels that read NVML.
+"""The triage dashboard's "GPU: compute and memory" and "Communication" rows: NVML's panels.
 
 Per GPU: busy share, SM/tensor/DRAM activity and memory held; then clocks and throttling,
-power and temperature, and memory bandwidth against the GPU's peak. Every panel here shows
-"GPU-only: no NVML data" on machines without a GPU (``GPU_ONLY_PANELS``).
+power and temperature, and memory bandwidth against the GPU's peak. The communication row
+(``communication_panels``): NVLink and PCIe traffic against each link's peak. Every panel
+here shows "GPU-only: no NVML data" on machines without a GPU (``GPU_ONLY_PANELS``).
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def _gpu_limits(spec: Spec) -> list[PanelSpec]:
                 Query(
                     f'inferwatch_gpu_clock_throttled{{{NODE}, reason=~"{THROTTLE_REASONS}|sw_power_cap"}} == 1',
                     "throttled: {{reason}} {{instance}} GPU {{gpu}}",
+                    unit="bool_yes_no",
                 ),
             ],
             unit="hertz",
@@ -100,11 +102,14 @@ def _gpu_limits(spec: Spec) -> list[PanelSpec]:
             "GPU-only. Power draw and core temperature per GPU. A temperature near the slowdown "
             "point with dropping clocks points at cooling.",
             [
-                Query(f"inferwatch_gpu_power_watts{{{NODE}}}", "W {{instance}} GPU {{gpu}}"),
+                Query(f"inferwatch_gpu_power_watts{{{NODE}}}", "power {{instance}} GPU {{gpu}}"),
                 Query(
-                    f"inferwatch_gpu_temperature_celsius{{{NODE}}}", "°C {{instance}} GPU {{gpu}}"
+                    f"inferwatch_gpu_temperature_celsius{{{NODE}}}",
+                    "temperature {{instance}} GPU {{gpu}}",
+                    unit="celsius",
                 ),
             ],
+            unit="watt",
             no_value=GPU_ONLY,
         ),
         PanelSpec(
@@ -118,6 +123,61 @@ def _gpu_limits(spec: Spec) -> list[PanelSpec]:
                 )
             ],
             unit="percentunit",
+            no_value=GPU_ONLY,
+        ),
+    ]
+
+
+def communication_panels() -> list[PanelSpec]:
+    """The communication row: NVLink (tensor-parallel all-reduce between GPUs) and PCIe
+    (host<->GPU transfers: inputs, outputs, KV offload), per GPU, against each link's peak."""
+    pcie = f"inferwatch_gpu_pcie_bytes_per_second{{{NODE}}}"
+    pcie_peak = f"inferwatch_gpu_pcie_peak_bytes_per_second{{{NODE}}}"
+    nvlink = f"rate(inferwatch_gpu_nvlink_bytes_total{{{NODE}}}[$__rate_interval])"
+    nvlink_peak = f"inferwatch_gpu_nvlink_peak_bytes_per_second{{{NODE}}}"
+    per_gpu = "{{direction}} {{instance}} GPU {{gpu}}"
+    return [
+        PanelSpec(
+            P.LINK_SHARE,
+            "GPU-only. Traffic over each GPU's links as a share of the link's peak, per "
+            "direction. NVLink near its peak during decode: tensor-parallel all-reduce is the "
+            "limit (fewer GPUs per replica, or a faster interconnect). PCIe near its peak: "
+            "host transfers (KV offload, large inputs, a GPU without NVLink doing "
+            "tensor-parallel over PCIe).",
+            [
+                Query(
+                    f"{nvlink}\n  / ignoring (direction) group_left {nvlink_peak}",
+                    f"NVLink {per_gpu}",
+                ),
+                Query(
+                    f"{pcie}\n  / ignoring (direction) group_left {pcie_peak}", f"PCIe {per_gpu}"
+                ),
+            ],
+            unit="percentunit",
+            no_value=GPU_ONLY,
+        ),
+        PanelSpec(
+            P.NVLINK_THROUGHPUT,
+            "GPU-only, GPUs with NVLink. Bytes per second over all of a GPU's NVLink links, per "
+            "direction, with the links' peak. Tensor-parallel replicas move activations over "
+            "NVLink every layer: the traffic follows the token rate.",
+            [
+                Query(nvlink, per_gpu),
+                Query(nvlink_peak, "peak {{instance}} GPU {{gpu}}"),
+            ],
+            unit="Bps",
+            no_value=GPU_ONLY,
+        ),
+        PanelSpec(
+            P.PCIE_THROUGHPUT,
+            "GPU-only. PCIe bytes per second per GPU (tx: GPU to host, rx: host to GPU), with "
+            "the link's peak. A GPU whose link trained below its maximum generation or width "
+            "shows a low peak line.",
+            [
+                Query(pcie, per_gpu),
+                Query(pcie_peak, "peak {{instance}} GPU {{gpu}}"),
+            ],
+            unit="Bps",
             no_value=GPU_ONLY,
         ),
     ]

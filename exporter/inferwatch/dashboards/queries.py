@@ -13,14 +13,25 @@ from dataclasses import dataclass, field
 from inferwatch.method.panels import Panel as P
 
 # Series labels chosen by the variables.
-TARGET = 'backend=~"$backend", model=~"$model", instance=~"$instance"'
-MODEL = 'backend=~"$backend", model=~"$model"'
-NODE = 'instance=~"$instance"'  # GPU series carry no backend/model labels
+# namespace and cluster default to All (".*"), which also matches series without the label.
+PLACE = 'namespace=~"$namespace", cluster=~"$cluster"'
+TARGET = f'backend=~"$backend", model=~"$model", instance=~"$instance", {PLACE}'
+MODEL = f'backend=~"$backend", model=~"$model", {PLACE}'
+NODE = f'instance=~"$instance", {PLACE}'  # GPU series carry no backend/model labels
+
+# The dashboards' uids (their URLs /d/<uid>, and the fleet's drill-down into triage).
+TRIAGE_UID = "inferwatch-triage"
+FLEET_UID = "inferwatch-fleet"
+
+# Grafana has no token unit: a suffix.
+TOKENS = "suffix: tokens"
+TOKENS_PER_SECOND = "suffix: tokens/s"
 
 NOT_PROVIDED = "not provided by this backend"
 GPU_ONLY = "GPU-only: no NVML data"
 NO_BASELINE = "no baseline: start inferwatch with --baseline"
 NO_SLO = "no SLO data: no objectives configured, or no traffic yet"
+NO_SPEC_DECODE = "no speculative decoding on this server"
 
 # The panels that need NVML (empty on machines without a GPU) and a baseline file.
 GPU_ONLY_PANELS = {
@@ -31,8 +42,13 @@ GPU_ONLY_PANELS = {
     P.GPU_CLOCKS,
     P.GPU_POWER,
     P.MEMORY_BANDWIDTH,
+    P.LINK_SHARE,
+    P.PCIE_THROUGHPUT,
+    P.NVLINK_THROUGHPUT,
     "GPU busy by instance",
 }
+# Empty unless the server runs speculative decoding.
+SPEC_DECODE_PANELS = {P.SPEC_DECODE}
 
 
 @dataclass
@@ -41,6 +57,7 @@ class Query:
     legend: str = ""
     instant: bool = False
     table: bool = False
+    unit: str | None = None  # where it differs from the panel's (an override on its series)
 
 
 @dataclass
@@ -51,12 +68,16 @@ class PanelSpec:
     description: str
     queries: list[Query]
     unit: str = "short"
-    kind: str = "timeseries"  # timeseries, stat, table
+    kind: str = "timeseries"  # timeseries, stat, table, heatmap (queries return buckets by le)
     width: int = 8
     height: int = 8
     no_value: str = NOT_PROVIDED
     thresholds: list[tuple[float | None, str]] = field(default_factory=list)  # (from, color)
     stacked: bool = False
+    # Each series links to this dashboard (uid) for its instance, keeping time and variables.
+    drilldown: str | None = None
+    # A table of ALERTS: this column (e.g. "alertname") links each row to its alert's runbook.
+    runbook_column: str | None = None
 
 
 # One dashboard row: its title (None: no row header) and its panels, left to right.
@@ -74,6 +95,21 @@ def quantiles(metric: str, w: str, label: str, selector: str = TARGET) -> list[Q
         Query(quantile(q, metric, w, selector), f"{label} p{round(q * 100)}")
         for q in (0.5, 0.95, 0.99)
     ]
+
+
+def raw_quantiles(metric: str, label: str, selector: str = TARGET) -> list[Query]:
+    """p50, p95 and p99 of a histogram straight from its buckets (no recording rule), over
+    Grafana's ``$__rate_interval``."""
+    rate = f"rate({metric}_bucket{{{selector}}}[$__rate_interval])"
+    return [
+        Query(f"histogram_quantile({q}, sum by (le) ({rate}))", f"{label} p{round(q * 100)}")
+        for q in (0.5, 0.95, 0.99)
+    ]
+
+
+def distribution(metric: str, selector: str = TARGET) -> list[Query]:
+    """A histogram's observations per bucket and interval, for a heatmap (one row per ``le``)."""
+    return [Query(f"sum by (le) (increase({metric}_bucket{{{selector}}}[$__rate_interval]))")]
 
 
 def mean(metric: str, w: str, selector: str = TARGET) -> str:

@@ -8,19 +8,24 @@ the rows by title next to the function that builds each.
 
 from __future__ import annotations
 
-from inferwatch.dashboards.gpu import gpu_panels
+from inferwatch.dashboards.gpu import communication_panels, gpu_panels
 from inferwatch.dashboards.queries import (
     GPU_ONLY,
     NO_BASELINE,
+    NO_SPEC_DECODE,
     NODE,
     TARGET,
+    TOKENS,
+    TOKENS_PER_SECOND,
     PanelSpec,
     Query,
     Row,
+    distribution,
     limit,
     mean,
     quantile,
     quantiles,
+    raw_quantiles,
 )
 from inferwatch.dashboards.slo import slo_panels
 from inferwatch.method.panels import Panel as P
@@ -30,7 +35,10 @@ from inferwatch.method.spec import Spec
 TTFT_SECONDS = "inferwatch_time_to_first_token_seconds"
 ITL_SECONDS = "inferwatch_inter_token_latency_seconds"
 DURATION_SECONDS = "inferwatch_request_duration_seconds"
+TPOT_SECONDS = "inferwatch_request_time_per_output_token_seconds"
 DECODE_FLOOR = f"max(inferwatch_decode_floor_seconds{{{TARGET}}})"
+# The alerts of the selected model, and those without one (GPU alerts).
+FIRING = 'model=~"$model|"'
 
 
 def triage_panels(spec: Spec) -> list[Row]:
@@ -41,6 +49,7 @@ def triage_panels(spec: Spec) -> list[Row]:
         ("Latency by phase: prefill or decode?", _latency_row(spec)),
         ("Scheduler: is continuous batching working?", _scheduler_row(spec)),
         ("GPU: compute and memory", gpu_panels(spec)),
+        ("Communication: NVLink and PCIe", communication_panels()),
         ("System: frontend CPU, the client's path, workload", _system_row(spec)),
         ("Baseline: what regressed?", _baseline_row(spec)),
     ]
@@ -54,19 +63,20 @@ def _top_row(spec: Spec) -> list[PanelSpec]:
         PanelSpec(
             P.FIRING_ALERTS,
             "inferwatch alerts firing now for the selected model (and those without a model, "
-            "such as GPU alerts). Each alert names the phase and layer and links its runbook.",
+            "such as GPU alerts): one row per alert and pod with its severity, phase and layer. "
+            "The alert's name links to its runbook. Empty: nothing fires.",
             [
                 Query(
-                    'count(ALERTS{alertstate="firing", alertname=~"Inference.*", model=~"$model|"})'
-                    " or vector(0)",
-                    "firing",
+                    f'ALERTS{{alertstate="firing", alertname=~"Inference.*", {FIRING}}}',
                     instant=True,
+                    table=True,
                 )
             ],
-            kind="stat",
-            width=4,
-            height=5,
-            thresholds=[(None, "green"), (1, "red")],
+            kind="table",
+            width=24,
+            height=6,
+            no_value="no inferwatch alert firing",
+            runbook_column="alertname",
         ),
     ]
 
@@ -84,7 +94,7 @@ def _phase_stats(spec: Spec) -> list[PanelSpec]:
             [Query(quantile(0.95, TTFT_SECONDS, w), "TTFT p95")],
             unit="s",
             kind="stat",
-            width=4,
+            width=5,
             height=5,
             thresholds=limit(t("ttft_p95_seconds")),
         ),
@@ -100,7 +110,7 @@ def _phase_stats(spec: Spec) -> list[PanelSpec]:
             ],
             unit="s",
             kind="stat",
-            width=4,
+            width=5,
             height=5,
             thresholds=limit(t("itl_p95_seconds")),
         ),
@@ -137,7 +147,7 @@ def _layer_stats(spec: Spec) -> list[PanelSpec]:
             ],
             unit="s",
             kind="stat",
-            width=3,
+            width=4,
             height=5,
             thresholds=[(None, "green"), (1, "red")],
         ),
@@ -166,7 +176,7 @@ def _layer_stats(spec: Spec) -> list[PanelSpec]:
             [Query(f"max(inferwatch_kv_cache_usage_ratio{{{TARGET}}})", "KV cache")],
             unit="percentunit",
             kind="stat",
-            width=3,
+            width=4,
             height=5,
             thresholds=[(None, "green"), (t("kv_usage_high"), "red")],
         ),
@@ -219,6 +229,66 @@ def _latency_row(spec: Spec) -> list[PanelSpec]:
             unit="s",
             width=12,
         ),
+        *_distributions(),
+        PanelSpec(
+            P.TPOT,
+            "Time per output token of each finished request (its decode time over its output "
+            "tokens after the first), p50/p95/p99, as the server measures it: the unit many "
+            "SLOs are written in. Unlike inter-token latency (one sample per step) every "
+            "request counts once. High with a normal TTFT: the decode phase.",
+            raw_quantiles(TPOT_SECONDS, "TPOT"),
+            unit="s",
+            width=12,
+        ),
+        PanelSpec(
+            P.SPEC_DECODE,
+            "Speculative decoding: the share of draft tokens the target model accepted. "
+            "Each rejected draft token is wasted compute, so a low acceptance makes decode "
+            "slower than without speculation (a decode-phase cause): try fewer speculative "
+            "tokens or a draft model closer to the target.",
+            [
+                Query(
+                    f"sum by (instance) (rate(inferwatch_spec_decode_accepted_tokens_total{{{TARGET}}}[$__rate_interval]))\n"
+                    f"  / (sum by (instance) (rate(inferwatch_spec_decode_draft_tokens_total{{{TARGET}}}[$__rate_interval])) > 0)",
+                    "{{instance}}",
+                )
+            ],
+            unit="percentunit",
+            width=12,
+            no_value=NO_SPEC_DECODE,
+        ),
+    ]
+
+
+def _distributions() -> list[PanelSpec]:
+    """Latency row, the heatmaps: every bucket of the three latency histograms over time."""
+    return [
+        PanelSpec(
+            P.TTFT_HEATMAP,
+            "How many requests' first token came within each bucket, per interval. A second "
+            "band above the main one is a class of requests (long prompts, a cold prefix "
+            "cache, queueing) that the quantiles blur into one line.",
+            distribution(TTFT_SECONDS),
+            unit="s",
+            kind="heatmap",
+        ),
+        PanelSpec(
+            P.ITL_HEATMAP,
+            "Gaps between successive output tokens per bucket and interval. A tight band is "
+            "steady decode; a faint band far above it is decode steps stalled behind prefill "
+            "chunks (InferencePrefillStallsDecode) or preemptions.",
+            distribution(ITL_SECONDS),
+            unit="s",
+            kind="heatmap",
+        ),
+        PanelSpec(
+            P.E2E_HEATMAP,
+            "End-to-end request latency per bucket and interval. Bands follow output lengths; "
+            "a band that moves up without longer outputs is slower serving.",
+            distribution(DURATION_SECONDS),
+            unit="s",
+            kind="heatmap",
+        ),
     ]
 
 
@@ -249,8 +319,13 @@ def _scheduler_row(spec: Spec) -> list[PanelSpec]:
             "filling. Very large steps during inter-token latency spikes: prefill chunks too big.",
             [
                 Query(mean("inferwatch_engine_step_tokens", w), "tokens per step"),
-                Query(f"sum(instance:inferwatch_engine_steps:{w}{{{TARGET}}})", "steps/s"),
+                Query(
+                    f"sum(instance:inferwatch_engine_steps:{w}{{{TARGET}}})",
+                    "steps/s",
+                    unit="suffix: steps/s",
+                ),
             ],
+            unit=TOKENS,
         ),
         PanelSpec(
             P.PREEMPTIONS,
@@ -276,6 +351,25 @@ def _scheduler_row(spec: Spec) -> list[PanelSpec]:
             ],
             unit="percentunit",
             thresholds=limit(t("kv_usage_high")),
+        ),
+        PanelSpec(
+            P.KV_CAPACITY,
+            "How many tokens each engine's KV cache holds when full (blocks x block size, "
+            "from the server's cache config), and how many are free now. The capacity bounds "
+            "batch x context: when running requests' contexts need more than it, the "
+            "scheduler queues or preempts. Plan replicas and --max-num-seqs with it.",
+            [
+                Query(
+                    f"inferwatch_kv_cache_capacity_tokens{{{TARGET}}}",
+                    "capacity {{instance}} engine {{engine}}",
+                ),
+                Query(
+                    f"inferwatch_kv_cache_capacity_tokens{{{TARGET}}}\n"
+                    f"  * (1 - inferwatch_kv_cache_usage_ratio{{{TARGET}}})",
+                    "free {{instance}} engine {{engine}}",
+                ),
+            ],
+            unit=TOKENS,
         ),
         PanelSpec(
             P.QUEUED_WHILE_IDLE_TIME,
@@ -305,6 +399,7 @@ def _system_row(spec: Spec) -> list[PanelSpec]:
             "At ~1 core while the GPU waits, the frontend (tokenization, detokenization, HTTP) is "
             "the bottleneck: more API-server processes, a fast tokenizer.",
             [Query(f"instance:inferwatch_frontend_cpu_seconds:{w}{{{TARGET}}}", "{{instance}}")],
+            unit="suffix: cores",
             thresholds=limit(t("frontend_cpu_cores")),
         ),
         PanelSpec(
@@ -333,13 +428,14 @@ def _system_row(spec: Spec) -> list[PanelSpec]:
         ),
         PanelSpec(
             P.REQUEST_LENGTHS,
-            "Mean prompt and output length of finished requests. Prefill cost grows about "
-            "quadratically with prompt length; compare with the baseline's lengths before "
-            "blaming the server.",
+            "Prompt and output length of finished requests, p50/p95/p99 in tokens. Prefill "
+            "cost grows about quadratically with prompt length and a long tail of prompts "
+            "makes a TTFT tail; compare with the baseline's lengths before blaming the server.",
             [
-                Query(mean("inferwatch_request_prompt_tokens", w), "prompt tokens"),
-                Query(mean("inferwatch_request_generation_tokens", w), "output tokens"),
+                *raw_quantiles("inferwatch_request_prompt_tokens", "prompt"),
+                *raw_quantiles("inferwatch_request_generation_tokens", "output"),
             ],
+            unit=TOKENS,
         ),
         PanelSpec(
             P.TOKEN_THROUGHPUT,
@@ -352,6 +448,22 @@ def _system_row(spec: Spec) -> list[PanelSpec]:
                     "generated tokens/s",
                 ),
             ],
+            unit=TOKENS_PER_SECOND,
+        ),
+        PanelSpec(
+            P.HTTP_STATUS,
+            "Responses of the server's inference API per second by HTTP status class (its "
+            "own /metrics and health endpoints left out). 5xx: the server failed the request; "
+            "4xx: clients sent what it refused (too long a prompt, a wrong model name), often "
+            "a deployment or client change rather than a server problem.",
+            [
+                Query(
+                    f"sum by (status) (rate(inferwatch_http_requests_total{{{TARGET}}}[$__rate_interval]))",
+                    "{{status}}",
+                )
+            ],
+            unit="reqps",
+            stacked=True,
         ),
         PanelSpec(
             P.FINISHED_BY_REASON,
