@@ -44,6 +44,8 @@ CONTRACT = {
     # The canary's (README: "The client's view").
     "InferenceClientGap",
     "InferenceCanaryFailing",
+    # The communication layer (NVLink, PCIe).
+    "InferenceInterconnectSaturated",
 }
 # The SLO alerts (an `errors` objective by default: no latency objective to be unmeasured).
 DEFAULT_SLO_ALERTS = {"InferenceSLOFastBurn", "InferenceSLOSlowBurn"}

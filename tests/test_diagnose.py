@@ -24,7 +24,7 @@ from inferwatch.method.findings import Burn, Finding, Report, evaluate
 from inferwatch.method.local import Window, parse_page
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import spec_from_config
-from inferwatch.model import CollectorStatus, Snapshot
+from inferwatch.model import CollectorStatus, GpuSample, Snapshot
 from inferwatch.serve.exposition import render as render_page
 from inferwatch.tools.diagnose import EXIT_UNREADABLE, render, report_json
 
@@ -248,3 +248,36 @@ def test_a_series_missing_from_the_first_page_has_no_increase() -> None:
     assert window.value(SIGNALS["frontend_cpu"].local) is None
     later = parse_page('inferwatch_preemptions_total{backend="vllm",model="tiny"} 5002\n')
     assert Window(up, later, 10.0).value(SIGNALS["preemption_rate"].local) == 0.2
+
+
+def test_a_saturated_nvlink_is_the_communication_layer() -> None:
+    """Two pages 10 s apart of a pod whose GPU received 90 % of its NVLink peak."""
+    peak = 18 * 26.562e9  # an H100 SXM's 18 links, per direction
+
+    def nvlink_page(received: float) -> str:
+        gpu = GpuSample(
+            0,
+            "GPU-0",
+            "NVIDIA H100 80GB HBM3",
+            nvlink_bytes_total={"tx": 0.0, "rx": received},
+            nvlink_peak_bytes_per_second=peak,
+        )
+        snap = Snapshot(
+            backend_kind="vllm",
+            backend_up=True,
+            backend_scrape_seconds=0.003,
+            backend=VLLM.normalize(fixture_text("vllm-0.32.0-cpu-after-preemptions.prom")),
+            gpus=(gpu,),
+            collectors={
+                "backend": CollectorStatus(True, 0.003),
+                "gpu": CollectorStatus(True, 0.001),
+            },
+        )
+        return render_page(snap).decode()
+
+    window = Window(parse_page(nvlink_page(0.0)), parse_page(nvlink_page(9 * peak)), seconds=10.0)
+    assert window.value(SIGNALS["nvlink_share"].local) == pytest.approx(0.9)
+    spec = spec_from_config({})
+    report = Report("x", "10.0s", spec, {}, evaluate(window, spec, LABELS))
+    assert [f.alert.name for f in report.findings] == ["InferenceInterconnectSaturated"]
+    assert "layer: communication" in render(report)

@@ -96,9 +96,15 @@ BASELINE = {"time_to_first_token_seconds": 0.9, "inter_token_latency_seconds": 0
 CANARY_PROBES = {"ok": 0.2, "http_error": 0.02, "timeout": 0.05, "connect_error": 0.0}
 CANARY_GAP = (0.02, 0.3)
 
+# Per GPU and direction (both GPUs on one link type: the same peaks): NVLink bytes per
+# second (counters), PCIe bytes per second (gauges, first page and last page).
+NVLINK_PEAK, PCIE_PEAK = 4.78e11, 6.3e10
+NVLINK = {0: {"tx": 2.0e11, "rx": 3.1e11}, 1: {"tx": 0.9e11, "rx": 1.2e11}}
+PCIE = {0: {"tx": (1e9, 3e9), "rx": (2e9, 2e9)}, 1: {"tx": (4e9, 8e9), "rx": (5e8, 1e9)}}
+
 # Signals judged per GPU and reason (the alert names which): the local recipe is the worst
 # series', which is what an alert on any of them reduces to for one exporter.
-PER_SERIES = {"gpu_throttled": 2}
+PER_SERIES = {"gpu_throttled": 2, "nvlink_share": 2, "pcie_share": 2}
 
 
 def _line(first_last: tuple[float, float], step: int) -> float:
@@ -163,6 +169,10 @@ def snapshot(step: int) -> Snapshot:
                 and step >= THERMAL_FROM_STEP[k],
                 "sw_power_cap": True,  # normal under load: not a throttle the rules count
             },
+            pcie_bytes_per_second={d: _line(v, step) for d, v in PCIE[k].items()},
+            pcie_peak_bytes_per_second=PCIE_PEAK,
+            nvlink_bytes_total={d: _counter(v, step) for d, v in NVLINK[k].items()},
+            nvlink_peak_bytes_per_second=NVLINK_PEAK,
         )
         for k, busy in GPU_BUSY.items()
     )

@@ -137,6 +137,10 @@ class Replica:
     gpu_busy: tuple[float, ...] | None = (0.85, 0.85)  # one share per GPU; None: no NVML
     gpu_collector: str = "1x40"
     throttled: dict[str, str] = field(default_factory=dict)  # {reason: values} on GPU 0
+    # GPU 0's busier direction as a share of its link's peak (the other direction and GPU 1
+    # carry a tenth of the peak); None: no such link.
+    nvlink_share: float | None = 0.3
+    pcie_share: float = 0.05
     backend_up: str = "1x40"
     scrape_duration: str = "0.004x40"
     gpu_memory_total: str = "85899345920x40"  # '_' where the GPU's series are gone
@@ -315,6 +319,49 @@ def input_series(r: Replica) -> list[dict]:
                     "values": values,
                 }
             )
+        out += _links(r, gpu, labels)
+    return out
+
+
+# An H100 SXM's links per direction: 18 NVLink links at 26.562 GB/s; PCIe 5.0 x16.
+NVLINK_PEAK = 18 * 26.562e9
+PCIE_PEAK = 16 * 32e9 * 128 / 130 / 8
+
+
+def _links(r: Replica, gpu: int, labels: dict) -> list[dict]:
+    """The GPU's NVLink counters and PCIe gauges by direction, with their peaks."""
+    out = [
+        {
+            "series": "inferwatch_gpu_pcie_peak_bytes_per_second" + _labels(**labels),
+            "values": _gauge((PCIE_PEAK,)),
+        }
+    ]
+    for direction in ("tx", "rx"):
+        share = r.pcie_share if gpu == 0 and direction == "tx" else 0.1 * r.pcie_share
+        out.append(
+            {
+                "series": "inferwatch_gpu_pcie_bytes_per_second"
+                + _labels(**labels, direction=direction),
+                "values": _gauge((share * PCIE_PEAK,)),
+            }
+        )
+    if r.nvlink_share is None:
+        return out
+    out.append(
+        {
+            "series": "inferwatch_gpu_nvlink_peak_bytes_per_second" + _labels(**labels),
+            "values": _gauge((NVLINK_PEAK,)),
+        }
+    )
+    for direction in ("tx", "rx"):
+        share = r.nvlink_share if gpu == 0 and direction == "rx" else 0.1
+        out.append(
+            {
+                "series": "inferwatch_gpu_nvlink_bytes_total"
+                + _labels(**labels, direction=direction),
+                "values": _counter(share * NVLINK_PEAK),
+            }
+        )
     return out
 
 
@@ -464,6 +511,26 @@ def test_group(s: Scenario) -> dict:
             }
         ],
     }
+
+
+def link_alert(instance: str, share: str) -> dict:
+    """InferenceInterconnectSaturated on GPU 0 of ``instance`` at ``share`` of the peak."""
+    return instance_alert(
+        "InferenceInterconnectSaturated",
+        instance,
+        "warning",
+        "any",
+        "communication",
+        f"GPU 0 (NVIDIA H100 80GB HBM3) moved {share} of its NVLink (or, without NVLink "
+        "traffic that high, PCIe) peak over the last 5m (threshold 80 %): the link, not "
+        "compute or memory, sets the pace: tensor-parallel all-reduce between GPUs, or host "
+        "transfers.",
+        f"GPU 0 on {instance}: a link runs near its peak",
+        no_model="",
+        gpu="0",
+        name="NVIDIA H100 80GB HBM3",
+        uuid=f"GPU-{instance[5]}0",
+    )
 
 
 def healthy(instance: str, **changes: object) -> Replica:
@@ -873,6 +940,25 @@ AVAILABILITY = [
         (healthy(A, error_share=0.02), healthy(B, error_share=0.02)),
         fires={},
         silent=("InferenceRequestErrors",),
+    ),
+    Scenario(
+        # A's GPU 0 receives 90 % of its NVLink peak (tensor-parallel all-reduce); B's GPU 0
+        # sends 75 % of its PCIe peak: a near miss, silent.
+        "interconnect: NVLink near its peak",
+        (healthy(A, nvlink_share=0.9), healthy(B, pcie_share=0.75)),
+        fires={"InferenceInterconnectSaturated": [link_alert(A, "90%")]},
+    ),
+    Scenario(
+        "interconnect near miss: NVLink and PCIe at 75 %",
+        (healthy(A, nvlink_share=0.75), healthy(B, nvlink_share=None, pcie_share=0.75)),
+        fires={},
+        silent=("InferenceInterconnectSaturated",),
+    ),
+    Scenario(
+        # No NVLink on A: tensor parallel over PCIe at 85 % of its peak.
+        "interconnect: PCIe near its peak",
+        (healthy(A, nvlink_share=None, pcie_share=0.85), healthy(B)),
+        fires={"InferenceInterconnectSaturated": [link_alert(A, "85%")]},
     ),
     Scenario(
         # GPU 0 of A thermally throttled all along; B's GPU 0 power-capped (normal, silent).

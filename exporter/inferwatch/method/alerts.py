@@ -76,7 +76,7 @@ class Alert:
     severity: str
     level: str  # INSTANCE (a local cause) or MODEL (across replicas)
     phase: str  # prefill, decode, any
-    layer: str  # compute, memory, scheduling, system, availability, baseline
+    layer: str  # compute, memory, communication, scheduling, system, availability, baseline
     for_default: str
     summary: str
     description: str
@@ -467,6 +467,23 @@ ALERTS: dict[str, Alert] = {
             "{{ $labels.reason }} {{ $value | humanizePercentage }} of the last %(window)s: "
             "every kernel runs slower until cooling or power delivery is fixed.",
             when=(Cond("gpu_throttled", ">", "throttled_share"),),
+        ),
+        Alert(
+            "InferenceInterconnectSaturated",
+            "warning",
+            I,
+            "any",
+            "communication",
+            "10m",
+            "GPU {{ $labels.gpu }} on {{ $labels.instance }}: a link runs near its peak",
+            "GPU {{ $labels.gpu }} ({{ $labels.name }}) moved {{ $value | humanizePercentage }} "
+            "of its NVLink (or, without NVLink traffic that high, PCIe) peak over the last "
+            "%(window)s (threshold %(pct.link_share_high)s): the link, not compute or memory, "
+            "sets the pace: tensor-parallel all-reduce between GPUs, or host transfers.",
+            any_of=(
+                Cond("nvlink_share", ">", "link_share_high"),
+                Cond("pcie_share", ">", "link_share_high"),
+            ),
         ),
         Alert(
             "InferenceExporterGPUMissing",

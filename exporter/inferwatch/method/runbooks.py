@@ -180,13 +180,18 @@ CAUSE_RUNBOOKS: dict[str, Runbook] = {
             (Panel.STEP_TOKENS, "how large the decode batch is"),
             (Panel.KV_CACHE, "a large batch with long contexts makes KV reads dominate"),
             (Panel.GPU_ACTIVITY, "DRAM activity low while SM activity is high points at kernels"),
+            (Panel.SPEC_DECODE, "a low acceptance: speculation costs more than it saves"),
+            (Panel.LINK_SHARE, "NVLink near its peak in tensor parallel"),
         ),
         causes=(
             "A batch so large (many long sequences) that KV-cache reads dominate each step.",
             "Unoptimized kernels: eager mode (CUDA graphs off, `--enforce-eager`), an attention "
             "backend not suited to the GPU, a new model architecture without fused kernels.",
             "Interference from prefill in the same steps (see InferencePrefillStallsDecode).",
-            "Throttled GPU clocks or a PCIe/NVLink bottleneck in tensor parallel.",
+            "Throttled GPU clocks or a PCIe/NVLink bottleneck in tensor parallel "
+            "(InferenceInterconnectSaturated).",
+            "Speculative decoding whose drafts are mostly rejected: every rejected token is "
+            "compute spent for nothing.",
         ),
         actions=(
             "Lower `--max-num-seqs` (vLLM) / `--max-running-requests` (SGLang) / "
@@ -448,6 +453,42 @@ CAUSE_RUNBOOKS: dict[str, Runbook] = {
             "Roll back the last change if it coincides.",
         ),
         escalate="Escalate to whoever made the change that coincides with the regression.",
+    ),
+    "InferenceInterconnectSaturated": Runbook(
+        meaning=(
+            "The communication layer: one of the GPU's links moves more than the threshold's "
+            "share of its peak. NVLink carries tensor-parallel all-reduce (every layer, every "
+            "step), PCIe the host's transfers (inputs, outputs, KV-cache offload, and "
+            "tensor-parallel traffic on GPUs without NVLink). A link at its peak makes the "
+            "GPUs wait for it: decode slows although compute and memory have room."
+        ),
+        confirm=(
+            (Panel.LINK_SHARE, "the GPU's NVLink or PCIe share near 100 %"),
+            (Panel.NVLINK_THROUGHPUT, "NVLink bytes/s at the peak line while tokens flow"),
+            (
+                Panel.PCIE_THROUGHPUT,
+                "PCIe bytes/s at the peak line; a low peak line means a "
+                "link trained below its generation or width",
+            ),
+            (Panel.ITL_VS_FLOOR, "ITL far above the floor while the GPU is busy"),
+        ),
+        causes=(
+            "Tensor parallelism across more GPUs than the model needs: all-reduce per layer "
+            "grows with the GPU count while each GPU's share of compute shrinks.",
+            "Tensor parallelism over PCIe (no NVLink, or GPUs in different NVLink domains).",
+            "KV-cache offload to host memory (CPU offload, LMCache) moving blocks both ways.",
+            "A PCIe link trained at a lower generation or width than the slot allows (a riser, "
+            "a BIOS setting, a degraded link).",
+        ),
+        actions=(
+            "Prefer fewer GPUs per replica (tensor parallel 2 instead of 8) and more replicas, "
+            "or pipeline parallelism across nodes instead of tensor parallelism.",
+            "Keep a replica's GPUs in one NVLink domain (`nvidia-smi topo -m`).",
+            "Check the link: `nvidia-smi -q -d PCIE` (current vs max generation and width), "
+            "`nvidia-smi nvlink --status`.",
+            "Reduce KV offload traffic: a larger GPU KV cache, or offload only cold prefixes.",
+        ),
+        escalate="Escalate to the platform team with the node, the GPU UUIDs and the topology.",
     ),
     "InferenceGPUThrottling": Runbook(
         meaning=(

@@ -249,6 +249,33 @@ SIGNALS: dict[str, Signal] = {
             # Judged per GPU and reason (the alert names them); locally, the worst one.
             Gauge("inferwatch_gpu_clock_throttled", {"reason": THROTTLE_REASONS}, averaged=True),
         ),
+        # Communication. Per GPU in PromQL, its busier direction over its link's peak;
+        # locally the busiest GPU and direction over the largest peak: the same where a
+        # node's GPUs share one link type, as they do.
+        Signal(
+            "nvlink_share",
+            "NVLink use (share of peak)",
+            "ratio",
+            NODE,
+            "max without (direction) (rate(inferwatch_gpu_nvlink_bytes_total[%(window)s]))\n"
+            "  / inferwatch_gpu_nvlink_peak_bytes_per_second",
+            Ratio(
+                Rate("inferwatch_gpu_nvlink_bytes_total", how="max"),
+                Gauge("inferwatch_gpu_nvlink_peak_bytes_per_second"),
+            ),
+        ),
+        Signal(
+            "pcie_share",
+            "PCIe use (share of peak)",
+            "ratio",
+            NODE,
+            "max without (direction) (avg_over_time(inferwatch_gpu_pcie_bytes_per_second[%(window)s]))\n"
+            "  / inferwatch_gpu_pcie_peak_bytes_per_second",
+            Ratio(
+                Gauge("inferwatch_gpu_pcie_bytes_per_second", averaged=True),
+                Gauge("inferwatch_gpu_pcie_peak_bytes_per_second"),
+            ),
+        ),
         Signal(
             "canary_ttft_gap",
             "client gap (canary TTFT - server TTFT)",

@@ -133,6 +133,13 @@ THRESHOLDS: dict[str, Threshold] = {
         "One canary probe in four failing (a timeout, an HTTP error, a broken stream) while "
         "the server reports itself up: users on the same path are failing too.",
     ),
+    "link_share_high": Threshold(
+        0.8,
+        "ratio",
+        "A GPU's NVLink or PCIe traffic above 80 % of the link's peak over the window: the "
+        "link sets the pace (tensor-parallel all-reduce, host transfers). The peak is the line "
+        "rate, and payload rarely gets past ~90 % of it.",
+    ),
     "throttled_share": Threshold(
         0.5,
         "ratio",
