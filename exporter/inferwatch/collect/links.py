@@ -1,0 +1,241 @@
+"""The communication layer of one GPU through NVML: PCIe throughput and NVLink counters.
+
+Opened once per GPU (:class:`Links`, by the GPU source when it opens the GPU), it reads the
+static facts then: the PCIe peak (max link generation x max link width) and the NVLink
+links present, active and their common speed. Per poll (:meth:`Links.sample`) it reads PCIe
+throughput per direction (GPM's average over the poll interval where the GPU computed it,
+no extra call, else NVML's 20 ms sample, one call per direction) and the NVLink byte
+counters of all links (one batched field-value call).
+
+Sample of the series it feeds (through :class:`inferwatch.model.GpuSample`)::
+
+    inferwatch_gpu_pcie_bytes_per_second{gpu="0",...,direction="rx"} 2.62144e+09
+    inferwatch_gpu_pcie_peak_bytes_per_second{gpu="0",...} 6.301538461538461e+10
+    inferwatch_gpu_nvlink_bytes_total{gpu="0",...,direction="tx"} 1.099511627776e+12
+    inferwatch_gpu_nvlink_peak_bytes_per_second{gpu="0",...} 4.78116e+11
+
+Units, with their sources:
+
+- PCIe peak: usable bytes/s per lane and direction by generation (transfer rate x encoding
+  / 8, PCI Express Base Specification) times the lanes.
+- PCIe throughput: nvmlDeviceGetPcieThroughput in KB/s, taken as KiB/s; GPM's PCIe
+  metrics in MiB/s (nvml.h).
+- NVLink counters: KiB (nvml.h), summed over all links; the peak is the common link speed
+  in decimal MB/s (nvml.h) times the active links.
+
+A reading that fails short of the GPU being lost leaves only its own series out (logged
+once per GPU, reading and error); one the GPU does not support is not asked for again.
+NVML_ERROR_GPU_IS_LOST is raised, so the GPU source drops that GPU from the poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+# The GPU source's logger: these lines are about a GPU, and keep the name they always had.
+log = logging.getLogger("inferwatch.collect.gpu")
+
+# Usable bytes/s per lane and direction by PCIe generation: transfer rate x encoding / 8.
+# PCI Express Base Specification: 1.x 2.5 GT/s and 2.x 5 GT/s with 8b/10b; 3.x 8 GT/s,
+# 4.0 16 GT/s and 5.0 32 GT/s with 128b/130b; 6.0 64 GT/s PAM4 in 256-byte FLITs carrying
+# 242 bytes of TLP/DLLP payload (the rest FEC and CRC).
+_PCIE_LANE_BYTES_PER_SECOND: dict[int, float] = {
+    1: 2.5e9 * 8 / 10 / 8,  # 250 MB/s
+    2: 5.0e9 * 8 / 10 / 8,  # 500 MB/s
+    3: 8.0e9 * 128 / 130 / 8,  # ~984.6 MB/s
+    4: 16.0e9 * 128 / 130 / 8,  # ~1969 MB/s
+    5: 32.0e9 * 128 / 130 / 8,  # ~3938 MB/s
+    6: 64.0e9 * 242 / 256 / 8,  # ~7563 MB/s
+}
+# nvmlDeviceGetPcieThroughput: "throughput in KB/s" over a 20 ms sample (nvml.h). NVML does
+# not say which KB; its other data sizes are binary (NVLink counters in KiB, GPM in MiB/s),
+# so 1 KB = 1024 bytes here.
+_PCIE_THROUGHPUT_UNIT = 1024.0
+# NVML_GPM_METRIC_PCIE_{TX,RX}_PER_SEC: "PCIe traffic from/to this GPU in MiB/sec" (nvml.h).
+_GPM_PCIE_UNIT = 1024.0 * 1024.0
+# NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}: "NVLink TX/RX Data throughput in KiB", a
+# counter; "A scopeId of UINT_MAX returns aggregate value summed up across all links" (nvml.h).
+_NVLINK_COUNTER_UNIT = 1024.0
+_ALL_LINKS = 0xFFFFFFFF
+# NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: "Common NVLink Speed in MBps for active links"
+# (nvml.h), per link and direction. Decimal MB: an H100 link reports 26562, its two lanes of
+# 106.25 Gb/s signalling / 8 = 26562.5e6 bytes/s.
+_NVLINK_SPEED_UNIT = 1e6
+
+# nvmlValue_t's member by nvmlValueType_t (NVML_VALUE_TYPE_DOUBLE = 0 ... UNSIGNED_SHORT = 6).
+_FIELD_MEMBERS = dict(enumerate(("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")))
+
+
+@dataclass(frozen=True)
+class LinkSample:
+    """One poll of a GPU's communication layer; a reading that failed is absent or None."""
+
+    pcie_bytes_per_second: dict[str, float]  # by direction ("tx", "rx")
+    pcie_peak_bytes_per_second: float | None
+    nvlink_bytes_total: dict[str, float]  # by direction, since the driver loaded
+    nvlink_peak_bytes_per_second: float | None
+
+
+class Links:
+    """One GPU's PCIe and NVLink readings; ``nvml`` is the ``pynvml`` module (a fake one in
+    tests). Opening reads the static facts from ``handle``; ``index`` names the GPU in logs."""
+
+    def __init__(self, nvml: ModuleType, handle: Any, index: int) -> None:
+        self._nvml = nvml
+        self._index = index
+        self.pcie_peak: float | None = None
+        self._unsupported: set[str] = set()  # readings NOT_SUPPORTED: not asked again
+        self._nvlink_scopes: tuple[int, ...] = ()  # scopeIds of the counters; () = none
+        self._nvlink_links: tuple[int, ...] = ()  # links present, for the per-link fallback
+        self.nvlink_peak: float | None = None
+        self._logged: set[tuple[str, int]] = set()
+        self._open(handle)
+
+    def sample(self, handle: Any, gpm: dict[int, float]) -> LinkSample:
+        """This poll's readings; ``gpm`` is the GPU's GPM metrics by metric ID (may be empty).
+        Raises NVMLError only when the GPU is lost."""
+        return LinkSample(
+            pcie_bytes_per_second=self._pcie(handle, gpm),
+            pcie_peak_bytes_per_second=self.pcie_peak,
+            nvlink_bytes_total=self._nvlink(handle),
+            nvlink_peak_bytes_per_second=self.nvlink_peak,
+        )
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _open(self, h: Any) -> None:
+        """Static PCIe and NVLink facts: the peaks, and which NVLink links there are."""
+        nv = self._nvml
+        # The max generation and width "possible with this device and system" (nvml.h): the
+        # lower of the GPU's and the slot's.
+        gen = self._comm("PCIe max link generation", nv.nvmlDeviceGetMaxPcieLinkGeneration, h)
+        width = self._comm("PCIe max link width", nv.nvmlDeviceGetMaxPcieLinkWidth, h)
+        lane = _PCIE_LANE_BYTES_PER_SECOND.get(gen) if gen is not None else None
+        if lane is not None and width:
+            self.pcie_peak = lane * width
+        fields = self._comm(
+            "NVLink link count and speed",
+            nv.nvmlDeviceGetFieldValues,
+            h,
+            [nv.NVML_FI_DEV_NVLINK_LINK_COUNT, nv.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON],
+        )
+        count, speed = (
+            (
+                self._field("NVLink link count", fields[0]),
+                self._field("NVLink speed", fields[1]),
+            )
+            if fields is not None
+            else (None, None)
+        )
+        if not count:
+            return  # no NVLink (NOT_SUPPORTED or zero links): its series stay absent
+        present, active = [], []
+        for link in range(min(int(count), nv.NVML_NVLINK_MAX_LINKS)):
+            state = self._comm(f"NVLink {link} state", nv.nvmlDeviceGetNvLinkState, h, link)
+            if state is None:
+                continue
+            present.append(link)
+            if state == nv.NVML_FEATURE_ENABLED:
+                active.append(link)
+        self._nvlink_links = tuple(present)
+        self._nvlink_scopes = (_ALL_LINKS,) if present else ()
+        if active and speed:
+            self.nvlink_peak = speed * _NVLINK_SPEED_UNIT * len(active)
+
+    def _pcie(self, h: Any, gpm: dict[int, float]) -> dict[str, float]:
+        """PCIe bytes/s by direction: GPM's interval average where the GPU computed it (no
+        extra call), else NVML's 20 ms sample (one call per direction)."""
+        nv = self._nvml
+        out: dict[str, float] = {}
+        for direction, gpm_id, counter in (
+            ("tx", nv.NVML_GPM_METRIC_PCIE_TX_PER_SEC, nv.NVML_PCIE_UTIL_TX_BYTES),
+            ("rx", nv.NVML_GPM_METRIC_PCIE_RX_PER_SEC, nv.NVML_PCIE_UTIL_RX_BYTES),
+        ):
+            if gpm_id in gpm:
+                out[direction] = gpm[gpm_id] * _GPM_PCIE_UNIT
+            else:
+                kb = self._comm(
+                    f"PCIe {direction} throughput", nv.nvmlDeviceGetPcieThroughput, h, counter
+                )
+                if kb is not None:
+                    out[direction] = kb * _PCIE_THROUGHPUT_UNIT
+        return out
+
+    def _nvlink(self, h: Any) -> dict[str, float]:
+        """NVLink bytes by direction since the driver loaded, over all links, in one call.
+
+        The aggregate scope (UINT_MAX) first; a driver that refuses it is asked per link
+        (still one call) from then on.
+        """
+        if not self._nvlink_scopes:
+            return {}
+        nv = self._nvml
+        directions = (
+            ("tx", nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
+            ("rx", nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
+        )
+        request = [(fid, scope) for _, fid in directions for scope in self._nvlink_scopes]
+        values = self._comm("NVLink throughput", nv.nvmlDeviceGetFieldValues, h, request)
+        if values is None:
+            return {}
+        if self._nvlink_scopes == (_ALL_LINKS,) and all(
+            v.nvmlReturn in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT)
+            for v in values
+        ):
+            self._nvlink_scopes = self._nvlink_links
+            log.info("GPU %d: NVLink counters per link (no aggregate scope)", self._index)
+            return self._nvlink(h)
+        out: dict[str, float] = {}
+        per = len(self._nvlink_scopes)
+        for d, (direction, _) in enumerate(directions):
+            kib = [self._field(f"NVLink {direction}", v) for v in values[d * per : (d + 1) * per]]
+            if all(k is not None for k in kib):
+                out[direction] = math.fsum(kib) * _NVLINK_COUNTER_UNIT
+        if not out and all(v.nvmlReturn == nv.NVML_ERROR_NOT_SUPPORTED for v in values):
+            self._nvlink_scopes = ()  # not on this GPU: stop asking
+        return out
+
+    def _comm(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """A communication reading: None when it fails (logged once per GPU, reading and
+        error), the error raised only when the GPU is lost (the GPU's whole sample goes).
+        A reading the GPU does not support is not asked for again."""
+        if what in self._unsupported:
+            return None
+        nv = self._nvml
+        try:
+            return fn(*args)
+        except nv.NVMLError as exc:
+            if is_error(nv, exc, "NVML_ERROR_GPU_IS_LOST"):
+                raise
+            if is_error(nv, exc, "NVML_ERROR_NOT_SUPPORTED"):
+                self._unsupported.add(what)
+            self._log_once(what, exc.value, str(exc))
+            return None
+
+    def _field(self, what: str, value: Any) -> float | None:
+        """One nvmlFieldValue_t as a number; None (logged once) when it holds an error."""
+        nv = self._nvml
+        code = value.nvmlReturn
+        if code != nv.NVML_SUCCESS:
+            if code == nv.NVML_ERROR_GPU_IS_LOST:
+                raise nv.NVMLError(code)
+            self._log_once(what, code, str(nv.NVMLError(code)))
+            return None
+        member = _FIELD_MEMBERS.get(value.valueType)
+        return float(getattr(value.value, member)) if member else None
+
+    def _log_once(self, what: str, code: int, text: str) -> None:
+        if (what, code) in self._logged:
+            return
+        self._logged.add((what, code))
+        log.info("GPU %d: %s unavailable (%s); its series are left out", self._index, what, text)
+
+
+def is_error(nv: ModuleType, exc: Exception, code_name: str) -> bool:
+    """Whether ``exc`` is the NVMLError ``code_name`` (e.g. ``"NVML_ERROR_NOT_SUPPORTED"``)."""
+    return getattr(exc, "value", None) == getattr(nv, code_name)
