@@ -48,6 +48,10 @@ class FakeGpu:
     nvlink_speed_mbps: int = 26562  # NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON
     nvlink_kib: dict[int, tuple[int, int]] = field(default_factory=dict)  # link: (tx, rx) KiB
     nvlink_aggregate_scope: bool = True  # the driver sums the links for scopeId UINT_MAX
+    # NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES (197, 198), bytes; None: NOT_SUPPORTED (the
+    # default, as on drivers before the fields existed). Lower them to mimic a reset.
+    pcie_bytes: tuple[int, int] | None = None
+    field_time_us: int = 1_700_000_000_000_000  # nvmlFieldValue_t.timestamp, us since 1970
     field_errors: dict[int, int] = field(default_factory=dict)  # fieldId: per-entry nvmlReturn
     call_errors: dict[str, int] = field(default_factory=dict)  # function name: error it raises
     fail_with: int | None = None  # every call on this GPU raises this NVML error code
@@ -77,6 +81,7 @@ class FakeNvml(types.ModuleType):
         self.calls: list[str] = []
         self.shutdown = False
         self.gpm_gets = 0
+        self.field_requests: list[list] = []  # nvmlDeviceGetFieldValues' requests, in order
 
     def _gpu(self, handle: FakeGpu, function: str = "") -> FakeGpu:
         if function:
@@ -226,17 +231,26 @@ class FakeNvml(types.ModuleType):
         """As pynvml: each entry a fieldId or a (fieldId, scopeId) pair (scopeId 0 if bare);
         errors per entry in nvmlReturn, as NVML reports them."""
         g = self._gpu(h, "nvmlDeviceGetFieldValues")
+        self.field_requests.append(list(field_ids))
         values = (real.c_nvmlFieldValue_t * len(field_ids))()
+        pcie = (real.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, real.NVML_FI_DEV_PCIE_COUNT_RX_BYTES)
         for value, requested in zip(values, field_ids, strict=True):
             fid, scope = requested if isinstance(requested, tuple) else (requested, 0)
             value.fieldId, value.scopeId = fid, scope
             value.nvmlReturn = real.NVML_SUCCESS
+            value.timestamp = g.field_time_us
             throughput = (
                 real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
                 real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
             )
             if fid in g.field_errors:
                 value.nvmlReturn = g.field_errors[fid]
+            elif fid in pcie:
+                if g.pcie_bytes is None:
+                    value.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
+                else:
+                    value.valueType = real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                    value.value.ullVal = g.pcie_bytes[pcie.index(fid)]
             elif not g.nvlink_links:
                 value.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
             elif fid == real.NVML_FI_DEV_NVLINK_LINK_COUNT:

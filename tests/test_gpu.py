@@ -215,6 +215,134 @@ def test_gpm_without_pcie_metrics_falls_back_to_the_20ms_sample() -> None:
     assert second.sm_active_ratio == 0.0  # the other GPM metrics are unaffected
 
 
+PCIE_COUNTERS = [197, 198]  # NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES (nvml.h, pynvml)
+
+
+def test_pcie_counter_field_ids_are_nvmls() -> None:
+    assert [FI.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, FI.NVML_FI_DEV_PCIE_COUNT_RX_BYTES] == PCIE_COUNTERS
+
+
+def test_pcie_counters_give_bytes_delta_over_the_field_timestamps_per_direction() -> None:
+    clock = Clock()
+    gpu = FakeGpu(0, pcie_bytes=(10_000, 500), pcie_kb_per_second=(7, 9))
+    src, nv = source(gpu, clock=clock)
+    (first,) = polls(src, 1)
+    # First poll: one reading is no interval; NVML's 20 ms sample stands in.
+    assert dict(first.pcie_bytes_per_second) == {"tx": 7 * 1024, "rx": 9 * 1024}
+    # 2.5 s later by the field values' timestamps (the poll clock says 5 s: not used).
+    gpu.pcie_bytes = (10_000 + 5_000_000_000, 500 + 250_000_000)
+    gpu.field_time_us += 2_500_000
+    clock.now += 5.0
+    (second,) = polls(src, 1)
+    assert dict(second.pcie_bytes_per_second) == {"tx": 2e9, "rx": 1e8}
+    gpu.pcie_bytes = (10_000 + 5_000_000_000, 500 + 250_000_000 + 1_000)
+    gpu.field_time_us += 500_000
+    (third,) = polls(src, 1)
+    assert dict(third.pcie_bytes_per_second) == {"tx": 0.0, "rx": 2_000.0}
+    assert nv.calls.count("nvmlDeviceGetPcieThroughput") == 2  # the first poll only
+
+
+def test_pcie_counters_are_preferred_over_gpm_and_gpm_covers_their_first_reading(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failing = {fid: FI.NVML_ERROR_UNKNOWN for fid in PCIE_COUNTERS}
+    gpu = FakeGpu(
+        0,
+        gpm_supported=True,
+        gpm_pcie=(2500.0, 0.5),
+        pcie_kb_per_second=(7, 9),
+        pcie_bytes=(0, 0),
+        field_errors=dict(failing),
+    )
+    src, nv = source(gpu)
+    with caplog.at_level("INFO", logger="inferwatch.collect.gpu"):
+        first, second = polls(src, 2)  # counters failing: as without them
+    assert dict(first.pcie_bytes_per_second) == {"tx": 7 * 1024, "rx": 9 * 1024}
+    assert dict(second.pcie_bytes_per_second) == {"tx": 2500 * 1024**2, "rx": 0.5 * 1024**2}
+    assert sum("PCIe tx byte counter" in r.getMessage() for r in caplog.records) == 1
+    gpu.field_errors.clear()  # a transient error: asked again
+    (third,) = polls(src, 1)  # the counters' first reading: GPM stands in
+    assert dict(third.pcie_bytes_per_second) == dict(second.pcie_bytes_per_second)
+    gpu.pcie_bytes = (3_000_000, 1_000)
+    gpu.field_time_us += 1_000_000
+    (fourth,) = polls(src, 1)
+    assert dict(fourth.pcie_bytes_per_second) == {"tx": 3e6, "rx": 1e3}
+    # A failed reading drops the previous one: the next poll is a first reading again.
+    gpu.field_errors.update(failing)
+    polls(src, 1)
+    gpu.field_errors.clear()
+    gpu.pcie_bytes = (9_000_000, 2_000)
+    gpu.field_time_us += 1_000_000
+    (sixth,) = polls(src, 1)
+    assert dict(sixth.pcie_bytes_per_second) == dict(second.pcie_bytes_per_second)
+    assert nv.calls.count("nvmlDeviceGetPcieThroughput") == 2  # the first poll only
+
+
+def test_pcie_counter_going_backwards_gives_no_value_that_poll() -> None:
+    gpu = FakeGpu(0, pcie_bytes=(1_000_000, 1_000_000), pcie_kb_per_second=(7, 9))
+    src, nv = source(gpu)
+    polls(src, 1)
+    gpu.pcie_bytes = (400, 3_000_000)  # tx reset (or wrapped)
+    gpu.field_time_us += 1_000_000
+    (reset,) = polls(src, 1)
+    assert dict(reset.pcie_bytes_per_second) == {"rx": 2e6}  # tx: no value, no fallback
+    gpu.pcie_bytes = (2_400, 3_000_000)  # from the reset value on
+    gpu.field_time_us += 2_000_000
+    (after,) = polls(src, 1)
+    assert dict(after.pcie_bytes_per_second) == {"tx": 1_000.0, "rx": 0.0}
+    assert nv.calls.count("nvmlDeviceGetPcieThroughput") == 2  # the first poll only
+
+
+def test_pcie_counters_without_time_between_readings_fall_back() -> None:
+    gpu = FakeGpu(0, pcie_bytes=(1_000, 1_000), pcie_kb_per_second=(7, 9))
+    src, _ = source(gpu)
+    polls(src, 1)
+    (same,) = polls(src, 1)  # the same timestamp again: no interval, the 20 ms sample
+    assert dict(same.pcie_bytes_per_second) == {"tx": 7 * 1024, "rx": 9 * 1024}
+    gpu.field_time_us -= 1_000_000  # the wall clock stepped back
+    (back,) = polls(src, 1)
+    assert dict(back.pcie_bytes_per_second) == {"tx": 7 * 1024, "rx": 9 * 1024}
+
+
+def test_pcie_counters_not_supported_fall_back_and_are_not_asked_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gpu = FakeGpu(0, pcie_bytes=None, pcie_kb_per_second=(3, 4), nvlink_kib={0: (1, 2)})
+    src, nv = source(gpu)
+    opened = len(nv.field_requests)
+    with caplog.at_level("INFO", logger="inferwatch.collect.gpu"):
+        first, second, third = polls(src, 3)
+    for sample in (first, second, third):
+        assert dict(sample.pcie_bytes_per_second) == {"tx": 3 * 1024, "rx": 4 * 1024}
+        assert dict(sample.nvlink_bytes_total) == {"tx": 1024, "rx": 2048}
+    asked = [[f for f in r if f in PCIE_COUNTERS] for r in nv.field_requests[opened:]]
+    assert asked == [PCIE_COUNTERS, [], []]  # the first poll only; still one call per poll
+    assert sum("PCIe tx byte counter" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_pcie_counters_ride_the_nvlink_field_value_call_one_per_poll_per_gpu() -> None:
+    gpus = [FakeGpu(0, pcie_bytes=(0, 0)), FakeGpu(1, nvlink_links=0, pcie_bytes=(0, 0))]
+    src, nv = source(*gpus)
+    opened = len(nv.field_requests)
+    for _ in range(3):
+        for gpu in gpus:
+            gpu.field_time_us += 1_000_000
+        samples, status = src.sample()
+        assert status.success
+    assert [dict(g.pcie_bytes_per_second) for g in samples] == [{"tx": 0.0, "rx": 0.0}] * 2
+    requests = nv.field_requests[opened:]
+    assert len(requests) == 6  # 3 polls x 2 GPUs
+    nvlink = [
+        (FI.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, 0xFFFFFFFF),
+        (FI.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0xFFFFFFFF),
+    ]
+    for with_nvlink, without in zip(requests[::2], requests[1::2], strict=True):
+        assert with_nvlink == nvlink + PCIE_COUNTERS
+        assert without == PCIE_COUNTERS  # no NVLink: the call carries only the PCIe counters
+    # Only the first poll took the 20 ms sample (2 GPUs x 2 directions).
+    assert nv.calls.count("nvmlDeviceGetPcieThroughput") == 4
+
+
 @pytest.mark.parametrize(
     ("generation", "width", "expected"),
     [
@@ -291,7 +419,9 @@ def test_without_nvlink_its_series_are_absent_and_not_asked_each_poll() -> None:
     assert status.success
     assert gpu.nvlink_bytes_total == {} and gpu.nvlink_peak_bytes_per_second is None
     assert gpu.pcie_peak_bytes_per_second == pytest.approx(16 * 16e9 * 128 / 130 / 8)
-    assert nv.calls.count("nvmlDeviceGetFieldValues") == opened
+    # The first poll's call carries only the PCIe counters; NOT_SUPPORTED here: no more calls.
+    assert nv.field_requests[-1] == [FI.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 198]
+    assert nv.calls.count("nvmlDeviceGetFieldValues") == opened + 1
     page = render(Snapshot("vllm", False, 0.0, None, {"gpu": status}, gpus=(gpu,))).decode()
     assert "inferwatch_gpu_nvlink" not in page
     assert 'inferwatch_gpu_pcie_bytes_per_second{gpu="0"' in page
@@ -351,8 +481,9 @@ def test_pcie_throughput_errors_leave_it_out_logged_once(
         {"call_errors": {"nvmlDeviceGetFieldValues": FI.NVML_ERROR_GPU_IS_LOST}},
         {"call_errors": {"nvmlDeviceGetPcieThroughput": FI.NVML_ERROR_GPU_IS_LOST}},
         {"field_errors": {FI.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: FI.NVML_ERROR_GPU_IS_LOST}},
+        {"field_errors": {FI.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: FI.NVML_ERROR_GPU_IS_LOST}},
     ],
-    ids=["field-values-call", "pcie-throughput", "field-value-entry"],
+    ids=["field-values-call", "pcie-throughput", "field-value-entry", "pcie-counter-entry"],
 )
 def test_gpu_lost_in_a_communication_reading_drops_that_gpu_then_recovers(lose: dict) -> None:
     gpus = [FakeGpu(0, util=10), FakeGpu(1, util=20)]

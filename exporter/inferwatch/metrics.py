@@ -127,8 +127,9 @@ GPU: dict[str, MetricDef] = _defs(
     MetricDef(
         "gpu_pcie_bytes_per_second",
         G,
-        "PCIe throughput by direction (tx: GPU to host, rx: host to GPU) over NVML's last "
-        "sample (GPM: over the poll interval).",
+        "PCIe throughput by direction (tx: GPU to host, rx: host to GPU), averaged over the "
+        "poll interval (NVML's PCIe byte counters, else GPM); NVML's 20 ms sample where "
+        "neither is available.",
         ("direction",),
     ),
     MetricDef(

@@ -2,10 +2,19 @@
 
 Opened once per GPU (:class:`Links`, by the GPU source when it opens the GPU), it reads the
 static facts then: the PCIe peak (max link generation x max link width) and the NVLink
-links present, active and their common speed. Per poll (:meth:`Links.sample`) it reads PCIe
-throughput per direction (GPM's average over the poll interval where the GPU computed it,
-no extra call, else NVML's 20 ms sample, one call per direction) and the NVLink byte
-counters of all links (one batched field-value call).
+links present, active and their common speed. Per poll (:meth:`Links.sample`) it makes one
+batched field-value call carrying the NVLink byte counters of all links and the PCIe byte
+counters (either part left out where the GPU has none; no call when it has neither), then
+takes PCIe throughput per direction from the first of:
+
+1. the PCIe byte counters: their delta over the time between this poll's reading and the
+   previous one (the field values' own timestamps), i.e. the average over the poll interval;
+2. GPM's average over the poll interval where the GPU computed it (no extra call);
+3. NVML's 20 ms sample (one call per direction), the noisiest.
+
+The counters need two readings: on the first poll (and the poll after a failed reading) the
+direction falls back to 2 or 3. A counter that went backwards (reset, or wrapped, which
+nvml.h allows) gives that direction no value for that poll, and is the next poll's start.
 
 Sample of the series it feeds (through :class:`inferwatch.model.GpuSample`)::
 
@@ -18,8 +27,10 @@ Units, with their sources:
 
 - PCIe peak: usable bytes/s per lane and direction by generation (transfer rate x encoding
   / 8, PCI Express Base Specification) times the lanes.
-- PCIe throughput: nvmlDeviceGetPcieThroughput in KB/s, taken as KiB/s; GPM's PCIe
-  metrics in MiB/s (nvml.h).
+- PCIe throughput: NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES (field IDs 197, 198) in bytes
+  ("PCIe transmit/receive bytes", nvml.h; IDs as in nvidia-ml-py's pynvml), over the field
+  values' timestamps in microseconds (nvml.h); nvmlDeviceGetPcieThroughput in KB/s, taken as
+  KiB/s; GPM's PCIe metrics in MiB/s (nvml.h).
 - NVLink counters: KiB (nvml.h), summed over all links; the peak is the common link speed
   in decimal MB/s (nvml.h) times the active links.
 
@@ -66,6 +77,13 @@ _ALL_LINKS = 0xFFFFFFFF
 # (nvml.h), per link and direction. Decimal MB: an H100 link reports 26562, its two lanes of
 # 106.25 Gb/s signalling / 8 = 26562.5e6 bytes/s.
 _NVLINK_SPEED_UNIT = 1e6
+# NVML_FI_DEV_PCIE_COUNT_TX_BYTES = 197 "PCIe transmit bytes. Value can be wrapped." and
+# NVML_FI_DEV_PCIE_COUNT_RX_BYTES = 198 "PCIe receive bytes. Value can be wrapped." (nvml.h;
+# the same IDs in nvidia-ml-py's pynvml; listed as new field IDs in the NVML release notes).
+_PCIE_COUNTER_UNIT = 1.0
+# nvmlFieldValue_t.timestamp: "CPU Timestamp of this value in microseconds since 1970"
+# (nvml.h); pynvml's c_nvmlFieldValue_t exposes it as ``timestamp``.
+_FIELD_TIMESTAMP_UNIT = 1e-6
 
 # nvmlValue_t's member by nvmlValueType_t (NVML_VALUE_TYPE_DOUBLE = 0 ... UNSIGNED_SHORT = 6).
 _FIELD_MEMBERS = dict(enumerate(("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")))
@@ -92,6 +110,13 @@ class Links:
         self._unsupported: set[str] = set()  # readings NOT_SUPPORTED: not asked again
         self._nvlink_scopes: tuple[int, ...] = ()  # scopeIds of the counters; () = none
         self._nvlink_links: tuple[int, ...] = ()  # links present, for the per-link fallback
+        # The PCIe byte counters still asked for, by direction (one NOT_SUPPORTED: dropped).
+        self._pcie_counters: tuple[tuple[str, int], ...] = (
+            ("tx", nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
+            ("rx", nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES),
+        )
+        # The previous counter reading by direction: (bytes, timestamp in us).
+        self._pcie_last: dict[str, tuple[float, int]] = {}
         self.nvlink_peak: float | None = None
         self._logged: set[tuple[str, int]] = set()
         self._open(handle)
@@ -99,10 +124,11 @@ class Links:
     def sample(self, handle: Any, gpm: dict[int, float]) -> LinkSample:
         """This poll's readings; ``gpm`` is the GPU's GPM metrics by metric ID (may be empty).
         Raises NVMLError only when the GPU is lost."""
+        nvlink, pcie = self._counters(handle)
         return LinkSample(
-            pcie_bytes_per_second=self._pcie(handle, gpm),
+            pcie_bytes_per_second=self._pcie(handle, gpm, self._pcie_rates(pcie)),
             pcie_peak_bytes_per_second=self.pcie_peak,
-            nvlink_bytes_total=self._nvlink(handle),
+            nvlink_bytes_total=self._nvlink(nvlink),
             nvlink_peak_bytes_per_second=self.nvlink_peak,
         )
 
@@ -147,16 +173,88 @@ class Links:
         if active and speed:
             self.nvlink_peak = speed * _NVLINK_SPEED_UNIT * len(active)
 
-    def _pcie(self, h: Any, gpm: dict[int, float]) -> dict[str, float]:
-        """PCIe bytes/s by direction: GPM's interval average where the GPU computed it (no
-        extra call), else NVML's 20 ms sample (one call per direction)."""
+    def _counters(self, h: Any) -> tuple[list[Any] | None, list[Any] | None]:
+        """This poll's NVLink and PCIe counter field values, in one batched call: (NVLink
+        entries, PCIe entries), each None where not asked or the call failed.
+
+        The NVLink counters' aggregate scope (UINT_MAX) first; a driver that refuses it is
+        asked per link (still one call) from then on.
+        """
+        nv = self._nvml
+        nvlink = [
+            (fid, scope)
+            for fid in (
+                nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+                nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+            )
+            for scope in self._nvlink_scopes
+        ]
+        pcie = [fid for _, fid in self._pcie_counters]
+        if not nvlink and not pcie:
+            return None, None
+        values = self._comm(
+            "NVLink and PCIe counters", nv.nvmlDeviceGetFieldValues, h, nvlink + pcie
+        )
+        if values is None:
+            return None, None
+        nvlink_values, pcie_values = list(values[: len(nvlink)]), list(values[len(nvlink) :])
+        if self._nvlink_scopes == (_ALL_LINKS,) and all(
+            v.nvmlReturn in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT)
+            for v in nvlink_values
+        ):
+            self._nvlink_scopes = self._nvlink_links
+            log.info("GPU %d: NVLink counters per link (no aggregate scope)", self._index)
+            return self._counters(h)
+        return (nvlink_values or None), (pcie_values or None)
+
+    def _pcie_rates(self, values: list[Any] | None) -> dict[str, float | None]:
+        """PCIe bytes/s by direction from the byte counters: the delta since the previous
+        reading over the time between the two readings' timestamps. None for a direction
+        whose counter went backwards; a direction absent has no counter rate this poll
+        (first reading, failed reading, not supported, no time between readings)."""
+        if values is None:
+            self._pcie_last.clear()  # no reading this poll: the next one starts over
+            return {}
+        nv = self._nvml
+        out: dict[str, float | None] = {}
+        for (direction, fid), value in zip(self._pcie_counters, values, strict=True):
+            count = self._field(f"PCIe {direction} byte counter", value)
+            if count is None:
+                self._pcie_last.pop(direction, None)
+                if value.nvmlReturn == nv.NVML_ERROR_NOT_SUPPORTED:  # for good: not asked again
+                    self._pcie_counters = tuple(c for c in self._pcie_counters if c[1] != fid)
+                continue
+            stamp = int(value.timestamp)
+            last = self._pcie_last.get(direction)
+            self._pcie_last[direction] = (count, stamp)
+            if last is None:
+                continue  # the first reading: no interval yet
+            seconds = (stamp - last[1]) * _FIELD_TIMESTAMP_UNIT
+            if seconds <= 0:
+                continue  # the same reading again, or the wall clock stepped back
+            if count < last[0]:
+                out[direction] = None  # reset or wrapped: no value this poll
+                continue
+            out[direction] = (count - last[0]) * _PCIE_COUNTER_UNIT / seconds
+        return out
+
+    def _pcie(
+        self, h: Any, gpm: dict[int, float], counters: dict[str, float | None]
+    ) -> dict[str, float]:
+        """PCIe bytes/s by direction: the byte counters' rate where there is one this poll
+        (a None there leaves the direction out), else GPM's interval average where the GPU
+        computed it (no extra call), else NVML's 20 ms sample (one call per direction)."""
         nv = self._nvml
         out: dict[str, float] = {}
         for direction, gpm_id, counter in (
             ("tx", nv.NVML_GPM_METRIC_PCIE_TX_PER_SEC, nv.NVML_PCIE_UTIL_TX_BYTES),
             ("rx", nv.NVML_GPM_METRIC_PCIE_RX_PER_SEC, nv.NVML_PCIE_UTIL_RX_BYTES),
         ):
-            if gpm_id in gpm:
+            if direction in counters:
+                rate = counters[direction]
+                if rate is not None:
+                    out[direction] = rate
+            elif gpm_id in gpm:
                 out[direction] = gpm[gpm_id] * _GPM_PCIE_UNIT
             else:
                 kb = self._comm(
@@ -166,33 +264,15 @@ class Links:
                     out[direction] = kb * _PCIE_THROUGHPUT_UNIT
         return out
 
-    def _nvlink(self, h: Any) -> dict[str, float]:
-        """NVLink bytes by direction since the driver loaded, over all links, in one call.
-
-        The aggregate scope (UINT_MAX) first; a driver that refuses it is asked per link
-        (still one call) from then on.
-        """
-        if not self._nvlink_scopes:
+    def _nvlink(self, values: list[Any] | None) -> dict[str, float]:
+        """NVLink bytes by direction since the driver loaded, over all links, from this
+        poll's NVLink entries of the batched call (None: none asked, or the call failed)."""
+        if not values or not self._nvlink_scopes:
             return {}
         nv = self._nvml
-        directions = (
-            ("tx", nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
-            ("rx", nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX),
-        )
-        request = [(fid, scope) for _, fid in directions for scope in self._nvlink_scopes]
-        values = self._comm("NVLink throughput", nv.nvmlDeviceGetFieldValues, h, request)
-        if values is None:
-            return {}
-        if self._nvlink_scopes == (_ALL_LINKS,) and all(
-            v.nvmlReturn in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT)
-            for v in values
-        ):
-            self._nvlink_scopes = self._nvlink_links
-            log.info("GPU %d: NVLink counters per link (no aggregate scope)", self._index)
-            return self._nvlink(h)
         out: dict[str, float] = {}
         per = len(self._nvlink_scopes)
-        for d, (direction, _) in enumerate(directions):
+        for d, direction in enumerate(("tx", "rx")):
             kib = [self._field(f"NVLink {direction}", v) for v in values[d * per : (d + 1) * per]]
             if all(k is not None for k in kib):
                 out[direction] = math.fsum(kib) * _NVLINK_COUNTER_UNIT
