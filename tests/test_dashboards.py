@@ -133,9 +133,13 @@ def test_slo_panels_read_every_objective_kind(scope: str) -> None:
 def test_no_anchor_mistakes(name: str) -> None:
     for expr in exprs(BOARDS[name]):
         # Quantiles from per-le sums of bucket rates (recorded, or rate() over
-        # $__rate_interval), or recorded per-instance quantiles.
+        # $__rate_interval or the rules' window), or recorded per-instance quantiles.
+        window = re.escape(spec_from_config({}).timing.window)
         for arg in re.findall(r"histogram_quantile\([^,]+,(.*)", expr):
-            raw = re.search(r"\brate\(inferwatch_[a-z_]+_bucket\{[^}]*\}\[\$__rate_interval\]", arg)
+            raw = re.search(
+                rf"\brate\(inferwatch_[a-z_]+_bucket\{{[^}}]*\}}\[(\$__rate_interval|{window})\]",
+                arg,
+            )
             assert "sum by (le)" in arg and ("_bucket:rate" in arg or raw), expr
         # Lifetime counters only inside rate()/increase().
         for match in re.finditer(r"inferwatch_[a-z_]+_total\b", expr):

@@ -40,7 +40,7 @@ def _models_row(spec: Spec) -> list[PanelSpec]:
             [
                 Query(
                     f"model:inferwatch_time_to_first_token_seconds:quantile_{w}{{{MODEL}, {Q95}}}",
-                    "{{model}}",
+                    "{{model}} {{cluster}}",
                 )
             ],
             unit="s",
@@ -54,7 +54,7 @@ def _models_row(spec: Spec) -> list[PanelSpec]:
             [
                 Query(
                     f"model:inferwatch_inter_token_latency_seconds:quantile_{w}{{{MODEL}, {Q95}}}",
-                    "{{model}}",
+                    "{{model}} {{cluster}}",
                 )
             ],
             unit="s",
@@ -69,11 +69,11 @@ def _models_row(spec: Spec) -> list[PanelSpec]:
             [
                 Query(
                     f"model:inferwatch_requests_finished:error_ratio_{w}{{{MODEL}}}",
-                    "errors {{model}}",
+                    "errors {{model}} {{cluster}}",
                 ),
                 Query(
                     f"model:inferwatch_requests_finished:abort_ratio_{w}{{{MODEL}}}",
-                    "aborts {{model}}",
+                    "aborts {{model}} {{cluster}}",
                 ),
             ],
             unit="percentunit",

@@ -1,9 +1,10 @@
 """What a panel is (``PanelSpec``, ``Query``) and the PromQL pieces every panel is built from.
 
 Label selectors for the dashboard variables, the "no value" messages, and the helpers for
-histograms: quantiles come from ``sum by (le)`` of per-instance bucket rates, means from
-rates of ``_sum`` over rates of ``_count``. Every query reads the contract's series or one
-of the method's recording rules (``inferwatch.method.recording``).
+histograms: quantiles come from ``sum by (le)`` of the raw bucket rates, means from rates of
+``_sum`` over rates of ``_count``, over the rules' window where a panel is read against an
+alert's threshold and ``$__rate_interval`` elsewhere. Every query reads the contract's series
+or one of the method's recording rules (``inferwatch.method.recording``).
 """
 
 from __future__ import annotations
@@ -84,15 +85,17 @@ class PanelSpec:
 Row = tuple[str | None, list[PanelSpec]]
 
 
-def quantile(q: float, metric: str, w: str, selector: str = TARGET) -> str:
-    """A histogram's ``q``-quantile across the selected instances, from its bucket rates."""
-    return f"histogram_quantile({q}, sum by (le) (instance:{metric}_bucket:{w}{{{selector}}}))"
+def quantile(q: float, metric: str, window: str, selector: str = TARGET) -> str:
+    """A histogram's ``q``-quantile across the selected instances, from its raw bucket rates
+    over ``window`` (the rules' window where the panel is read against an alert's threshold)."""
+    rate = f"rate({metric}_bucket{{{selector}}}[{window}])"
+    return f"histogram_quantile({q}, sum by (le) ({rate}))"
 
 
-def quantiles(metric: str, w: str, label: str, selector: str = TARGET) -> list[Query]:
+def quantiles(metric: str, window: str, label: str, selector: str = TARGET) -> list[Query]:
     """p50, p95 and p99 of a histogram, legends ``<label> p<n>``."""
     return [
-        Query(quantile(q, metric, w, selector), f"{label} p{round(q * 100)}")
+        Query(quantile(q, metric, window, selector), f"{label} p{round(q * 100)}")
         for q in (0.5, 0.95, 0.99)
     ]
 
@@ -112,11 +115,11 @@ def distribution(metric: str, selector: str = TARGET) -> list[Query]:
     return [Query(f"sum by (le) (increase({metric}_bucket{{{selector}}}[$__rate_interval]))")]
 
 
-def mean(metric: str, w: str, selector: str = TARGET) -> str:
+def mean(metric: str, window: str, selector: str = TARGET) -> str:
     """Mean of a histogram across the selected instances: rate of sum over rate of count."""
     return (
-        f"sum(instance:{metric}_sum:{w}{{{selector}}})\n"
-        f"  / (sum(instance:{metric}_count:{w}{{{selector}}}) > 0)"
+        f"sum(rate({metric}_sum{{{selector}}}[{window}]))\n"
+        f"  / (sum(rate({metric}_count{{{selector}}}[{window}])) > 0)"
     )
 
 

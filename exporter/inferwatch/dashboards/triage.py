@@ -83,7 +83,7 @@ def _top_row(spec: Spec) -> list[PanelSpec]:
 
 def _phase_stats(spec: Spec) -> list[PanelSpec]:
     """Top row, prefill or decode: TTFT p95 against its threshold, ITL p95 against the floor."""
-    w, t = spec.w, spec.t
+    window, t = spec.timing.window, spec.t
     return [
         PanelSpec(
             P.TTFT_VS_THRESHOLD,
@@ -91,7 +91,7 @@ def _phase_stats(spec: Spec) -> list[PanelSpec]:
             f"({t('ttft_p95_seconds'):g} s, from the alert rules). High with a normal ITL means "
             "the phase is prefill: look at the TTFT split to tell queueing (capacity, "
             "scheduling) from prefill compute (long prompts, no prefix caching).",
-            [Query(quantile(0.95, TTFT_SECONDS, w), "TTFT p95")],
+            [Query(quantile(0.95, TTFT_SECONDS, window), "TTFT p95")],
             unit="s",
             kind="stat",
             width=5,
@@ -105,7 +105,7 @@ def _phase_stats(spec: Spec) -> list[PanelSpec]:
             "hardware-bound, only quantization or more GPUs help. Far above it with a normal TTFT: "
             "the phase is decode and time is lost to batching, KV reads or kernels.",
             [
-                Query(quantile(0.95, ITL_SECONDS, w), "ITL p95"),
+                Query(quantile(0.95, ITL_SECONDS, window), "ITL p95"),
                 Query(DECODE_FLOOR, "decode floor"),
             ],
             unit="s",
@@ -185,14 +185,14 @@ def _layer_stats(spec: Spec) -> list[PanelSpec]:
 
 def _latency_row(spec: Spec) -> list[PanelSpec]:
     """Latency by phase: prefill or decode?"""
-    w, t = spec.w, spec.t
+    window, t = spec.timing.window, spec.t
     return [
         PanelSpec(
             P.TTFT,
             "Time to first token quantiles (server side, includes queueing and tokenization). "
             "Healthy: p95 under the dashed threshold. TTFT high with normal inter-token latency "
             "puts the problem in the prefill phase.",
-            quantiles(TTFT_SECONDS, w, "TTFT"),
+            quantiles(TTFT_SECONDS, window, "TTFT"),
             unit="s",
             width=12,
             thresholds=limit(t("ttft_p95_seconds")),
@@ -203,7 +203,7 @@ def _latency_row(spec: Spec) -> list[PanelSpec]:
             "with the decode floor. Healthy: p95 flat, under the threshold and within a small "
             "factor of the floor. A p99 far above p50 while prompts are prefilled: prefill "
             "stalls decode (chunk size).",
-            [*quantiles(ITL_SECONDS, w, "ITL"), Query(DECODE_FLOOR, "decode floor")],
+            [*quantiles(ITL_SECONDS, window, "ITL"), Query(DECODE_FLOOR, "decode floor")],
             unit="s",
             width=12,
             thresholds=limit(t("itl_p95_seconds")),
@@ -212,7 +212,7 @@ def _latency_row(spec: Spec) -> list[PanelSpec]:
             P.E2E,
             "End-to-end request latency on the server (arrival to last token). Grows with output "
             "length, so read it with Request lengths; client-side latency adds network and SSE.",
-            quantiles(DURATION_SECONDS, w, "E2E"),
+            quantiles(DURATION_SECONDS, window, "E2E"),
             unit="s",
             width=12,
         ),
@@ -222,9 +222,9 @@ def _latency_row(spec: Spec) -> list[PanelSpec]:
             "scheduled to first token (prefill). Queue dominating: capacity or scheduling, scale "
             "out. Prefill dominating: prompts are long or not cached.",
             [
-                Query(mean("inferwatch_request_queue_time_seconds", w), "queue"),
-                Query(mean("inferwatch_request_prefill_time_seconds", w), "prefill"),
-                Query(mean(TTFT_SECONDS, w), "TTFT (mean)"),
+                Query(mean("inferwatch_request_queue_time_seconds", window), "queue"),
+                Query(mean("inferwatch_request_prefill_time_seconds", window), "prefill"),
+                Query(mean(TTFT_SECONDS, window), "TTFT (mean)"),
             ],
             unit="s",
             width=12,
@@ -295,6 +295,7 @@ def _distributions() -> list[PanelSpec]:
 def _scheduler_row(spec: Spec) -> list[PanelSpec]:
     """Scheduler: is continuous batching working?"""
     w, t = spec.w, spec.t
+    window = spec.timing.window
     return [
         PanelSpec(
             P.RUNNING_WAITING,
@@ -318,7 +319,7 @@ def _scheduler_row(spec: Spec) -> list[PanelSpec]:
             "chunk) and steps per second. Small steps with a busy queue: the batch is not "
             "filling. Very large steps during inter-token latency spikes: prefill chunks too big.",
             [
-                Query(mean("inferwatch_engine_step_tokens", w), "tokens per step"),
+                Query(mean("inferwatch_engine_step_tokens", window), "tokens per step"),
                 Query(
                     f"sum(instance:inferwatch_engine_steps:{w}{{{TARGET}}})",
                     "steps/s",
@@ -491,7 +492,7 @@ def _system_row(spec: Spec) -> list[PanelSpec]:
 
 def _baseline_row(spec: Spec) -> list[PanelSpec]:
     """Baseline: what regressed?"""
-    w, t = spec.w, spec.t
+    window, t = spec.timing.window, spec.t
     return [
         PanelSpec(
             P.TTFT_VS_BASELINE,
@@ -499,7 +500,7 @@ def _baseline_row(spec: Spec) -> list[PanelSpec]:
             "`inferwatch baseline`). Above the baseline line by more than "
             f"{t('regression_factor'):g}x: TTFT regressed (InferenceLatencyRegression).",
             [
-                Query(quantile(0.95, TTFT_SECONDS, w), "live p95"),
+                Query(quantile(0.95, TTFT_SECONDS, window), "live p95"),
                 Query(
                     f'max(inferwatch_baseline_time_to_first_token_seconds{{{TARGET}, percentile="95"}})',
                     "baseline p95",
@@ -514,7 +515,7 @@ def _baseline_row(spec: Spec) -> list[PanelSpec]:
             "Live inter-token latency p95 against the baseline's at the nearest concurrency. Above "
             f"it by more than {t('regression_factor'):g}x: decode regressed.",
             [
-                Query(quantile(0.95, ITL_SECONDS, w), "live p95"),
+                Query(quantile(0.95, ITL_SECONDS, window), "live p95"),
                 Query(
                     f'max(inferwatch_baseline_inter_token_latency_seconds{{{TARGET}, percentile="95"}})',
                     "baseline p95",

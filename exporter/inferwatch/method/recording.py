@@ -1,4 +1,4 @@
-"""Recording rules: the rates, quantiles and ratios every alert and dashboard reads.
+"""Recording rules: the rates, quantiles and ratios the alerts and the fleet dashboard read.
 
 Named ``level:metric:operations`` (Prometheus' convention). Per instance they keep every
 target label and drop the backend's data-parallel rank (``engine``); per model they keep
@@ -21,18 +21,24 @@ class Record:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-# Histograms whose latency quantiles and means are recorded, per instance and per model.
-LATENCY_HISTOGRAMS = (
-    "time_to_first_token_seconds",
-    "inter_token_latency_seconds",
-    "request_duration_seconds",
-    "request_queue_time_seconds",
-    "request_prefill_time_seconds",
-    "request_decode_time_seconds",
-)
-# Histograms recorded as means only (request lengths, batch size proxy).
-SIZE_HISTOGRAMS = ("request_prompt_tokens", "request_generation_tokens", "engine_step_tokens")
+# What is recorded of the histograms: only what the alerts, their descriptions and the fleet
+# dashboard read (the triage dashboard computes the rest from the raw buckets when it is
+# looked at). At fleet size a recorded bucket series costs as much as a raw one, and each
+# rate over raw buckets is most of an evaluation's work (bench/fleet.py).
+TTFT = "inferwatch_time_to_first_token_seconds"
+ITL = "inferwatch_inter_token_latency_seconds"
+QUEUE = "inferwatch_request_queue_time_seconds"
 QUANTILES = ("0.5", "0.95", "0.99")
+# Means per instance (queue share, ITL over the decode floor, the descriptions' prompt length
+# and batch size) and per model (queue share).
+INSTANCE_MEANS = (
+    TTFT,
+    QUEUE,
+    ITL,
+    "inferwatch_request_prompt_tokens",
+    "inferwatch_engine_step_tokens",
+)
+MODEL_MEANS = (TTFT, QUEUE)
 
 
 def _level(spec: Spec, level: str, extra: str = "") -> str:
@@ -43,66 +49,85 @@ def _level(spec: Spec, level: str, extra: str = "") -> str:
 
 
 def recording_rules(spec: Spec) -> list[Record]:
-    """Every recording rule, named ``level:metric:operations``."""
-    out: list[Record] = []
-    for level in (INSTANCE, MODEL):
-        for hist in (*LATENCY_HISTOGRAMS, *SIZE_HISTOGRAMS):
-            out += _histogram_rules(spec, level, hist)
-        out += _counter_rules(spec, level)
-    return out + _instance_rules(spec)
+    """Every recording rule, named ``level:metric:operations``; instance rules first (the
+    model's ITL buckets add up the instances' within the same evaluation)."""
+    return [
+        *_instance_latency(spec),
+        *_means(spec, INSTANCE, INSTANCE_MEANS),
+        *_counter_rules(spec, INSTANCE),
+        *_instance_rules(spec),
+        *_model_latency(spec),
+        *_means(spec, MODEL, MODEL_MEANS),
+        *_counter_rules(spec, MODEL),
+    ]
 
 
-def _histogram_rules(spec: Spec, level: str, hist: str) -> list[Record]:
-    """Rates of sum and count and the mean; for latencies also the buckets and quantiles."""
-    w, window, by = spec.w, spec.timing.window, _level(spec, level)
-    metric = f"inferwatch_{hist}"
+def _quantiles(name: str, buckets: str, quantiles: tuple[str, ...] = QUANTILES) -> list[Record]:
+    return [Record(name, f"histogram_quantile({q}, {buckets})", {"quantile": q}) for q in quantiles]
+
+
+def _instance_latency(spec: Spec) -> list[Record]:
+    """ITL's bucket rates and its p50/p95/p99 (the tail ratio needs all three); TTFT's p95
+    straight from the raw buckets (its buckets are recorded per model only)."""
+    w, window = spec.w, spec.timing.window
+    itl_buckets = f"instance:{ITL}_bucket:{w}"
+    return [
+        Record(itl_buckets, f"sum without (engine) (rate({ITL}_bucket[{window}]))"),
+        *_quantiles(f"instance:{ITL}:quantile_{w}", itl_buckets),
+        *_quantiles(
+            f"instance:{TTFT}:quantile_{w}",
+            f"sum without (engine) (rate({TTFT}_bucket[{window}]))",
+            ("0.95",),
+        ),
+    ]
+
+
+def _model_latency(spec: Spec) -> list[Record]:
+    """TTFT and ITL bucket rates across replicas (ITL's from the instances' rule) and their
+    p50/p95/p99."""
+    w, window, by = spec.w, spec.timing.window, _level(spec, MODEL)
+    by_le = by.replace(")", ", le)")
     out = [
-        Record(f"{level}:{metric}_{part}:{w}", f"sum {by} (rate({metric}_{part}[{window}]))")
-        for part in ("sum", "count")
+        Record(f"model:{TTFT}_bucket:{w}", f"sum {by_le} (rate({TTFT}_bucket[{window}]))"),
+        Record(f"model:{ITL}_bucket:{w}", f"sum {by_le} (instance:{ITL}_bucket:{w})"),
     ]
-    out.append(
-        Record(
-            f"{level}:{metric}:mean_{w}",
-            f"{level}:{metric}_sum:{w} / ({level}:{metric}_count:{w} > 0)",
-        )
-    )
-    if hist in SIZE_HISTOGRAMS:
-        return out
-    by_le = by if level == INSTANCE else by.replace(")", ", le)")
-    out.append(
-        Record(f"{level}:{metric}_bucket:{w}", f"sum {by_le} (rate({metric}_bucket[{window}]))")
-    )
-    out += [
-        Record(
-            f"{level}:{metric}:quantile_{w}",
-            f"histogram_quantile({q}, {level}:{metric}_bucket:{w})",
-            {"quantile": q},
-        )
-        for q in QUANTILES
-    ]
+    for metric in (TTFT, ITL):
+        out += _quantiles(f"model:{metric}:quantile_{w}", f"model:{metric}_bucket:{w}")
     return out
 
 
-def _counter_rules(spec: Spec, level: str) -> list[Record]:
-    """Token and preemption rates, finished requests by reason, the prefix-cache hit ratio."""
+def _means(spec: Spec, level: str, metrics: tuple[str, ...]) -> list[Record]:
+    """Rate of the sum over rate of the count, in one rule each."""
     w, window, by = spec.w, spec.timing.window, _level(spec, level)
-    out = []
-    for counter in ("prompt_tokens", "generation_tokens", "preemptions"):
-        metric = f"inferwatch_{counter}"
-        out.append(Record(f"{level}:{metric}:{w}", f"sum {by} (rate({metric}_total[{window}]))"))
+    return [
+        Record(
+            f"{level}:{metric}:mean_{w}",
+            f"sum {by} (rate({metric}_sum[{window}]))\n"
+            f"  / (sum {by} (rate({metric}_count[{window}])) > 0)",
+        )
+        for metric in metrics
+    ]
+
+
+def _counter_rules(spec: Spec, level: str) -> list[Record]:
+    """Finished requests by reason; per instance also the token and preemption rates and the
+    prefix-cache hit ratio, per model the error and abort shares."""
+    w, window, by = spec.w, spec.timing.window, _level(spec, level)
     finished = "inferwatch_requests_finished"
     by_reason = _level(spec, level, ", reason")
-    out.append(
-        Record(f"{level}:{finished}:{w}", f"sum {by_reason} (rate({finished}_total[{window}]))")
-    )
-    for reason in ("error", "abort"):
-        out.append(
+    out = [Record(f"{level}:{finished}:{w}", f"sum {by_reason} (rate({finished}_total[{window}]))")]
+    if level == MODEL:
+        return out + [
             Record(
                 f"{level}:{finished}:{reason}_ratio_{w}",
                 f'sum {by_reason} (rate({finished}_total{{reason="{reason}"}}[{window}]))\n'
                 f"  / ({level}:{finished}:{w} > 0)",
             )
-        )
+            for reason in ("error", "abort")
+        ]
+    for counter in ("prompt_tokens", "generation_tokens", "preemptions"):
+        metric = f"inferwatch_{counter}"
+        out.append(Record(f"{level}:{metric}:{w}", f"sum {by} (rate({metric}_total[{window}]))"))
     out.append(
         Record(
             f"{level}:inferwatch_prefix_cache_hits:ratio_{w}",
