@@ -119,20 +119,29 @@ def shows(html: str, doc: dict) -> bool:
 
 async def verdict_served(stack: LocalStack, name: str, until: Callable[[dict], bool]) -> Seen:
     """The exporter's verdict once ``until(verdict.json)`` holds (or 60 s passed), and its
-    page as served then (a poll between the two requests can change the verdict: asked
-    again until both show the same), saved in the stack's workdir."""
+    page as served then, saved in the stack's workdir. The page is asked for between two
+    reads of the JSON, and kept when both reads satisfy ``until`` and the page shows what
+    they say (a poll between two requests can change the verdict; a sparkline only gains
+    points)."""
     assert stack.inferwatch is not None
     url = f"{stack.inferwatch.url}/"
     deadline = time.monotonic() + 60  # a guard, not a bound on how fast the verdict is
     # On this event loop, not a thread: the traffic running on it holds the GIL most of the
     # time, and a thread's blocking read would wait for it.
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+        async def verdict() -> dict:
+            async with session.get(url + "verdict.json") as response:
+                return await response.json()
+
         while True:
+            before = await verdict()
             async with session.get(url) as response:
                 html = await response.text()
-            async with session.get(url + "verdict.json") as response:
-                doc = await response.json()
-            if (until(doc) and shows(html, doc)) or time.monotonic() > deadline:
+            doc = await verdict()
+            if until(before) and until(doc) and shows(html, doc):
+                break
+            if time.monotonic() > deadline:
                 break
             await asyncio.sleep(1)
     page = stack.workdir / f"verdict-{name.replace(' ', '-')}.html"
