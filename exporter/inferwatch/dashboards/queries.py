@@ -24,6 +24,9 @@ NODE = f'instance=~"$instance", {PLACE}'  # GPU series carry no backend/model la
 TRIAGE_UID = "inferwatch-triage"
 FLEET_UID = "inferwatch-fleet"
 
+# Grafana's own rate window for a panel that is not read against an alert's threshold.
+RATE_INTERVAL = "$__rate_interval"
+
 # Grafana has no token unit: a suffix.
 TOKENS = "suffix: tokens"
 TOKENS_PER_SECOND = "suffix: tokens/s"
@@ -100,19 +103,9 @@ def quantiles(metric: str, window: str, label: str, selector: str = TARGET) -> l
     ]
 
 
-def raw_quantiles(metric: str, label: str, selector: str = TARGET) -> list[Query]:
-    """p50, p95 and p99 of a histogram straight from its buckets (no recording rule), over
-    Grafana's ``$__rate_interval``."""
-    rate = f"rate({metric}_bucket{{{selector}}}[$__rate_interval])"
-    return [
-        Query(f"histogram_quantile({q}, sum by (le) ({rate}))", f"{label} p{round(q * 100)}")
-        for q in (0.5, 0.95, 0.99)
-    ]
-
-
 def distribution(metric: str, selector: str = TARGET) -> list[Query]:
     """A histogram's observations per bucket and interval, for a heatmap (one row per ``le``)."""
-    return [Query(f"sum by (le) (increase({metric}_bucket{{{selector}}}[$__rate_interval]))")]
+    return [Query(f"sum by (le) (increase({metric}_bucket{{{selector}}}[{RATE_INTERVAL}]))")]
 
 
 def mean(metric: str, window: str, selector: str = TARGET) -> str:

@@ -14,6 +14,7 @@ from inferwatch.dashboards.queries import (
     NO_BASELINE,
     NO_SPEC_DECODE,
     NODE,
+    RATE_INTERVAL,
     TARGET,
     TOKENS,
     TOKENS_PER_SECOND,
@@ -25,7 +26,6 @@ from inferwatch.dashboards.queries import (
     mean,
     quantile,
     quantiles,
-    raw_quantiles,
 )
 from inferwatch.dashboards.slo import slo_panels
 from inferwatch.method.panels import Panel as P
@@ -236,7 +236,7 @@ def _latency_row(spec: Spec) -> list[PanelSpec]:
             "tokens after the first), p50/p95/p99, as the server measures it: the unit many "
             "SLOs are written in. Unlike inter-token latency (one sample per step) every "
             "request counts once. High with a normal TTFT: the decode phase.",
-            raw_quantiles(TPOT_SECONDS, "TPOT"),
+            quantiles(TPOT_SECONDS, RATE_INTERVAL, "TPOT"),
             unit="s",
             width=12,
         ),
@@ -433,8 +433,8 @@ def _system_row(spec: Spec) -> list[PanelSpec]:
             "cost grows about quadratically with prompt length and a long tail of prompts "
             "makes a TTFT tail; compare with the baseline's lengths before blaming the server.",
             [
-                *raw_quantiles("inferwatch_request_prompt_tokens", "prompt"),
-                *raw_quantiles("inferwatch_request_generation_tokens", "output"),
+                *quantiles("inferwatch_request_prompt_tokens", RATE_INTERVAL, "prompt"),
+                *quantiles("inferwatch_request_generation_tokens", RATE_INTERVAL, "output"),
             ],
             unit=TOKENS,
         ),
