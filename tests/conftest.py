@@ -10,7 +10,7 @@ import math
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,10 @@ from inferwatch.collect.backends.base import LABEL_ORDER
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
+from inferwatch.method.local import Samples
 from inferwatch.metrics import Kind
+from inferwatch.model import CollectorStatus, GpuSample, Snapshot
+from inferwatch.serve.exposition import render
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ALERT_SCENARIOS = Path(__file__).parents[1] / "alerts" / "tests" / "scenarios.py"
@@ -97,6 +100,37 @@ tgi_request_generated_tokens_count 12
 
 def fixture_text(name: str) -> str:
     return (FIXTURES / name).read_text()
+
+
+def exporter_page(vllm_page: str, gpus: tuple[GpuSample, ...] = ()) -> str:
+    """inferwatch's own /metrics page after a good poll of a vLLM server serving
+    ``vllm_page`` (and NVML seeing ``gpus``)."""
+    collectors = {"backend": CollectorStatus(True, 0.003)}
+    if gpus:
+        collectors["gpu"] = CollectorStatus(True, 0.001)
+    snap = Snapshot(
+        backend_kind="vllm",
+        backend_up=True,
+        backend_scrape_seconds=0.003,
+        backend=VLLM.normalize(vllm_page),
+        gpus=gpus,
+        collectors=collectors,
+    )
+    return render(snap).decode()
+
+
+def promtool_series(pages: Sequence[Samples], target: Mapping[str, str]) -> list[dict[str, str]]:
+    """Parsed pages as promtool input series, one sample per page (``_`` where a series is
+    missing), the target labels Prometheus would attach added."""
+    series: dict[str, list[str]] = {}
+    for step, page in enumerate(pages):
+        for name, samples in page.items():
+            for labels, value in samples:
+                text = ",".join(
+                    f"{k}={json.dumps(v)}" for k, v in sorted({**labels, **target}.items())
+                )
+                series.setdefault(f"{name}{{{text}}}", ["_"] * len(pages))[step] = repr(value)
+    return [{"series": name, "values": " ".join(values)} for name, values in series.items()]
 
 
 def oracle_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -17,31 +17,22 @@ import sys
 import pytest
 from aiohttp import web
 
-from inferwatch.collect.backends import VLLM
 from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Burn, Finding, Report, evaluate
 from inferwatch.method.local import Window, parse_page
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import spec_from_config
-from inferwatch.model import CollectorStatus, GpuSample, Snapshot
-from inferwatch.serve.exposition import render as render_page
+from inferwatch.model import GpuSample
 from inferwatch.tools.diagnose import EXIT_UNREADABLE, render, report_json
 
-from conftest import fixture_text
+from conftest import exporter_page, fixture_text
 
 LABELS = {"backend": "vllm", "model": "tiny"}
 
 
 def page(fixture: str) -> str:
-    snap = Snapshot(
-        backend_kind="vllm",
-        backend_up=True,
-        backend_scrape_seconds=0.003,
-        backend=VLLM.normalize(fixture_text(fixture)),
-        collectors={"backend": CollectorStatus(True, 0.003)},
-    )
-    return render_page(snap).decode()
+    return exporter_page(fixture_text(fixture))
 
 
 DURING = page("vllm-0.32.0-cpu-loaded-kv-full.prom")
@@ -262,18 +253,7 @@ def test_a_saturated_nvlink_is_the_communication_layer() -> None:
             nvlink_bytes_total={"tx": 0.0, "rx": received},
             nvlink_peak_bytes_per_second=peak,
         )
-        snap = Snapshot(
-            backend_kind="vllm",
-            backend_up=True,
-            backend_scrape_seconds=0.003,
-            backend=VLLM.normalize(fixture_text("vllm-0.32.0-cpu-after-preemptions.prom")),
-            gpus=(gpu,),
-            collectors={
-                "backend": CollectorStatus(True, 0.003),
-                "gpu": CollectorStatus(True, 0.001),
-            },
-        )
-        return render_page(snap).decode()
+        return exporter_page(fixture_text("vllm-0.32.0-cpu-after-preemptions.prom"), (gpu,))
 
     window = Window(parse_page(nvlink_page(0.0)), parse_page(nvlink_page(9 * peak)), seconds=10.0)
     assert window.value(SIGNALS["nvlink_share"].local) == pytest.approx(0.9)

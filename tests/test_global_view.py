@@ -31,16 +31,13 @@ import pytest
 from aiohttp import web
 
 from demo.stack import Prometheus, free_port
-from inferwatch.collect.backends import VLLM
 from inferwatch.dashboards import dashboards
 from inferwatch.dashboards.queries import GPU_ONLY_PANELS
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.spec import spec_from_config
-from inferwatch.model import CollectorStatus, Snapshot
-from inferwatch.serve.exposition import render
 from inferwatch.tools.generate import write
 
-from conftest import fixture_text
+from conftest import exporter_page, fixture_text
 
 README = Path(__file__).parents[1] / "README.md"
 CLUSTERS = ("a", "b")
@@ -94,18 +91,6 @@ def vllm_page(cluster: str, growth: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def exporter_page(cluster: str, growth: float) -> bytes:
-    """inferwatch's own /metrics page for that server page."""
-    snap = Snapshot(
-        backend_kind="vllm",
-        backend_up=True,
-        backend_scrape_seconds=0.003,
-        backend=VLLM.normalize(vllm_page(cluster, growth)),
-        collectors={"backend": CollectorStatus(True, 0.003)},
-    )
-    return render(snap)
-
-
 class Replicas:
     """aiohttp sites in a thread, one per replica: (cluster, requests per capture per s)."""
 
@@ -127,7 +112,7 @@ class Replicas:
     def handler(self, cluster: str, speed: float) -> Callable:
         async def metrics(request: web.Request) -> web.Response:
             growth = 1 + speed * (time.monotonic() - self.started)
-            body = exporter_page(cluster, growth)
+            body = exporter_page(vllm_page(cluster, growth)).encode()
             return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
         return metrics

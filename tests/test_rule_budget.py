@@ -9,51 +9,27 @@ after a burst) with two GPUs, scraped by promtool with the generated rules.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
-from inferwatch.collect.backends import VLLM
-from inferwatch.method.local import parse_page
+from inferwatch.method.local import Samples, parse_page
 from inferwatch.method.rules import dump_yaml, rules_document
 from inferwatch.method.spec import spec_from_config
-from inferwatch.model import CollectorStatus, GpuSample, Snapshot
-from inferwatch.serve.exposition import render
+from inferwatch.model import GpuSample
 
-from conftest import fixture_text
+from conftest import exporter_page, fixture_text, promtool_series
 
 BUDGET = 60  # recorded series per replica (instance: rules); bench/fleet.py's figures
 TARGET = {"instance": "10.0.0.7:10177", "job": "inferwatch", "pod": "vllm-0"}
 CAPTURES = ("vllm-0.32.0-cpu-loaded-kv-full.prom", "vllm-0.32.0-cpu-after-preemptions.prom")
 
 
-def page(capture: str, step: int) -> str:
+def page(capture: str, step: int) -> Samples:
     gpus = tuple(
         GpuSample(k, f"GPU-{k}", "NVIDIA H100 80GB HBM3", busy_seconds_total=10.0 * step)
         for k in (0, 1)
     )
-    snap = Snapshot(
-        backend_kind="vllm",
-        backend_up=True,
-        backend_scrape_seconds=0.003,
-        backend=VLLM.normalize(fixture_text(capture)),
-        gpus=gpus,
-        collectors={"backend": CollectorStatus(True, 0.003), "gpu": CollectorStatus(True, 0.001)},
-    )
-    return render(snap).decode()
-
-
-def input_series() -> list[dict[str, str]]:
-    """The two pages as promtool input series, the target labels added."""
-    series: dict[str, list[str]] = {}
-    for step, capture in enumerate(CAPTURES):
-        for name, samples in parse_page(page(capture, step)).items():
-            for labels, value in samples:
-                text = ",".join(
-                    f"{k}={json.dumps(v)}" for k, v in sorted({**labels, **TARGET}.items())
-                )
-                series.setdefault(f"{name}{{{text}}}", ["_", "_"])[step] = repr(value)
-    return [{"series": name, "values": " ".join(values)} for name, values in series.items()]
+    return parse_page(exporter_page(fixture_text(capture), gpus))
 
 
 def test_one_replica_records_at_most_the_budget(tmp_path: Path) -> None:
@@ -66,7 +42,9 @@ def test_one_replica_records_at_most_the_budget(tmp_path: Path) -> None:
         "tests": [
             {
                 "interval": "10s",
-                "input_series": input_series(),
+                "input_series": promtool_series(
+                    [page(c, step) for step, c in enumerate(CAPTURES)], TARGET
+                ),
                 "promql_expr_test": [
                     # promtool prints the count it got when this fails.
                     {"expr": f"{recorded} > {BUDGET}", "eval_time": "10s", "exp_samples": []},

@@ -42,6 +42,8 @@ from inferwatch.model import (
 )
 from inferwatch.serve.exposition import render
 
+from conftest import promtool_series
+
 STEP_SECONDS = 10
 STEPS = 5  # six pages, at 0, 10, ..., 50 s
 WINDOW_SECONDS = STEP_SECONDS * STEPS
@@ -216,25 +218,12 @@ WINDOW = Window(PAGES[0], PAGES[-1], seconds=WINDOW_SECONDS)
 LOCAL = {name: WINDOW.value(s.local) for name, s in SIGNALS.items() if s.local is not None}
 
 
-def input_series() -> list[dict[str, str]]:
-    """The pages as promtool input series, one sample per page, the target labels added."""
-    series: dict[str, list[str]] = {}
-    for step, page in enumerate(PAGES):
-        for name, samples in page.items():
-            for labels, value in samples:
-                text = ",".join(
-                    f"{k}={json.dumps(v)}" for k, v in sorted({**labels, **TARGET}.items())
-                )
-                series.setdefault(f"{name}{{{text}}}", ["_"] * (STEPS + 1))[step] = repr(value)
-    return [{"series": name, "values": " ".join(values)} for name, values in series.items()]
-
-
 def promtool_tests(
     folder: Path, checks: dict[str, list[dict[str, Any]]]
 ) -> subprocess.CompletedProcess:
     """Runs one promtool test group per signal over the pages; returns promtool's result."""
     (folder / "rules.yaml").write_text(dump_yaml(rules_document(SPEC)))
-    given = input_series()
+    given = promtool_series(PAGES, TARGET)
     doc = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": f"{STEP_SECONDS}s",
