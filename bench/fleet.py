@@ -15,10 +15,12 @@ evaluates the generated rules (``alerts/inferwatch-rules.yaml``, groups every 30
 After a warm-up (the rate windows filling), the script reads Prometheus' own /metrics every
 15 s and prints, per N: head series; raw and recorded series per replica; each rule group's
 evaluation time (median and max of ``prometheus_rule_group_last_duration_seconds``) and
-skipped evaluations; Prometheus' RSS and CPU (cores, over the measured minutes).
+skipped evaluations; Prometheus' RSS and CPU (cores, over the measured minutes); with
+``--top K``, the K rules that took longest (median of each read's ``evaluationTime`` from
+``/api/v1/rules``), which is where a cut pays.
 
     .venv/bin/python bench/fleet.py [--replicas 10 100 1000] [--warmup 330] [--minutes 3]
-        [--rules alerts/inferwatch-rules.yaml OLDER.yaml]
+        [--rules alerts/inferwatch-rules.yaml OLDER.yaml] [--top 10]
 """
 
 from __future__ import annotations
@@ -177,11 +179,17 @@ async def measure(
         try:
             await asyncio.sleep(warmup)
             reads = []
+            per_rule: dict[tuple[str, str], list[float]] = {}
             async with aiohttp.ClientSession() as session:
                 end = time.monotonic() + minutes * 60
                 while True:
                     async with session.get(f"{prometheus.url}/metrics") as response:
                         reads.append((time.monotonic(), own_metrics(await response.text())))
+                    async with session.get(f"{prometheus.url}/api/v1/rules") as response:
+                        for group in (await response.json())["data"]["groups"]:
+                            for rule in group["rules"]:
+                                key = (group["name"], rule["name"])
+                                per_rule.setdefault(key, []).append(rule["evaluationTime"])
                     if time.monotonic() >= end:
                         break
                     await asyncio.sleep(SCRAPE_SECONDS)
@@ -194,10 +202,12 @@ async def measure(
         finally:
             await asyncio.to_thread(prometheus.stop)
             await runner.cleanup()
-    return summary(replicas, reads, counts)
+    return summary(replicas, reads, counts, per_rule)
 
 
-def summary(replicas: int, reads: list, counts: dict[str, list]) -> dict[str, Any]:
+def summary(
+    replicas: int, reads: list, counts: dict[str, list], per_rule: dict[tuple[str, str], list]
+) -> dict[str, Any]:
     (t0, first), (t1, last) = reads[0], reads[-1]
 
     def count(prefix: str) -> float:
@@ -213,6 +223,10 @@ def summary(replicas: int, reads: list, counts: dict[str, list]) -> dict[str, An
         "model_series": count("model:.+"),
         "groups": {n: (statistics.median(v), max(v)) for n, v in groups.items()},
         "missed": {n: last["missed"].get(n, 0.0) - first["missed"].get(n, 0.0) for n in groups},
+        "rules": sorted(
+            ((statistics.median(v), group, name) for (group, name), v in per_rule.items()),
+            reverse=True,
+        ),
         "rss_mib": last["process_resident_memory_bytes"] / 2**20,
         "cpu_cores": (last["process_cpu_seconds_total"] - first["process_cpu_seconds_total"])
         / (t1 - t0),
@@ -224,6 +238,7 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--warmup", type=float, default=330.0, help="seconds (5m windows fill)")
     parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--top", type=int, default=0, help="print the K slowest rules per run")
     parser.add_argument(
         "--rules",
         type=Path,
@@ -259,6 +274,8 @@ def main() -> None:
             f"| {r['rss_mib']:.0f} MiB | {r['cpu_cores']:.3f} |",
             flush=True,
         )
+        for seconds, group, name in r["rules"][: args.top]:
+            print(f"    {seconds:.3f} s  {group}  {name}", flush=True)
 
 
 if __name__ == "__main__":
