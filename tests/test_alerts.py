@@ -257,9 +257,12 @@ def test_slo_objectives_per_model_and_scope() -> None:
     assert "model=`llama-3-70b`" in ttft[1]["expr"] and "le=~`2\\.5`" in ttft[1]["expr"]
     assert "by (namespace, backend, model)" in ttft[0]["expr"]
     pods = spec_from_config({"slos": {"scope": "instance"}})
-    errors = [r for r in slo_rules(pods) if r.get("record", "").endswith(":burnrate5m")]
-    assert [r["record"] for r in errors] == ["instance:inferwatch_slo_errors:burnrate5m"]
+    errors = [r for r in slo_rules(pods) if r.get("record", "").endswith(":burnrate1h")]
+    assert [r["record"] for r in errors] == ["instance:inferwatch_slo_errors:burnrate1h"]
     assert "without (engine)" in errors[0]["expr"] and "reason=`error`" in errors[0]["expr"]
+    # Windows past an hour add up the recorded 5m rates instead of reading raw samples.
+    day = [r for r in slo_rules(pods) if r.get("record", "").endswith(":burnrate1d")]
+    assert day[0]["expr"].startswith("sum_over_time(instance:inferwatch_slo_errors_bad_events")
     assert not slo_rules(spec_from_config({"slos": {"objectives": {}}}))
 
 

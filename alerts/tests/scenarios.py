@@ -1341,8 +1341,10 @@ SLO_SLOW = [
     {
         "name": "slow burn: 1.5 % of first tokens late for days (1.5x): ticket after ~45 h, no page",
         # 3 d share 1.5 % x t / 72 h > 0.9333 x 1 % once t > 44.8 h; 1.5x never reaches 2.8x.
-        "interval": "10m",
-        "input_series": slo_series(600, (Phase(3 * 24 * 60), Phase(3 * 24 * 60, slow_share=0.015))),
+        # Samples every 2 min: the long windows add up the recorded 5 min rates, and a 5 min
+        # rate needs two samples (rules evaluated every 10 min).
+        "interval": "2m",
+        "input_series": slo_series(120, (Phase(3 * 24 * 60), Phase(3 * 24 * 60, slow_share=0.015))),
         "promql_expr_test": [
             *slo_checks(f"{72 + 44}h"),
             *slo_checks(f"{72 + 46}h", slow=(firing("InferenceSLOSlowBurn", "ttft"),)),

@@ -110,12 +110,16 @@ def _means(spec: Spec, level: str, metrics: tuple[str, ...]) -> list[Record]:
 
 
 def _counter_rules(spec: Spec, level: str) -> list[Record]:
-    """Finished requests by reason; per instance also the token and preemption rates and the
-    prefix-cache hit ratio, per model the error and abort shares."""
+    """Finished requests (all reasons); per instance also the token and preemption rates and
+    the prefix-cache hit ratio, per model the error and abort shares."""
     w, window, by = spec.w, spec.timing.window, _level(spec, level)
     finished = "inferwatch_requests_finished"
     by_reason = _level(spec, level, ", reason")
-    out = [Record(f"{level}:{finished}:{w}", f"sum {by_reason} (rate({finished}_total[{window}]))")]
+    if level == MODEL:  # from the instances' rule, evaluated just before
+        total = f"sum {by} (instance:{finished}:{w})"
+    else:
+        total = f"sum {by_reason} (rate({finished}_total[{window}]))"
+    out = [Record(f"{level}:{finished}:{w}", total)]
     if level == MODEL:
         return out + [
             Record(

@@ -165,6 +165,11 @@ BURNS = (
     Burn("warning", "3d", "6h", 0.10),
 )
 WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+# Burn-rate windows up to an hour (the fast burn's) are rates of the raw series; longer ones
+# add up the recorded 5m rates. Raw, a day of every replica's samples is most of what the
+# rules cost at fleet size (bench/fleet.py); added up, the newest minutes weigh 1/5 (a 5m
+# rate's ramp), which would page on an outage ~2 min late but is nothing to a 2h+ window.
+RAW_HOURS = 1.0
 FAST, SLOW, UNMEASURED = "InferenceSLOFastBurn", "InferenceSLOSlowBurn", "InferenceSLOUnmeasured"
 ALERT_NAMES = (FAST, SLOW, UNMEASURED)
 SCOPES = ("model", "instance")
@@ -292,13 +297,16 @@ def _selector(*matchers: str) -> str:
     return f"{{{inner}}}" if inner else ""
 
 
-def _events(o: Objective, by: str, sel: str, window: str) -> tuple[str, str]:
-    """(all events, bad events) per second over ``window``, as PromQL."""
+def _events(o: Objective, by: str, sel: str, window: str, events: str) -> tuple[str, str]:
+    """(all events, bad events) per second over ``window``, as PromQL; ``events`` names the
+    recording of all events over 5m, which stands in for a missing error series."""
     if o.kind == "errors":
         finished = "inferwatch_requests_finished_total"
         total = f"sum {by} (rate({finished}{_selector(sel)}[{window}]))"
         errors = f"sum {by} (rate({finished}{_selector(sel, 'reason=`error`')}[{window}]))"
         # A server that never failed may have no `error` series at all: that is zero errors.
+        if window == "5m":
+            return total, f"({errors} or 0 * sum without (slo) ({events}{_selector(sel)}))"
         return total, f"({errors} or 0 * {total})"
     hist = KINDS[o.kind].histogram
     total = f"sum {by} (rate({hist}_count{_selector(sel)}[{window}]))"
@@ -329,13 +337,25 @@ def recording_rules(slos: SLOs, fleet_labels: tuple[str, ...]) -> list[Rule]:
     for group in slos.groups:
         sel = _model_matcher(group, slos)
         for o in group.objectives:
-            total, bad = _events(o, by, sel, "5m")
             events = record(level, o.kind, "rate5m", "events")
             bad_events = record(level, o.kind, "rate5m", "bad_events")
+            total, bad = _events(o, by, sel, "5m", events)
             out.append(Rule(events, total, o.kind))
             out.append(Rule(bad_events, bad, o.kind))
-            for window in WINDOWS:
-                total, bad = _events(o, by, sel, window)
+            only = _selector(sel)
+            out.append(
+                Rule(
+                    record(level, o.kind, "burnrate5m"),
+                    f"{bad_events}{only}\n  / ({events}{only} > 0)\n  / {o.budget:g}",
+                    o.kind,
+                )
+            )
+            for window in WINDOWS[1:]:
+                if hours(window) <= RAW_HOURS:
+                    total, bad = _events(o, by, sel, window, events)
+                else:
+                    bad = f"sum_over_time({bad_events}{only}[{window}])"
+                    total = f"sum_over_time({events}{only}[{window}])"
                 out.append(
                     Rule(
                         record(level, o.kind, f"burnrate{window}"),
@@ -343,7 +363,7 @@ def recording_rules(slos: SLOs, fleet_labels: tuple[str, ...]) -> list[Rule]:
                         o.kind,
                     )
                 )
-            w, only = slos.window, _selector(sel)
+            w = slos.window
             out.append(
                 Rule(
                     record(level, o.kind, "error_budget_remaining"),
