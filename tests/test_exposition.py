@@ -29,7 +29,14 @@ from inferwatch.collect.canary import E2E_BOUNDS, ITL_BOUNDS, TTFT_BOUNDS, Count
 from inferwatch.collect.derive import derived
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.metrics import ALL, Kind
-from inferwatch.model import BackendSample, CanarySample, CollectorStatus, Histogram, Snapshot
+from inferwatch.model import (
+    BackendSample,
+    CanarySample,
+    CaptureSample,
+    CollectorStatus,
+    Histogram,
+    Snapshot,
+)
 from inferwatch.serve.exposition import (
     PROCESS_FAMILIES,
     Renderer,
@@ -81,6 +88,9 @@ def full_snapshot(fixture: str) -> Snapshot:
         derived=derived(({KEY: True}, {KEY: 2.5}), {KEY: 0.0048}),
         baseline=baseline_series(BASELINE, sample),
         canary=canary_sample(),
+        captures=CaptureSample(
+            {("manual", "ok"): 1.0, ("InferenceQueuedWhileIdle", "too_soon"): 2.0}, 1.8e9
+        ),
     )
 
 

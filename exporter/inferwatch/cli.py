@@ -1,4 +1,4 @@
-"""The ``inferwatch`` command: serve, generate, baseline, calibrate, diagnose.
+"""The ``inferwatch`` command: serve, generate, baseline, calibrate, diagnose, capture.
 
 Bad input anywhere (flags, environment, config file) ends in one line on stderr and exit
 code 2, never a traceback.
@@ -34,6 +34,7 @@ from inferwatch.settings import (
     http_url,
     load_config_file,
     positive_float,
+    read_secret,
     resolve,
 )
 
@@ -81,7 +82,7 @@ def _add_config_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-COMMANDS = ("serve", "generate", "baseline", "calibrate", "diagnose")
+COMMANDS = ("serve", "generate", "baseline", "calibrate", "diagnose", "capture")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -99,6 +100,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "baseline": _add_baseline_parser,
         "calibrate": _add_calibrate_parser,
         "diagnose": _add_diagnose_parser,
+        "capture": _add_capture_parser,
     }
     for name, add in adders.items():
         if only in (None, name):
@@ -116,6 +118,8 @@ _SUMMARIES = {
     "calibrate": "measure the server (a short baseline sweep), then write the config whose "
     "thresholds come from it",
     "diagnose": "walk the method over live data: phase, layer, evidence, runbook",
+    "capture": "ask a running exporter for an evidence capture (profiler trace, stacks, pages) "
+    "and download it",
 }
 
 
@@ -174,6 +178,77 @@ def _add_diagnose_parser(commands: argparse._SubParsersAction) -> None:
     )
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_config_flag(d)
+
+
+def _add_capture_parser(commands: argparse._SubParsersAction) -> None:
+    c = commands.add_parser(
+        "capture",
+        help=_SUMMARIES["capture"],
+        description="Exit status: 0 complete; 1 partial, failed or refused (one runs, or "
+        "too soon); 2 bad input; 5 the exporter cannot be reached or has captures off.",
+    )
+    c.add_argument(
+        "--exporter",
+        required=True,
+        type=flag_type(http_url),
+        metavar="URL",
+        help="the exporter, started with --capture-dir",
+    )
+    c.add_argument(
+        "--seconds",
+        type=flag_type(bounded_float(1, 120)),
+        metavar="S",
+        help="profile for S seconds (at most the exporter's --capture-seconds)",
+    )
+    c.add_argument(
+        "--out", type=Path, default=Path("."), help="folder to save the archive in (default: .)"
+    )
+    c.add_argument(
+        "--wait",
+        type=flag_type(positive_float),
+        default=300.0,
+        metavar="S",
+        help="seconds to wait for the capture (default: 300)",
+    )
+    c.add_argument(
+        "--timeout",
+        type=flag_type(positive_float),
+        default=30.0,
+        metavar="S",
+        help="seconds per request (default: 30)",
+    )
+    c.add_argument("--user", help="basic auth user (the exporter's web config)")
+    c.add_argument(
+        "--password-file", type=flag_type(existing_file), help="file with the basic auth password"
+    )
+
+
+def _capture(args: argparse.Namespace) -> int:
+    import aiohttp
+
+    from inferwatch.tools import capture
+
+    if (args.user is None) != (args.password_file is None):
+        raise ConfigError("give --user and --password-file together")
+    authorization = None
+    if args.user is not None:
+        authorization = aiohttp.encode_basic_auth(args.user, read_secret(args.password_file))
+    if not args.out.is_dir():
+        raise ConfigError(f"--out {args.out}: not a directory")
+    try:
+        return asyncio.run(
+            capture.capture(
+                args.exporter,
+                seconds=args.seconds,
+                out=args.out,
+                wait=args.wait,
+                timeout=args.timeout,
+                authorization=authorization,
+            )
+        )
+    except capture.CaptureError as exc:
+        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        return capture.EXIT_UNREACHABLE
 
 
 def _diagnose(args: argparse.Namespace, config: dict) -> int:
@@ -273,6 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(next((a for a in argv if a in COMMANDS), None))
     args = parser.parse_args(argv)
     try:
+        if args.command == "capture":  # a client of a running exporter: no config file
+            return _capture(args)
         config = _config_from(args)
         if args.command == "serve":
             values = resolve(serve.OPTIONS, vars(args), config)

@@ -222,6 +222,23 @@ CANARY: dict[str, MetricDef] = _defs(
     ),
 )
 
+# Evidence captures (``serve --capture-dir``). Only while captures are on.
+CAPTURE_RESULTS = ("ok", "partial", "failed", "busy", "too_soon")
+CAPTURE: dict[str, MetricDef] = _defs(
+    MetricDef(
+        "captures",
+        C,
+        "Evidence capture triggers by trigger (a cause alert, or manual) and result "
+        f"({', '.join(CAPTURE_RESULTS)}).",
+        ("trigger", "result"),
+    ),
+    MetricDef(
+        "last_capture_timestamp_seconds",
+        G,
+        "When the last evidence capture was complete (Unix time); absent before the first.",
+    ),
+)
+
 # The exporter's view of itself.
 SELF: dict[str, MetricDef] = _defs(
     MetricDef("backend_up", G, "1 if the last scrape of the backend succeeded."),
@@ -241,7 +258,15 @@ SELF: dict[str, MetricDef] = _defs(
     ),
 )
 
-ALL: dict[str, MetricDef] = {**BACKEND, **GPU, **DERIVED, **BASELINE, **CANARY, **SELF}
+ALL: dict[str, MetricDef] = {
+    **BACKEND,
+    **GPU,
+    **DERIVED,
+    **BASELINE,
+    **CANARY,
+    **CAPTURE,
+    **SELF,
+}
 
 # Each group with the labels all its series carry ([engine]: where the server has one).
 GROUPS: tuple[tuple[str, dict[str, MetricDef], tuple[str, ...]], ...] = (
@@ -254,6 +279,7 @@ GROUPS: tuple[tuple[str, dict[str, MetricDef], tuple[str, ...]], ...] = (
         ("backend", "model", "concurrency", "prompt_tokens", "output_tokens", "percentile"),
     ),
     ("canary", CANARY, ("backend", "model")),
+    ("capture", CAPTURE, ()),
     ("exporter", SELF, ()),
 )
 

@@ -171,6 +171,15 @@ class CanarySample:
 
 
 @dataclass(frozen=True)
+class CaptureSample:
+    """Evidence captures so far (``serve --capture-dir``): triggers by (trigger, result),
+    and the wall-clock time the last capture was complete (None: none yet)."""
+
+    counts: Mapping[tuple[str, str], float]
+    last_timestamp: float | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one poll saw; the HTTP app renders the latest one."""
 
@@ -183,3 +192,4 @@ class Snapshot:
     derived: Derived = field(default_factory=Derived)
     baseline: Mapping[str, Mapping[Labels, float]] = field(default_factory=lambda: EMPTY)
     canary: CanarySample | None = None
+    captures: CaptureSample | None = None

@@ -40,6 +40,8 @@ class Option:
     help: str
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
+    # A comma-separated list: the config file may also give a YAML list.
+    many: bool = False
 
     @property
     def key(self) -> str:
@@ -67,6 +69,8 @@ class Option:
         """Validate a value from any source; raises ConfigError saying what is wrong."""
         if isinstance(value, bool) and self.choices and {"on", "off"} <= set(self.choices):
             value = "on" if value else "off"  # YAML 1.1 reads a bare `off` as false
+        if self.many and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
         if isinstance(value, (dict, list)):
             raise ConfigError(f"expected a single value, got a {type(value).__name__}")
         text = str(value).strip()

@@ -28,6 +28,7 @@ from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.model import BackendSample, CanarySample, CollectorStatus, GpuSample, Snapshot
 
 if TYPE_CHECKING:
+    from inferwatch.capture.capturer import Capturer
     from inferwatch.collect.canary import Canary
 
 log = logging.getLogger("inferwatch.poller")
@@ -132,6 +133,7 @@ class Poller:
     ) -> None:
         self.upstream = upstream
         self.canary = canary  # its probes run on their own task; a poll only reads them
+        self.captures: Capturer | None = None  # captures too; a poll reads their counts
         self.backend = backend  # None until --backend auto has recognised the server
         self._mapper: Mapper | None = None  # this poller's, for the recognised backend
         self.gpu = gpu
@@ -195,6 +197,7 @@ class Poller:
             if self.settings.baseline is not None and sample is not None
             else {},
             canary=self._canary_sample(now, sample),
+            captures=self.captures.sample() if self.captures is not None else None,
         )
         self.last_poll_at = now
         return self.snapshot

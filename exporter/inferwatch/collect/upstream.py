@@ -43,7 +43,8 @@ class Upstream:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.max_bytes = max_bytes
-        self._headers = {"Accept": _ACCEPT, "Accept-Encoding": "identity", **(headers or {})}
+        self.headers = dict(headers or {})  # the caller's (may hold a secret; never logged)
+        self._headers = {"Accept": _ACCEPT, "Accept-Encoding": "identity", **self.headers}
         self._session: aiohttp.ClientSession | None = None
 
     def url(self, path: str) -> str:
@@ -110,6 +111,26 @@ class Upstream:
                 f"{type(exc).__name__} from {redact_url(url)}: {exc}", "http client"
             ) from None
         return body.decode("utf-8", errors="replace")
+
+    async def post_json(self, path: str, doc: Mapping[str, object]) -> None:
+        """POST ``doc`` to one of the server's endpoints (``path`` from its origin); raises
+        UpstreamError unless it answers 2xx. The body of the answer is not read."""
+        url = self.origin() + path
+        headers = {**self._headers, "Content-Type": "application/json"}
+        try:
+            async with self._client().post(url, data=json.dumps(doc), headers=headers) as resp:
+                if not 200 <= resp.status < 300:
+                    raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}", "http status")
+        except UpstreamError:
+            raise
+        except asyncio.TimeoutError:
+            raise UpstreamError(
+                f"no answer from {redact_url(url)} within {self.timeout:g} s", "timeout"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(
+                f"{type(exc).__name__} from {redact_url(url)}", "http client"
+            ) from None
 
     async def get_body(self, path: str) -> str:
         """Any page of the server (``path`` from its origin); raises UpstreamError."""

@@ -16,12 +16,15 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from inferwatch.baseline import load as load_baseline
+from inferwatch.capture.capturer import CaptureSettings
+from inferwatch.capture.store import CaptureStore
 from inferwatch.collect.backends import BACKENDS
 from inferwatch.collect.canary import Canary, CanarySettings
 from inferwatch.collect.canary import describe as describe_canary
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.collect.poller import DEFAULT_MAX_SERIES, Poller, PollSettings
 from inferwatch.collect.upstream import Upstream, redact_url
+from inferwatch.method.alerts import ALERTS
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.web import make_app
 from inferwatch.serve.webconfig import load as load_web_config
@@ -44,6 +47,16 @@ from inferwatch.settings import (
 log = logging.getLogger("inferwatch")
 
 DEFAULT_PORT = 10177
+
+
+def alert_list(text: str) -> tuple[str, ...]:
+    """Comma-separated alert names of the alert table."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in ALERTS]
+    if unknown:
+        raise ValueError(f"not an inferwatch alert: {', '.join(unknown)}")
+    return names
+
 
 OPTIONS = (
     Option(
@@ -232,6 +245,67 @@ OPTIONS = (
         "file with a bearer token the canary sends as Authorization (read at start)",
         metavar="FILE",
     ),
+    Option(
+        "--capture-dir",
+        Path,
+        None,
+        "folder for evidence captures (profiler trace, stacks, pages); turns on POST /capture "
+        "and GET /captures (default: captures off)",
+        metavar="DIR",
+    ),
+    Option(
+        "--capture-on",
+        alert_list,
+        None,
+        "cause alerts whose condition, held on the verdict for the alert's `for`, starts a "
+        "capture (comma-separated; default: none, capture on request only)",
+        metavar="ALERT,...",
+        many=True,
+    ),
+    Option(
+        "--capture-seconds",
+        bounded_float(1, 120),
+        10.0,
+        "seconds a capture profiles and samples stacks for",
+        metavar="S",
+    ),
+    Option(
+        "--capture-min-interval",
+        bounded_float(0, 7 * 86400),
+        600.0,
+        "least seconds between the starts of two captures",
+        metavar="S",
+    ),
+    Option(
+        "--capture-max-bytes",
+        positive_int,
+        1024**3,
+        "most bytes the capture folder keeps (the oldest captures deleted first)",
+        metavar="N",
+    ),
+    Option(
+        "--capture-profiler-dir",
+        existing_dir,
+        None,
+        "the folder the server's profiler writes its traces to, as mounted here (vLLM: "
+        "torch_profiler_dir; SGLang: SGLANG_TORCH_PROFILER_DIR); without it no trace is taken",
+        metavar="DIR",
+    ),
+    Option(
+        "--capture-profiler-steps",
+        bounded_int(1, 100_000),
+        100,
+        "engine steps the server's profiler records at most (vLLM: max_iterations); the "
+        "server writes the trace in its stop call, minutes for a big one",
+        metavar="N",
+    ),
+    Option(
+        "--capture-pid",
+        positive_int,
+        None,
+        "the server's process for py-spy (default: the one listening on the backend URL's port)",
+        metavar="PID",
+    ),
     Option("--log.level", str, "info", "log level", choices=("debug", "info", "warning", "error")),
 )
 
@@ -275,6 +349,14 @@ class ServeConfig:
     canary_api: str = "completions"
     canary_timeout: float = 10.0
     canary_bearer_token_file: Path | None = None
+    capture_dir: Path | None = None
+    capture_on: tuple[str, ...] | None = None
+    capture_seconds: float = 10.0
+    capture_min_interval: float = 600.0
+    capture_max_bytes: int = 1024**3
+    capture_profiler_dir: Path | None = None
+    capture_profiler_steps: int = 100
+    capture_pid: int | None = None
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> ServeConfig:
@@ -298,7 +380,30 @@ class ServeConfig:
             raise ConfigError(
                 f"the Authorization header is set by {' and '.join(authorization)}; give one"
             )
+        if config.capture_dir is None and (config.capture_on or config.capture_profiler_dir):
+            raise ConfigError("--capture-on and --capture-profiler-dir need --capture-dir")
+        config.capture_settings()  # the folder must be usable before anything starts
         return config
+
+    def capture_settings(self) -> CaptureSettings | None:
+        """The captures' settings (None when off); makes the folder (ConfigError)."""
+        if self.capture_dir is None:
+            return None
+        settings = CaptureSettings(
+            directory=self.capture_dir,
+            on=self.capture_on or (),
+            seconds=self.capture_seconds,
+            min_interval=self.capture_min_interval,
+            max_bytes=self.capture_max_bytes,
+            profiler_dir=self.capture_profiler_dir,
+            profiler_steps=self.capture_profiler_steps,
+            pid=self.capture_pid,
+        )
+        try:
+            CaptureStore(settings.directory, settings.max_bytes).open()
+        except OSError as exc:
+            raise ConfigError(f"--capture-dir {self.capture_dir}: {exc.strerror}") from None
+        return settings
 
     def backend_headers(self) -> dict[str, str]:
         """Extra headers for every backend request; reads the token file (ConfigError)."""
@@ -432,6 +537,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
     host, port = config.web_listen_address
     sockets = listen(host, port)
     canary_settings = config.canary_settings(gap_window=spec.window_seconds)
+    capture = config.capture_settings()
     poller = build_poller(config)
     log.info(
         "serving on %s:%d (%s), polling %s backend at %s every %g s",
@@ -442,7 +548,15 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         redact_url(config.backend_url),
         config.poll_interval,
     )
-    app = make_app(poller, web_config=web_config, spec=spec)
+    app = make_app(poller, web_config=web_config, spec=spec, capture=capture)
+    if capture is not None:
+        log.info(
+            "evidence capture into %s (on %s; %g s each, at most one per %g s)",
+            capture.directory,
+            ", ".join(capture.on) or "request only",
+            capture.seconds,
+            capture.min_interval,
+        )
     if canary_settings is not None:
         log.info("%s", describe_canary(canary_settings, redact_url))
         app.cleanup_ctx.append(functools.partial(_start_canary, poller, canary_settings))

@@ -168,7 +168,8 @@ class _Page:
         append = self.parts.append
         append(self.headers[key])
         for labels, value in series.items():
-            append(f"{name}{{{label_text(prefix + labels)}}} {_number(value)}\n")
+            text = label_text(prefix + labels)
+            append(f"{name}{{{text}}} {_number(value)}\n" if text else f"{name} {_number(value)}\n")
 
     def histograms(self, key: str, series: Mapping[Labels, Histogram], prefix: Labels) -> None:
         if self.openmetrics:
@@ -271,6 +272,13 @@ def write_snapshot(snap: Snapshot, sink: Sink) -> None:
     if snap.canary is not None:
         labels = (("backend", snap.backend_kind), ("model", snap.canary.model))
         _write_canary(snap.canary, labels, sink)
+    if snap.captures is not None:
+        counts = snap.captures.counts
+        sink.scalars(
+            "captures", {(("trigger", t), ("result", r)): n for (t, r), n in counts.items()}
+        )
+        if snap.captures.last_timestamp is not None:
+            sink.scalars("last_capture_timestamp_seconds", {(): snap.captures.last_timestamp})
 
 
 def _write_gpus(gpus: tuple[GpuSample, ...], sink: Sink) -> None:

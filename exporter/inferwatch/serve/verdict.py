@@ -166,6 +166,8 @@ class VerdictHistory:
         self._lock = asyncio.Lock()
         self._bug_log = LogLimiter()
         self.verdict = COLLECTING
+        # Called with each new verdict, on the event loop (evidence capture's trigger).
+        self.listeners: list[Callable[[Verdict], None]] = []
 
     async def refresh(self) -> None:
         """Record the poller's snapshot if it is new and ``step`` has passed; never raises."""
@@ -191,6 +193,12 @@ class VerdictHistory:
                 self._points.popleft()
             self._last = (snap, parsed)
             self.verdict = verdict
+            for listener in self.listeners:
+                try:
+                    listener(verdict)
+                except Exception:
+                    if self._bug_log.allow("listener") is not None:
+                        log.exception("a verdict listener failed")
 
     def _compute(
         self, snap: Snapshot, at: float, points: tuple[Point, ...], previous: Samples

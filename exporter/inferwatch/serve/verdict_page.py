@@ -8,6 +8,7 @@ backend or the config is escaped. The page refreshes itself every ``REFRESH_SECO
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -149,8 +150,37 @@ def _sparks(doc: Mapping[str, Any]) -> str:
     )
 
 
-def render_page(doc: Mapping[str, Any], backend: str, url: str, interval: float) -> str:
-    """The verdict page for ``doc`` (from :meth:`VerdictHistory.document`)."""
+def _captures(doc: Mapping[str, Any] | None) -> str:
+    """The evidence captures (``GET /captures``' document), newest first; nothing when off."""
+    if doc is None:
+        return ""
+    rows = "".join(
+        f'<tr><td><a href="{_e(c["url"])}">{_e(c["name"])}</a></td>'
+        f"<td>{c['bytes'] / 2**20:.1f} MiB</td>"
+        f"<td>{_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(c['time'])))}</td></tr>"
+        for c in doc["captures"]
+    )
+    last = doc["last"]
+    state = "a capture is running" if doc["running"] else ""
+    if last is not None and not doc["running"]:
+        parts = ", ".join(f"{p['name']}: {p['result']}" for p in last.get("parts", []))
+        state = f"last: {last['name']} ({last['result']}{'; ' + parts if parts else ''})"
+    table = f"<table>{rows}</table>" if rows else '<p class="nodata">none yet</p>'
+    return (
+        f'<div id="captures"><h2>Evidence captures</h2><p><small>{_e(state)}</small></p>'
+        f"{table}</div>"
+    )
+
+
+def render_page(
+    doc: Mapping[str, Any],
+    backend: str,
+    url: str,
+    interval: float,
+    captures: Mapping[str, Any] | None = None,
+) -> str:
+    """The verdict page for ``doc`` (from :meth:`VerdictHistory.document`); with
+    ``captures``, their list."""
     findings = "".join(_finding(f) for f in doc["findings"])
     labels = " ".join(f"{k}={v}" for k, v in sorted(doc["labels"].items()))
     return (
@@ -161,6 +191,7 @@ def render_page(doc: Mapping[str, Any], backend: str, url: str, interval: float)
         f"<p>Sidecar exporter for LLM inference servers: backend <b>{_e(backend)}</b> at "
         f"<code>{_e(url)}</code>, polled every {interval:g} s. <small>{_e(labels)}</small></p>"
         f'{_banner(doc)}{_phase(doc)}<div id="findings">{findings}</div>{_sparks(doc)}'
+        f"{_captures(captures)}"
         '<p><a href="metrics">metrics</a> · <a href="healthz">healthz</a> · '
         '<a href="verdict.json">verdict.json</a></p>'
         f"<p><small>refreshes every {REFRESH_SECONDS} s; the same conditions as the alert "

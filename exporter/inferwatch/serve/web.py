@@ -14,11 +14,14 @@ import gzip
 import html
 import json
 import logging
+import math
 from collections.abc import AsyncIterator
+from typing import Any
 
 from aiohttp import web
 
 from inferwatch import __version__
+from inferwatch.capture.capturer import MANUAL, Capturer, CaptureSettings, capture_upstream
 from inferwatch.collect.poller import Poller
 from inferwatch.collect.upstream import redact_url
 from inferwatch.method.spec import Spec, spec_from_config
@@ -33,6 +36,7 @@ POLLER = web.AppKey("poller", Poller)
 RENDERER = web.AppKey("renderer", Renderer)
 _GZIP_CACHE = web.AppKey("gzip_cache", dict)
 VERDICT = web.AppKey("verdict", VerdictHistory)
+CAPTURER = web.AppKey("capturer", Capturer)
 _NO_STORE = {"Cache-Control": "no-store"}
 
 _LANDING = """<!DOCTYPE html>
@@ -122,7 +126,7 @@ async def landing(request: web.Request) -> web.Response:
     await history.refresh()
     backend, url, interval = _header(request.app[POLLER])
     try:
-        page = render_page(history.document(), backend, url, interval)
+        page = render_page(history.document(), backend, url, interval, _captures(request))
     except Exception:
         log.exception("rendering the verdict page failed")
         page = _LANDING.format(
@@ -132,6 +136,70 @@ async def landing(request: web.Request) -> web.Response:
             interval=interval,
         )
     return web.Response(text=page, content_type="text/html", headers=_NO_STORE)
+
+
+def _captures(request: web.Request) -> dict[str, Any] | None:
+    """The capture list as JSON (None: captures are off)."""
+    capturer = request.app.get(CAPTURER)
+    if capturer is None:
+        return None
+    return {
+        "running": capturer.running,
+        "min_interval_seconds": capturer.settings.min_interval,
+        "captures": [
+            {"name": a.name, "bytes": a.bytes, "time": a.mtime, "url": f"captures/{a.name}"}
+            for a in capturer.store.archives()
+        ],
+        "last": capturer.last,
+    }
+
+
+_CAPTURES_OFF = {"error": "captures are off: start inferwatch serve with --capture-dir"}
+
+
+async def start_capture(request: web.Request) -> web.Response:
+    """``POST /capture[?seconds=N]``: 202 and the capture's name, or why not (409 busy,
+    429 too soon with Retry-After, 404 when captures are off)."""
+    capturer = request.app.get(CAPTURER)
+    if capturer is None:
+        return web.json_response(_CAPTURES_OFF, status=404)
+    seconds = None
+    if "seconds" in request.query:
+        try:
+            seconds = float(request.query["seconds"])
+        except ValueError:
+            seconds = math.nan
+        if not 0 < seconds <= 3600:  # NaN too
+            return web.json_response({"error": "seconds: a number in (0, 3600]"}, status=400)
+    decision = capturer.request(MANUAL, seconds)
+    doc = {"result": decision.result, "message": decision.message, "name": decision.id}
+    if decision.started:
+        return web.json_response(doc, status=202)
+    if decision.result == "busy":
+        return web.json_response(doc, status=409)
+    retry = max(1, math.ceil(capturer.seconds_until_allowed()))
+    return web.json_response(doc, status=429, headers={"Retry-After": str(retry)})
+
+
+async def list_captures(request: web.Request) -> web.Response:
+    doc = _captures(request)
+    if doc is None:
+        return web.json_response(_CAPTURES_OFF, status=404)
+    return web.json_response(doc, dumps=json.dumps, headers=_NO_STORE)
+
+
+async def download_capture(request: web.Request) -> web.StreamResponse:
+    capturer = request.app.get(CAPTURER)
+    path = capturer.store.path(request.match_info["name"]) if capturer is not None else None
+    if path is None:
+        raise web.HTTPNotFound(text="no such capture\n")
+    return web.FileResponse(
+        path,
+        headers={
+            "Content-Type": "application/gzip",
+            "Content-Disposition": f'attachment; filename="{path.name}"',
+        },
+    )
 
 
 async def verdict_json(request: web.Request) -> web.Response:
@@ -146,6 +214,7 @@ def make_app(
     run_poller: bool = True,
     web_config: WebConfig | None = None,
     spec: Spec | None = None,
+    capture: CaptureSettings | None = None,
 ) -> web.Application:
     """The exporter's app; with ``run_poller`` its lifetime owns the poll loop (and the
     verdict's, which records the polls; without it the verdict records on request).
@@ -155,6 +224,9 @@ def make_app(
 
     ``web_config`` (from ``--web.config.file``) adds basic auth and response headers; TLS is
     the listener's business (``ssl_context`` in :func:`inferwatch.serve.command.run`).
+
+    ``capture`` turns evidence capture on (``POST /capture``, ``GET /captures``, and the
+    triggers of ``capture.on`` on the verdict); its connection to the server is its own.
     """
     security = web_config or WebConfig()
     app = web.Application(middlewares=security.middlewares())
@@ -163,7 +235,25 @@ def make_app(
     app[POLLER] = poller
     app[RENDERER] = Renderer(lambda: poller.snapshot)
     app[_GZIP_CACHE] = {}
-    app[VERDICT] = VerdictHistory(poller, spec_from_config({}) if spec is None else spec)
+    spec = spec_from_config({}) if spec is None else spec
+    app[VERDICT] = VerdictHistory(poller, spec)
+    if capture is not None:
+        upstream = poller.upstream
+        capturer = Capturer(
+            capture,
+            poller,
+            app[VERDICT],
+            spec,
+            capture_upstream(upstream.base_url, upstream.headers, upstream.max_bytes),
+        )
+        app[CAPTURER] = capturer
+        poller.captures = capturer
+        app[VERDICT].listeners.append(capturer.observe)
+        app.cleanup_ctx.append(_capture_lifetime)
+    # Also when captures are off: then they answer 404 with why.
+    app.router.add_post("/capture", start_capture)
+    app.router.add_get("/captures", list_captures)
+    app.router.add_get("/captures/{name}", download_capture)
     app.router.add_get("/", landing)
     app.router.add_get("/verdict.json", verdict_json)
     app.router.add_get("/metrics", metrics)
@@ -172,6 +262,11 @@ def make_app(
         app.cleanup_ctx.append(_poll_loop)
         app.cleanup_ctx.append(_verdict_loop)
     return app
+
+
+async def _capture_lifetime(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await app[CAPTURER].close()  # a capture under way is cancelled; its profiler stopped
 
 
 async def _poll_loop(app: web.Application) -> AsyncIterator[None]:

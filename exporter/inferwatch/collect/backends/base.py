@@ -127,6 +127,22 @@ def inference_api(*paths: str) -> Callable[[str], bool]:
 
 
 @dataclass(frozen=True)
+class Profiler:
+    """A server's own profiler endpoints (POST, no body needed), for evidence capture.
+
+    ``enable`` says how the server is started with its profiler on (the endpoints exist
+    only then); ``prefix_field`` names a start-body field that prefixes the trace files,
+    ``steps_field`` one that bounds the engine steps profiled.
+    """
+
+    enable: str
+    start_path: str = "/start_profile"
+    stop_path: str = "/stop_profile"
+    prefix_field: str | None = None
+    steps_field: str | None = None
+
+
+@dataclass(frozen=True)
 class Backend:
     """How to read one kind of inference server.
 
@@ -149,6 +165,8 @@ class Backend:
     model_field: str = "model"
     # Rewrites the raw body before parsing (a server that escapes its own output).
     preprocess: Callable[[str], str] | None = None
+    # Its own profiler's endpoints, where it has them (evidence capture).
+    profiler: Profiler | None = None
 
     @property
     def wanted(self) -> frozenset[str]:

@@ -80,7 +80,14 @@ settings ``spec_num_steps`` / ``spec_num_draft_tokens``; a rate cannot be summed
 counter).
 """
 
-from inferwatch.collect.backends.base import Backend, Feed, Source, feed, inference_api
+from inferwatch.collect.backends.base import (
+    Backend,
+    Feed,
+    Profiler,
+    Source,
+    feed,
+    inference_api,
+)
 
 
 def _sglang(key: str, name: str, **where: str) -> Feed:
@@ -97,6 +104,8 @@ SGLANG = Backend(
     signature=("sglang:", "sglang_"),
     labels={"model_name": "model", "dp_rank": "engine", "status_code": "status"},
     version_path="/get_server_info",
+    # The traces land in the server's SGLANG_TORCH_PROFILER_DIR (default /tmp).
+    profiler=Profiler(enable="SGLANG_TORCH_PROFILER_DIR=DIR python -m sglang.launch_server ..."),
     feeds=(
         _sglang("requests_running", "num_running_reqs"),
         _sglang("requests_waiting", "num_queue_reqs"),

@@ -37,7 +37,14 @@ and method for the inference API only (see ``inference_api``; vLLM itself alread
 ``/metrics``, ``/health``, ``/load``, ``/ping``, ``/version`` and ``/server_info``).
 """
 
-from inferwatch.collect.backends.base import Backend, Source, feed, inference_api, info
+from inferwatch.collect.backends.base import (
+    Backend,
+    Profiler,
+    Source,
+    feed,
+    inference_api,
+    info,
+)
 
 # vLLM's inference routes outside /v1/: SageMaker's /invocations and the pooling, scoring
 # and rerank routes.
@@ -55,6 +62,13 @@ VLLM = Backend(
         "status": "status",
     },
     version_path="/version",
+    # vLLM 0.13+: the endpoints exist when the server starts with a torch profiler; the
+    # engine's and the API server's traces land in its torch_profiler_dir.
+    profiler=Profiler(
+        enable="""vllm serve ... --profiler-config '{"profiler": "torch", "torch_profiler_dir": DIR}'""",
+        prefix_field="profile_prefix",
+        steps_field="max_iterations",
+    ),
     feeds=(
         feed("requests_running", "vllm:num_requests_running"),
         feed("requests_waiting", "vllm:num_requests_waiting"),

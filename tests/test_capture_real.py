@@ -1,0 +1,212 @@
+"""Evidence capture on the real stack: vLLM on CPU with its torch profiler on, an injected
+engine stall, and the capture the sidecar takes when InferenceQueuedWhileIdle has held.
+
+The test opens what a user would open: the engine's trace (Perfetto's JSON) must hold
+engine steps from the fault's time with the stall's gaps between them, and py-spy's samples
+must name the API server's and the engine's own functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import itertools
+import json
+import os
+import signal
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from demo.stack import VLLM_ARGS, Inferwatch, VllmServer, http_json
+from demo.traffic import complete, complete_many
+from inferwatch.collect.derive import ENGINE_STALL_MIN
+
+pytestmark = pytest.mark.vllm
+
+GIVE_UP = 300.0  # a guard against a hang, not a bound on how fast anything must be
+CAPTURE_SECONDS = 4.0
+
+
+@pytest.fixture(scope="module")
+def profiled_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VllmServer, Path]]:
+    workdir = tmp_path_factory.mktemp("vllm-profiled")
+    traces = workdir / "traces"
+    traces.mkdir()
+    # Without Python stacks (on by default): they make the trace ~10x bigger and vLLM's stop
+    # call, which writes it, minutes long on a busy 2-core host.
+    config = {
+        "profiler": "torch",
+        "torch_profiler_dir": str(traces),
+        "torch_profiler_with_stack": False,
+    }
+    server = VllmServer(workdir, extra_args=["--profiler-config", json.dumps(config)]).start()
+    yield server, traces
+    server.stop()
+
+
+def sidecar_config(path: Path) -> Path:
+    """Short windows, as the demo's: the verdict judges 10 s of polls, the stall's cause
+    must hold 3 s."""
+    path.write_text("alerting:\n  rate_window: 10s\n  for:\n    InferenceQueuedWhileIdle: 3s\n")
+    return path
+
+
+def max_num_seqs() -> int:
+    return int(VLLM_ARGS[VLLM_ARGS.index("--max-num-seqs") + 1])
+
+
+async def step_seconds(url: str) -> float:
+    """One 8-token completion alone: a measure of how long a few engine steps take here."""
+    async with aiohttp.ClientSession() as session:
+        started = time.monotonic()
+        assert await complete(session, url, "hello", 8) == 200
+        return time.monotonic() - started
+
+
+def test_a_stall_triggers_a_capture_with_the_trace_and_the_stacks(
+    profiled_vllm: tuple[VllmServer, Path], tmp_path: Path
+) -> None:
+    server, traces = profiled_vllm
+    captures = tmp_path / "captures"
+    sidecar = Inferwatch(
+        tmp_path,
+        server.url,
+        [
+            "--backend", "vllm", "--gpu", "off", "--poll-interval", "0.25",
+            "--config", str(sidecar_config(tmp_path / "inferwatch.yaml")),
+            "--capture-dir", str(captures),
+            "--capture-on", "InferenceQueuedWhileIdle",
+            "--capture-seconds", f"{CAPTURE_SECONDS:g}",
+            "--capture-min-interval", "3600",
+            "--capture-profiler-dir", str(traces),
+        ],
+    ).start()  # fmt: skip
+    try:
+        fault = asyncio.run(stall_until_captured(server, sidecar))
+        listing = wait_for_capture(sidecar)
+        # One capture per --capture-min-interval, whoever asks.
+        refused = urllib.request.Request(f"{sidecar.url}/capture", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(refused, timeout=10)
+        assert answer.value.code == 429 and int(answer.value.headers["Retry-After"]) > 3000
+    finally:
+        sidecar.stop()
+    last = listing["last"]
+    assert last["trigger"] == "InferenceQueuedWhileIdle" and last["result"] == "ok", last
+    archive = captures / last["archive"]
+    assert [c["name"] for c in listing["captures"]] == [archive.name]
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "opened", filter="data")
+    opened = tmp_path / "opened" / archive.name.removesuffix(".tar.gz")
+    manifest = json.loads((opened / "manifest.json").read_text())
+    assert {p["name"]: p["result"] for p in manifest["parts"]} == {
+        "verdict.json": "ok",
+        "server-metrics-before.txt": "ok",
+        "inferwatch-metrics-before.txt": "ok",
+        "profiler trace": "ok",
+        "stacks dump": "ok",
+        "stacks sampled": "ok",
+        "server-metrics-after.txt": "ok",
+        "inferwatch-metrics-after.txt": "ok",
+    }
+    verdict = json.loads((opened / "verdict.json").read_text())
+    assert "InferenceQueuedWhileIdle" in [f["alert"] for f in verdict["findings"]]
+    assert "vllm:num_requests_waiting" in (opened / "server-metrics-before.txt").read_text()
+
+    steps = engine_steps(opened / "trace")
+    during = [s for s in steps if fault.started <= s[0] <= fault.ended]
+    assert during, f"no engine step in the fault's {fault.ended - fault.started:.1f} s"
+    gaps = [b[0] - a[1] for a, b in itertools.pairwise(during)]
+    # The stall shows as gaps between steps, each as long as a pause the fault held.
+    assert max(gaps) >= 0.8 * fault.pause, (max(gaps), fault.pause)
+    print(
+        f"\ncapture: {last['archive']} {archive.stat().st_size / 2**20:.2f} MiB, "
+        f"{last['finished'] - last['started']:.1f} s from trigger to complete; trace: "
+        f"{len(during)} engine steps in the fault, longest gap {max(gaps):.2f} s "
+        f"(pauses of {fault.pause:.2f} s)"
+    )
+
+    frames = sampled_files(opened / "stacks.speedscope.json")
+    assert any("vllm/entrypoints/" in f for f in frames), sorted(frames)[:20]
+    assert any("vllm/v1/engine/core.py" in f for f in frames), sorted(frames)[:20]
+    assert "vllm/entrypoints/" in (opened / "stacks-dump.txt").read_text()
+
+
+class Fault:
+    def __init__(self, pause: float) -> None:
+        self.pause = pause
+        self.started = self.ended = 0.0
+
+
+async def stall_until_captured(server: VllmServer, sidecar: Inferwatch) -> Fault:
+    """Twice the batch in clients, and the engine paused most of the time, until the capture
+    has sampled its whole duration. It runs for a measured completion's time between pauses
+    of three times that, and at least twice what the sidecar counts as a stall."""
+    run = max(0.25, await step_seconds(server.url))
+    fault = Fault(pause=max(3 * run, 2 * ENGINE_STALL_MIN))
+    engine = server.engine_core_pid()
+    stop = asyncio.Event()
+    load = asyncio.create_task(
+        complete_many(server.url, stop, clients=2 * max_num_seqs(), prompt_words=2, max_tokens=16)
+    )
+    fault.started = time.time()
+    deadline = time.monotonic() + GIVE_UP
+    try:
+        while time.monotonic() < deadline:
+            os.kill(engine, signal.SIGSTOP)
+            await asyncio.sleep(fault.pause)
+            os.kill(engine, signal.SIGCONT)
+            await asyncio.sleep(run)
+            doc = await asyncio.to_thread(http_json, f"{sidecar.url}/captures")
+            # On until the capture is complete: a paused engine takes the profiler's start
+            # and stop calls only when it runs again.
+            if doc["last"] is not None:
+                break
+        else:
+            verdict = await asyncio.to_thread(http_json, f"{sidecar.url}/verdict.json")
+            raise AssertionError(f"no capture within the guard time; verdict: {verdict}")
+    finally:
+        os.kill(engine, signal.SIGCONT)
+        fault.ended = time.time()
+        stop.set()
+        await load
+    return fault
+
+
+def wait_for_capture(sidecar: Inferwatch) -> dict:
+    deadline = time.monotonic() + GIVE_UP
+    while True:
+        doc = http_json(f"{sidecar.url}/captures")
+        if doc["last"] is not None and not doc["running"]:
+            return doc
+        assert time.monotonic() < deadline, "the capture never completed"
+        time.sleep(0.5)
+
+
+def engine_steps(trace_dir: Path) -> list[tuple[float, float]]:
+    """(start, end) Unix times of the engine's steps (vLLM's ``execute_*`` annotations) in
+    the worker's trace."""
+    workers = [p for p in trace_dir.glob("*.pt.trace.json.gz") if "async_llm" not in p.name]
+    assert workers, sorted(p.name for p in trace_dir.iterdir())
+    steps = []
+    for path in workers:
+        with gzip.open(path, "rt") as f:
+            doc = json.load(f)
+        base = doc["baseTimeNanoseconds"] / 1e9
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "user_annotation" and e.get("name", "").startswith("execute_"):
+                start = base + e["ts"] / 1e6
+                steps.append((start, start + e.get("dur", 0) / 1e6))
+    return sorted(steps)
+
+
+def sampled_files(path: Path) -> set[str]:
+    doc = json.loads(path.read_text())
+    return {f.get("file", "") for f in doc["shared"]["frames"]}
