@@ -8,7 +8,7 @@ import yaml
 
 from inferwatch.method.alerts import ALERTS, INHIBITIONS, Alert, render_alert
 from inferwatch.method.recording import recording_rules
-from inferwatch.method.runbooks import CAUSE_RUNBOOKS
+from inferwatch.method.runbooks import CAUSE_RUNBOOKS, EVIDENCE
 from inferwatch.method.slo import BURNS, FAST, SLOW
 from inferwatch.method.slo import alert_rules as slo_alert_rules
 from inferwatch.method.slo import recording_rules as slo_recording_rules
@@ -150,6 +150,36 @@ def _book(name: str) -> list[str]:
         "## When to escalate",
         "",
         book.escalate,
+        "",
+        *_evidence(name),
+    ]
+
+
+def _evidence(name: str) -> list[str]:
+    """How to take and open a capture, and what this cause looks like in one."""
+    if name not in EVIDENCE:
+        return []
+    return [
+        "## Evidence while it happens",
+        "",
+        f"Start the sidecar with `--capture-dir DIR --capture-on {name}` to capture when "
+        "this cause has held for its `for` (opt-in; at most one capture per "
+        "`--capture-min-interval`), or run `inferwatch capture --exporter URL` now. The "
+        "archive (`capture-<time>-<trigger>.tar.gz`, listed on the sidecar's page) holds:",
+        "",
+        "- `trace/*.pt.trace.json.gz`: the server's torch profiler trace (vLLM and SGLang, "
+        "started with their profiler on; the sidecar needs `--capture-profiler-dir`, the "
+        "folder the server writes to). Open it in https://ui.perfetto.dev (it reads the "
+        ".gz): the engine worker's trace (`*rank0*`) has one span per engine step, the API "
+        "server's (`*async_llm*`) its Python calls.",
+        "- `stacks.speedscope.json`: py-spy samples of the server's processes (its API "
+        "server and, as a child, its engine) over the capture: open in "
+        "https://www.speedscope.app. `stacks-dump.txt`: every thread's stack at the start.",
+        "- `server-metrics-*.txt`, `inferwatch-metrics-*.txt` (before and after), "
+        "`verdict.json` (the findings at the trigger), `manifest.json` (what was captured, "
+        "and why any part was not possible).",
+        "",
+        f"What to look for: {EVIDENCE[name]}",
         "",
     ]
 

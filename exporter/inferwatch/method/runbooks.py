@@ -532,3 +532,63 @@ CAUSE_RUNBOOKS: dict[str, Runbook] = {
         escalate="Escalate to the hardware team if the GPU does not come back after a reset.",
     ),
 }
+
+
+# What a capture (``serve --capture-dir``; ``--capture-on`` the alert, or ``inferwatch
+# capture``) shows of each cause, read from the real vLLM captures in the tests: the
+# engine's trace has one ``execute_context_<P>(<p>)_generation_<D>(<d>)`` span per step
+# (P requests prefilling p tokens, D requests decoding d tokens).
+STEP = "`execute_context_<P>(<p tokens>)_generation_<D>(<d tokens>)`"
+EVIDENCE: dict[str, str] = {
+    "InferenceQueuedWhileIdle": (
+        f"In the engine's trace the steps ({STEP} spans) stop: gaps between consecutive "
+        "steps as long as the stall, while `server-metrics-before.txt` shows requests "
+        "waiting. In a real capture of a vLLM engine paused 2 s at a time "
+        "(tests/test_capture_real.py) the longest gap between steps is 2.00 s. A fully hung "
+        "engine takes the profiler's start call only when it runs again: the manifest says "
+        "how long the call waited, and then the stacks are the evidence. `stacks-dump.txt` "
+        "shows where each of the server's "
+        "processes was at the trigger: an engine thread in a collective, a lock or a "
+        "`recv` is the stall; the API server busy in tokenization is the CPU side."
+    ),
+    "InferenceQueueingDelay": (
+        f"The engine's steps ({STEP}) run back to back with the batch full (D at "
+        "`--max-num-seqs`): the queue is capacity, not a stall. Gaps between steps would "
+        "point at InferenceQueuedWhileIdle's causes instead."
+    ),
+    "InferencePrefillBottleneck": (
+        f"Steps with a large `context` token count ({STEP}) take most of the timeline; "
+        "their duration against p is the prefill throughput. Long steps with few tokens "
+        "mean slow kernels (look inside the step: attention vs. MLP)."
+    ),
+    "InferenceDecodeBottleneck": (
+        f"Decode-only steps (`execute_context_0(0)_generation_<D>(<d>)`, {STEP}) and "
+        "their durations: a step time that grows with D is the batch's memory traffic; "
+        "gaps between steps are host overhead (scheduling, sampling, detokenization: see "
+        "the API server's stacks)."
+    ),
+    "InferencePrefillStallsDecode": (
+        "A prefill chunk blocking decode is one step with a large `context` count among "
+        "short decode-only steps: the decode requests of that step wait as long as the "
+        "chunk. Its duration is the ITL spike users saw; `--max-num-batched-tokens` bounds it."
+    ),
+    "InferenceGPUUnderutilized": (
+        f"Gaps between the engine's steps ({STEP}) are time the accelerator waits on the "
+        "host; inside a step, gaps between kernels (the CUDA stream rows in Perfetto) are "
+        "launch overhead. The API server's stacks show whether the host is busy there."
+    ),
+    "InferenceFrontendCPUSaturated": (
+        "`stacks.speedscope.json` (Left Heavy) of the API server process: tokenizer, "
+        "detokenizer, JSON or the OpenAI protocol layer taking most samples is the "
+        "bottleneck; a slow Python tokenizer shows up at once."
+    ),
+    "InferenceKVCachePressure": (
+        f"Steps ({STEP}) whose decode count D drops and prefill count P jumps without new "
+        "requests are preempted requests being recomputed."
+    ),
+    "InferenceLatencyRegression": (
+        "Compare the trace's step durations with a capture taken at baseline load "
+        "(`inferwatch capture` on a healthy replica): the same step shape taking longer is "
+        "the hardware or the build; a different shape is the load."
+    ),
+}
