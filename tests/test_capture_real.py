@@ -86,6 +86,9 @@ def test_a_stall_triggers_a_capture_with_the_trace_and_the_stacks(
             "--capture-seconds", f"{CAPTURE_SECONDS:g}",
             "--capture-min-interval", "3600",
             "--capture-profiler-dir", str(traces),
+            # Bounded by time only: the tiny model's 100 steps (the default bound) fit in
+            # one of the fault's run windows, and the gaps between windows are the point.
+            "--capture-profiler-steps", "100000",
         ],
     ).start()  # fmt: skip
     try:
