@@ -150,13 +150,17 @@ def _sparks(doc: Mapping[str, Any]) -> str:
     )
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
+
+
 def _captures(doc: Mapping[str, Any] | None) -> str:
     """The evidence captures (``GET /captures``' document), newest first; nothing when off."""
     if doc is None:
         return ""
     rows = "".join(
         f'<tr><td><a href="{_e(c["url"])}">{_e(c["name"])}</a></td>'
-        f"<td>{c['bytes'] / 2**20:.1f} MiB</td>"
+        f"<td>{_size(c['bytes'])}</td>"
         f"<td>{_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(c['time'])))}</td></tr>"
         for c in doc["captures"]
     )
