@@ -142,6 +142,16 @@ def _add_generate_parser(commands: argparse._SubParsersAction) -> None:
     _add_config_flag(g)
 
 
+def _add_timeout_flag(parser: argparse.ArgumentParser, default: float) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=flag_type(positive_float),
+        default=default,
+        metavar="S",
+        help=f"seconds per request (default: {default:g})",
+    )
+
+
 def _add_diagnose_parser(commands: argparse._SubParsersAction) -> None:
     d = commands.add_parser(
         "diagnose",
@@ -169,13 +179,7 @@ def _add_diagnose_parser(commands: argparse._SubParsersAction) -> None:
         metavar="S",
         help="seconds between the two scrapes of --exporter (default: 5)",
     )
-    d.add_argument(
-        "--timeout",
-        type=flag_type(positive_float),
-        default=10.0,
-        metavar="S",
-        help="seconds per request (default: 10)",
-    )
+    _add_timeout_flag(d, 10.0)
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_config_flag(d)
 
@@ -210,13 +214,7 @@ def _add_capture_parser(commands: argparse._SubParsersAction) -> None:
         metavar="S",
         help="seconds to wait for the capture (default: 300)",
     )
-    c.add_argument(
-        "--timeout",
-        type=flag_type(positive_float),
-        default=30.0,
-        metavar="S",
-        help="seconds per request (default: 30)",
-    )
+    _add_timeout_flag(c, 30.0)
     c.add_argument("--user", help="basic auth user (the exporter's web config)")
     c.add_argument(
         "--password-file", type=flag_type(existing_file), help="file with the basic auth password"

@@ -247,7 +247,7 @@ class Capturer:
         return CaptureSample(dict(self.counts), self.last_finished_wall)
 
     async def close(self) -> None:
-        if self._task is not None and not self._task.done():
+        if self._task is not None and self.running:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 
@@ -79,21 +80,38 @@ class Upstream:
 
     async def _get(self, url: str, *, exposition: bool) -> str:
         """The body at ``url`` as text; raises UpstreamError with a one-line cause."""
+        request = self._client().get(url, headers=self._headers)
+        async with self._failures(url), request as resp:
+            if resp.status != 200:
+                raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}", "http status")
+            ctype = resp.content_type if "Content-Type" in resp.headers else ""
+            if exposition and ctype not in _TEXT_TYPES:
+                raise UpstreamError(
+                    f"{redact_url(url)} answered {ctype}, not Prometheus text "
+                    "(wrong --backend-url?)",
+                    "content type",
+                )
+            length = resp.content_length
+            if length is not None and length > self.max_bytes:
+                raise _too_large(url, self.max_bytes)
+            body = await _read_capped(resp, self.max_bytes, url)
+        return body.decode("utf-8", errors="replace")
+
+    async def post_json(self, path: str, doc: Mapping[str, object]) -> None:
+        """POST ``doc`` to one of the server's endpoints (``path`` from its origin); raises
+        UpstreamError unless it answers 2xx. The body of the answer is not read."""
+        url = self.origin() + path
+        headers = {**self._headers, "Content-Type": "application/json"}
+        request = self._client().post(url, data=json.dumps(doc), headers=headers)
+        async with self._failures(url), request as resp:
+            if not 200 <= resp.status < 300:
+                raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}", "http status")
+
+    @contextlib.asynccontextmanager
+    async def _failures(self, url: str) -> AsyncIterator[None]:
+        """Any failure of a request to ``url`` as an UpstreamError with a one-line cause."""
         try:
-            async with self._client().get(url, headers=self._headers) as resp:
-                if resp.status != 200:
-                    raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}", "http status")
-                ctype = resp.content_type if "Content-Type" in resp.headers else ""
-                if exposition and ctype not in _TEXT_TYPES:
-                    raise UpstreamError(
-                        f"{redact_url(url)} answered {ctype}, not Prometheus text "
-                        "(wrong --backend-url?)",
-                        "content type",
-                    )
-                length = resp.content_length
-                if length is not None and length > self.max_bytes:
-                    raise _too_large(url, self.max_bytes)
-                body = await _read_capped(resp, self.max_bytes, url)
+            yield
         except UpstreamError:
             raise
         except asyncio.TimeoutError:
@@ -109,27 +127,6 @@ class Upstream:
         except aiohttp.ClientError as exc:
             raise UpstreamError(
                 f"{type(exc).__name__} from {redact_url(url)}: {exc}", "http client"
-            ) from None
-        return body.decode("utf-8", errors="replace")
-
-    async def post_json(self, path: str, doc: Mapping[str, object]) -> None:
-        """POST ``doc`` to one of the server's endpoints (``path`` from its origin); raises
-        UpstreamError unless it answers 2xx. The body of the answer is not read."""
-        url = self.origin() + path
-        headers = {**self._headers, "Content-Type": "application/json"}
-        try:
-            async with self._client().post(url, data=json.dumps(doc), headers=headers) as resp:
-                if not 200 <= resp.status < 300:
-                    raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}", "http status")
-        except UpstreamError:
-            raise
-        except asyncio.TimeoutError:
-            raise UpstreamError(
-                f"no answer from {redact_url(url)} within {self.timeout:g} s", "timeout"
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamError(
-                f"{type(exc).__name__} from {redact_url(url)}", "http client"
             ) from None
 
     async def get_body(self, path: str) -> str:
