@@ -31,7 +31,7 @@ from pathlib import Path
 import aiohttp
 
 from demo.stack import MODEL_NAME, VLLM_ARGS, StackError, VllmServer, http_get
-from demo.traffic import complete, prompt
+from demo.traffic import complete, complete_many, prompt
 from inferwatch.collect.textparse import parse_labels, scan
 from inferwatch.method.quantile import histogram_quantile
 from inferwatch.method.spec import Spec, spec_from_config
@@ -47,8 +47,14 @@ NORMAL_CLIENTS, NORMAL_WORDS, NORMAL_OUTPUT = 2, 6, 16
 # cell `serve` compares live latency with follows the instantaneous running count, which
 # flickers between 0 and 2 under this load; a cell at 1 would be half the load's latency.
 CALIBRATED_CONCURRENCY = (NORMAL_CLIENTS,)
-# Enough that a p95 rests on ten requests, not on the two slowest.
+# At least enough that a p95 rests on ten requests, not on the two slowest; and as many as the
+# normal traffic sends in CELL_WINDOWS of the rules' rate windows (its rate measured first,
+# for THROUGHPUT_SECONDS): the rules read a p95 per window, which varies from window to
+# window, and a short cell caught one quiet moment (measured here: 200 requests in 6 s, p95
+# 12.7 ms, where the 15 s windows then read 15-25 ms under the same load).
 REQUESTS_PER_CELL = 200
+CELL_WINDOWS = 3
+THROUGHPUT_SECONDS = 5.0
 # The canary's gap under normal traffic is read over this many rate windows, and the
 # client-gap threshold set at GAP_MARGIN x the largest reading (where above the default): on
 # this machine the engine's threads hold both cores under load, and the proxy and the
@@ -156,13 +162,16 @@ def calibrate(vllm: VllmServer, base_config: Path, workdir: Path) -> Calibration
     out = workdir / "inferwatch.yaml"
     per_word = asyncio.run(tokens_per_word(vllm.url))
     normal_tokens = round(NORMAL_WORDS * per_word + 1)
+    window = spec_from_config(load_config_file(base_config)).window_seconds
+    rate = asyncio.run(normal_rate(vllm.url, THROUGHPUT_SECONDS))
+    requests = max(REQUESTS_PER_CELL, math.ceil(rate * CELL_WINDOWS * window))
     argv = [
         sys.executable, "-m", "inferwatch", "calibrate",
         "--url", vllm.url, "--model", MODEL_NAME,
         "--config", str(base_config), "--out", str(out),
         "--concurrency", ",".join(map(str, CALIBRATED_CONCURRENCY)),
         "--prompt-tokens", str(normal_tokens), "--output-tokens", str(NORMAL_OUTPUT),
-        "--requests-per-cell", str(REQUESTS_PER_CELL),
+        "--requests-per-cell", str(requests),
     ]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     (workdir / "calibrate.log").write_text(done.stdout + done.stderr)
@@ -183,6 +192,19 @@ async def tokens_per_word(url: str) -> float:
             async with session.post(f"{url}/v1/completions", json=body) as resp:
                 counts.append((await resp.json())["usage"]["prompt_tokens"])
     return (counts[1] - counts[0]) / 100
+
+
+async def normal_rate(url: str, seconds: float) -> float:
+    """Requests per second the normal traffic sends, over ``seconds`` of it."""
+    stop = asyncio.Event()
+    traffic = asyncio.create_task(
+        complete_many(
+            url, stop, clients=NORMAL_CLIENTS, prompt_words=NORMAL_WORDS, max_tokens=NORMAL_OUTPUT
+        )
+    )
+    await asyncio.sleep(seconds)
+    stop.set()
+    return await traffic / seconds
 
 
 def _vllm_arg(flag: str) -> int:
