@@ -56,10 +56,9 @@ REQUESTS_PER_CELL = 200
 CELL_WINDOWS = 3
 THROUGHPUT_SECONDS = 5.0
 # The canary's gap under normal traffic is read over this many rate windows, and the
-# client-gap threshold set at GAP_MARGIN x the largest reading (where above the default): on
-# this machine the engine's threads hold both cores under load, and the proxy and the
-# sidecar wait for CPU (measured here: a median 20 ms straight to vLLM, 45 ms through the
-# proxy, peaks of 2x that).
+# client-gap threshold set at GAP_MARGIN x the largest reading (where above the default): a
+# machine whose cores the engine's threads hold leaves the proxy and the sidecar waiting for
+# CPU (measured here before the server ran at VLLM_NICENESS: peaks of 100-250 ms).
 GAP_WINDOWS = 2
 GAP_MARGIN = 2.0
 # A long-prompt fault's prefill, as a multiple of the calibrated TTFT threshold.
