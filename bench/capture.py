@@ -30,11 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from demo.stack import Inferwatch, VllmServer, http_get, http_json  # noqa: E402
 from demo.traffic import complete_many  # noqa: E402
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+from inferwatch.method.quantile import sample_quantile  # noqa: E402
 
 
 def sample(sidecar: Inferwatch, until) -> tuple[list[float], list[float]]:
@@ -52,7 +48,7 @@ def sample(sidecar: Inferwatch, until) -> tuple[list[float], list[float]]:
 
 def line(name: str, ages: list[float], latencies: list[float]) -> str:
     def ms(values: list[float], q: float) -> str:
-        return f"{percentile(values, q) * 1e3:8.1f}"
+        return f"{sample_quantile(q, values) * 1e3:8.1f}"
 
     return (
         f"{name:<16} {len(ages):5d} {ms(ages, 0.5)} {ms(ages, 0.99)} "

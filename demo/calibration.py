@@ -38,7 +38,7 @@ from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.settings import load_config_file
 from inferwatch.tools.sweep.histograms import TTFT, ServerHistograms
 
-# The demo's normal traffic: two clients, short prompts, short answers (see normal_traffic).
+# The demo's normal traffic: two clients, short prompts, short answers (normal_load).
 NORMAL_CLIENTS, NORMAL_WORDS, NORMAL_OUTPUT = 2, 6, 16
 # The demo service is calibrated at its normal load, which is sent as the sweep sends it, back
 # to back: a server that idles between requests answers slower (the engine wakes up first;
@@ -193,14 +193,17 @@ async def tokens_per_word(url: str) -> float:
     return (counts[1] - counts[0]) / 100
 
 
+async def normal_load(url: str, stop: asyncio.Event) -> int:
+    """The demo's normal traffic until ``stop``; returns the requests sent."""
+    return await complete_many(
+        url, stop, clients=NORMAL_CLIENTS, prompt_words=NORMAL_WORDS, max_tokens=NORMAL_OUTPUT
+    )
+
+
 async def normal_rate(url: str, seconds: float) -> float:
     """Requests per second the normal traffic sends, over ``seconds`` of it."""
     stop = asyncio.Event()
-    traffic = asyncio.create_task(
-        complete_many(
-            url, stop, clients=NORMAL_CLIENTS, prompt_words=NORMAL_WORDS, max_tokens=NORMAL_OUTPUT
-        )
-    )
+    traffic = asyncio.create_task(normal_load(url, stop))
     await asyncio.sleep(seconds)
     stop.set()
     return await traffic / seconds

@@ -32,12 +32,10 @@ import yaml
 from demo.calibration import (
     GAP_WINDOWS,
     LONG_PROMPT_OUTPUT,
-    NORMAL_CLIENTS,
-    NORMAL_OUTPUT,
-    NORMAL_WORDS,
     Calibration,
     FaultSizes,
     calibrate,
+    normal_load,
 )
 from demo.stack import (
     REPO,
@@ -285,13 +283,7 @@ class Scenario:
 
 async def normal_traffic(stack: LocalStack, stop: asyncio.Event) -> None:
     """Two clients back to back, short prompts, short answers: the load calibrated for."""
-    await complete_many(
-        stack.vllm.url,
-        stop,
-        clients=NORMAL_CLIENTS,
-        prompt_words=NORMAL_WORDS,
-        max_tokens=NORMAL_OUTPUT,
-    )
+    await normal_load(stack.vllm.url, stop)
 
 
 # --- faults ------------------------------------------------------------------------------

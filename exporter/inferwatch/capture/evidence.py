@@ -141,9 +141,7 @@ async def _settled(directory: Path, before: dict[Path, int], wait: float = 30.0)
     while True:
         now = await asyncio.to_thread(_listing, directory)
         new = {p: size for p, size in now.items() if p not in before}
-        if new and new == last:
-            return sorted(new)
-        if time.monotonic() > deadline:
+        if (new and new == last) or time.monotonic() > deadline:
             return sorted(new)
         last = new
         await asyncio.sleep(0.5 if new else 1.0)

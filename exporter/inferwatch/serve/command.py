@@ -382,14 +382,18 @@ class ServeConfig:
             )
         if config.capture_dir is None and (config.capture_on or config.capture_profiler_dir):
             raise ConfigError("--capture-on and --capture-profiler-dir need --capture-dir")
-        config.capture_settings()  # the folder must be usable before anything starts
+        if config.capture_dir is not None:  # the folder must be usable before anything starts
+            try:
+                CaptureStore(config.capture_dir, config.capture_max_bytes).open()
+            except OSError as exc:
+                raise ConfigError(f"--capture-dir {config.capture_dir}: {exc.strerror}") from None
         return config
 
     def capture_settings(self) -> CaptureSettings | None:
-        """The captures' settings (None when off); makes the folder (ConfigError)."""
+        """The captures' settings (None when off)."""
         if self.capture_dir is None:
             return None
-        settings = CaptureSettings(
+        return CaptureSettings(
             directory=self.capture_dir,
             on=self.capture_on or (),
             seconds=self.capture_seconds,
@@ -399,11 +403,6 @@ class ServeConfig:
             profiler_steps=self.capture_profiler_steps,
             pid=self.capture_pid,
         )
-        try:
-            CaptureStore(settings.directory, settings.max_bytes).open()
-        except OSError as exc:
-            raise ConfigError(f"--capture-dir {self.capture_dir}: {exc.strerror}") from None
-        return settings
 
     def backend_headers(self) -> dict[str, str]:
         """Extra headers for every backend request; reads the token file (ConfigError)."""
