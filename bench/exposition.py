@@ -97,18 +97,30 @@ class CaptureUpstream(Upstream):
 
 
 def snapshots() -> list[Snapshot]:
-    """One snapshot per capture, as a live exporter publishes them (the real poll path)."""
+    """One snapshot per capture, as a live exporter publishes them (the real poll path), the
+    captures polled a minute apart (so the latency window has its quantiles)."""
     gpus = [FakeGpu(0, util=80, gpm_supported=True), FakeGpu(1, util=35)]
     source = GpuSource(nvml=FakeNvml(gpus))
     source.start()
     settings = PollSettings(
         interval=0.1, model_weights_bytes=16e9, baseline=load_baseline(BASELINE)
     )
-    poller = Poller(CaptureUpstream([c.read_text() for c in CAPTURES]), VLLM, source, settings)
+    clock = [0.0]
+    poller = Poller(
+        CaptureUpstream([c.read_text() for c in CAPTURES]),
+        VLLM,
+        source,
+        settings,
+        clock=lambda: clock[0],
+    )
 
     async def polls() -> list[Snapshot]:
         await poller.poll_once()  # warm up: the busy-seconds integration needs two samples
-        return [await poller.poll_once() for _ in CAPTURES]
+        out = []
+        for _ in CAPTURES:
+            clock[0] += 60.0
+            out.append(await poller.poll_once())
+        return out
 
     out = asyncio.run(polls())
     assert all(s.backend_up and s.gpus and s.baseline for s in out)

@@ -25,9 +25,10 @@ from inferwatch.collect.backends.base import LABEL_ORDER
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
+from inferwatch.collect.window import LatencyWindow
 from inferwatch.method.local import Samples
 from inferwatch.metrics import Kind
-from inferwatch.model import CollectorStatus, GpuSample, Snapshot
+from inferwatch.model import CollectorStatus, Derived, GpuSample, Snapshot
 from inferwatch.serve.exposition import render
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -102,19 +103,27 @@ def fixture_text(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
-def exporter_page(vllm_page: str, gpus: tuple[GpuSample, ...] = ()) -> str:
+def exporter_page(
+    vllm_page: str,
+    gpus: tuple[GpuSample, ...] = (),
+    window: tuple[LatencyWindow, float] | None = None,
+) -> str:
     """inferwatch's own /metrics page after a good poll of a vLLM server serving
-    ``vllm_page`` (and NVML seeing ``gpus``)."""
+    ``vllm_page`` (and NVML seeing ``gpus``); with ``window`` (the exporter's latency window
+    and the poll's time) its latency quantiles over the polls that window has seen."""
     collectors = {"backend": CollectorStatus(True, 0.003)}
     if gpus:
         collectors["gpu"] = CollectorStatus(True, 0.001)
+    sample = VLLM.normalize(vllm_page)
+    latency = window[0].update(window[1], sample) if window is not None else {}
     snap = Snapshot(
         backend_kind="vllm",
         backend_up=True,
         backend_scrape_seconds=0.003,
-        backend=VLLM.normalize(vllm_page),
+        backend=sample,
         gpus=gpus,
         collectors=collectors,
+        derived=Derived(latency_window=latency),
     )
     return render(snap).decode()
 

@@ -28,7 +28,7 @@ from inferwatch.collect.backends import VLLM
 from inferwatch.collect.canary import E2E_BOUNDS, ITL_BOUNDS, TTFT_BOUNDS, Counts
 from inferwatch.collect.derive import derived
 from inferwatch.collect.gpu import GpuSource
-from inferwatch.metrics import ALL, Kind
+from inferwatch.metrics import ALL, WINDOW_QUANTILES, Kind
 from inferwatch.model import (
     BackendSample,
     CanarySample,
@@ -49,6 +49,14 @@ from conftest import FIXTURES, fixture_text, oracle_samples
 from fake_nvml import FakeGpu, FakeNvml
 
 KEY = (("backend", "vllm"), ("model", "tiny"))
+# The latency window's quantiles (collect/window.py), as a poller publishes them.
+WINDOW = {
+    family: {(*KEY, ("quantile", q)): value * float(q) for q in WINDOW_QUANTILES}
+    for family, value in (
+        ("time_to_first_token_window_seconds", 0.8),
+        ("inter_token_latency_window_seconds", 0.04),
+    )
+}
 
 
 BASELINE = parse_baseline(
@@ -85,7 +93,7 @@ def full_snapshot(fixture: str) -> Snapshot:
         backend=sample,
         collectors={"backend": CollectorStatus(True, 0.004), "gpu": gpu_status},
         gpus=gpus,
-        derived=derived(({KEY: True}, {KEY: 2.5}), {KEY: 0.0048}),
+        derived=derived(({KEY: True}, {KEY: 2.5}), {KEY: 0.0048}, WINDOW),
         baseline=baseline_series(BASELINE, sample),
         canary=canary_sample(),
         captures=CaptureSample(

@@ -25,11 +25,13 @@ from typing import Any
 
 import pytest
 
+from inferwatch.collect.window import SUMMARIZED, LatencyWindow
 from inferwatch.method.alerts import placeholders
 from inferwatch.method.local import Samples, Window, parse_page
 from inferwatch.method.rules import dump_yaml, rules_document
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import spec_from_config
+from inferwatch.metrics import WINDOW_QUANTILES
 from inferwatch.model import (
     BackendSample,
     CanarySample,
@@ -133,8 +135,8 @@ def _histogram(
     return Histogram(tuple(zip(bounds, cumulative, strict=True)), total * mean, total)
 
 
-def snapshot(step: int) -> Snapshot:
-    """The exporter's snapshot at ``step * STEP_SECONDS``."""
+def backend_sample(step: int) -> BackendSample:
+    """What the exporter's backend module reads from the server at ``step * STEP_SECONDS``."""
 
     def per_engine(make: Callable[[str], float]) -> dict[Labels, float]:
         return {_engine(e): make(e) for e in ENGINES}
@@ -158,6 +160,20 @@ def snapshot(step: int) -> Snapshot:
         name: {_engine(e): _histogram(bounds, *per[e], step) for e in ENGINES}
         for name, (bounds, per) in HISTOGRAMS.items()
     }
+    return BackendSample("vllm", MODEL, "0.32.0", values, histograms)
+
+
+def _latency_windows() -> list[dict[str, dict[Labels, float]]]:
+    """The exporter's latency quantiles at each page, from its own polls (one per page)."""
+    window = LatencyWindow(WINDOW_SECONDS)
+    return [window.update(step * STEP_SECONDS, backend_sample(step)) for step in range(STEPS + 1)]
+
+
+LATENCY_WINDOWS = _latency_windows()
+
+
+def snapshot(step: int) -> Snapshot:
+    """The exporter's snapshot at ``step * STEP_SECONDS``."""
     gpus = tuple(
         GpuSample(
             index=k,
@@ -191,7 +207,7 @@ def snapshot(step: int) -> Snapshot:
         backend_kind="vllm",
         backend_up=True,
         backend_scrape_seconds=0.004,
-        backend=BackendSample("vllm", MODEL, "0.32.0", values, histograms),
+        backend=backend_sample(step),
         collectors={"backend": CollectorStatus(True, 0.004), "gpu": CollectorStatus(True, 0.002)},
         gpus=gpus,
         derived=Derived(
@@ -200,6 +216,7 @@ def snapshot(step: int) -> Snapshot:
                 (*vllm, *_engine(e)): _counter(QUEUED_WHILE_IDLE[e], step) for e in ENGINES
             },
             decode_floor_seconds={(*vllm, *_engine(e)): DECODE_FLOOR[e] for e in ENGINES},
+            latency_window=LATENCY_WINDOWS[step],
         ),
         baseline={f"baseline_{name}": {baseline_cell: value} for name, value in BASELINE.items()},
         canary=CanarySample(
@@ -292,6 +309,26 @@ def test_every_signal_agrees_in_promql_and_locally(tmp_path: Path) -> None:
             f"PromQL and local forms disagree for {failed or 'a signal'}; PromQL (got) against the "
             f"local value (exp):\n{detail.stdout}{detail.stderr}\npromtool:\n{out.stdout}{out.stderr}"
         )
+    assert out.stdout.count("SUCCESS") == 1, out.stdout
+
+
+def test_the_exporters_latency_quantiles_are_prometheus_own(tmp_path: Path) -> None:
+    """What the instance quantiles copy, computed by the exporter from its polls, equals what
+    Prometheus computes from the raw buckets over the same window (two engines pooled)."""
+    checks = {}
+    for histogram, family in SUMMARIZED.items():
+        for q in WINDOW_QUANTILES:
+            ours = f'max(inferwatch_{family}{{quantile="{q}"}})'
+            theirs = (
+                f"max(histogram_quantile({q}, sum without (engine) "
+                f"(rate(inferwatch_{histogram}_bucket[{WINDOW_SECONDS}s]))))"
+            )
+            checks[f"{family} {q}"] = [
+                _check(f"count(inferwatch_{family}{{quantile='{q}'}})", 1),
+                _check(f"abs({ours} - {theirs}) <= bool 1e-9", 1),
+            ]
+    out = promtool_tests(tmp_path, checks)
+    assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("SUCCESS") == 1, out.stdout
 
 

@@ -17,6 +17,7 @@ class Kind(str, Enum):
     GAUGE = "gauge"
     COUNTER = "counter"
     HISTOGRAM = "histogram"
+    SUMMARY = "summary"  # quantiles only, as a Prometheus summary exposes them
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def _defs(*defs: MetricDef) -> dict[str, MetricDef]:
     return {d.key: d for d in defs}
 
 
-G, C, H = Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM
+G, C, H, S = Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM, Kind.SUMMARY
 
 # Series a backend module can provide (labels: backend, model, [engine], [reason]).
 BACKEND: dict[str, MetricDef] = _defs(
@@ -169,6 +170,24 @@ DERIVED: dict[str, MetricDef] = _defs(
     ),
 )
 
+# Latency quantiles over the rules' rate window, computed by the poller from its polls: what
+# the alerts judge one pod by (labels: backend, model, quantile; the engines pooled). Summaries
+# of quantiles alone: the window's count and sum are not counters.
+WINDOW_QUANTILES = ("0.5", "0.95", "0.99")
+LATENCY_WINDOW: dict[str, MetricDef] = _defs(
+    MetricDef(
+        "time_to_first_token_window_seconds",
+        S,
+        "TTFT quantiles over the rate window (the rules' 5m): histogram_quantile of the "
+        "window's increase, from the exporter's polls; NaN without a first token in it.",
+    ),
+    MetricDef(
+        "inter_token_latency_window_seconds",
+        S,
+        "Inter-token latency quantiles over the rate window, as the TTFT ones.",
+    ),
+)
+
 # Values from the baseline file (``serve --baseline``), for the cell comparable to the
 # current load (labels: backend, model, concurrency, prompt_tokens, output_tokens, percentile).
 BASELINE: dict[str, MetricDef] = _defs(
@@ -262,6 +281,7 @@ ALL: dict[str, MetricDef] = {
     **BACKEND,
     **GPU,
     **DERIVED,
+    **LATENCY_WINDOW,
     **BASELINE,
     **CANARY,
     **CAPTURE,
@@ -273,6 +293,7 @@ GROUPS: tuple[tuple[str, dict[str, MetricDef], tuple[str, ...]], ...] = (
     ("backend", BACKEND, ("backend", "model", "[engine]")),
     ("GPU (NVML)", GPU, ("gpu", "uuid", "name")),
     ("derived", DERIVED, ("backend", "model", "[engine]")),
+    ("latency window", LATENCY_WINDOW, ("backend", "model", "quantile")),
     (
         "baseline",
         BASELINE,

@@ -151,6 +151,8 @@ class Derived:
     queued_while_idle: Mapping[Labels, bool] = field(default_factory=lambda: EMPTY)
     queued_while_idle_seconds_total: Mapping[Labels, float] = field(default_factory=lambda: EMPTY)
     decode_floor_seconds: Mapping[Labels, float] = field(default_factory=lambda: EMPTY)
+    # Window family (``time_to_first_token_window_seconds``) -> quantile series.
+    latency_window: Mapping[str, Mapping[Labels, float]] = field(default_factory=lambda: EMPTY)
 
 
 @dataclass(frozen=True)

@@ -262,11 +262,16 @@ def decode_floor(
 
 
 def derived(
-    qwi: tuple[dict[Labels, bool], dict[Labels, float]], floor: dict[Labels, float]
+    qwi: tuple[dict[Labels, bool], dict[Labels, float]],
+    floor: dict[Labels, float],
+    latency_window: dict[str, dict[Labels, float]],
 ) -> Derived:
     state, seconds = qwi
     return Derived(
         queued_while_idle=MappingProxyType(state),
         queued_while_idle_seconds_total=MappingProxyType(seconds),
         decode_floor_seconds=MappingProxyType(floor),
+        latency_window=MappingProxyType(
+            {k: MappingProxyType(v) for k, v in latency_window.items()}
+        ),
     )

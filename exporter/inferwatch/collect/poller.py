@@ -1,8 +1,9 @@
 """The poll loop: samples backend and GPUs together and publishes immutable snapshots.
 
 Every ``poll_interval`` seconds it reads the backend's ``/metrics`` (bounded, with a
-timeout) and samples NVML, derives the queued-while-idle state and the decode floor, and
-swaps in a new :class:`Snapshot`. A dead, slow or garbage-spewing backend only flips
+timeout) and samples NVML, derives the queued-while-idle state, the decode floor and the
+latency quantiles over the rate window, and swaps in a new :class:`Snapshot`. A dead, slow
+or garbage-spewing backend only flips
 ``backend_up`` to 0 (and logs the cause once, then at most once a minute); GPU data keeps
 flowing. The HTTP app never waits on any of this: it serves the latest snapshot.
 """
@@ -25,6 +26,7 @@ from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floo
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.collect.upstream import Upstream, UpstreamError
+from inferwatch.collect.window import LatencyWindow
 from inferwatch.model import BackendSample, CanarySample, CollectorStatus, GpuSample, Snapshot
 
 if TYPE_CHECKING:
@@ -50,6 +52,8 @@ class PollSettings:
     tensor_parallel_size: int | None = None
     baseline: Baseline | None = None
     max_series: int = DEFAULT_MAX_SERIES
+    # The rate window of the rules (the spec's): the latency quantiles' (collect/window.py).
+    latency_window: float = 300.0
 
 
 class LogLimiter:
@@ -141,6 +145,7 @@ class Poller:
         self._clock = clock
         self._layout = EngineLayout(settings.tensor_parallel_size)
         self._qwi = QueuedWhileIdle(settings.idle_threshold, self._layout)
+        self._latency = LatencyWindow(settings.latency_window)
         self._version = ""
         self._model_hint = ""  # the model a server without model labels names elsewhere
         self._info_known = False
@@ -192,7 +197,7 @@ class Poller:
             backend=sample,
             collectors=collectors,
             gpus=gpus,
-            derived=derived(qwi, floor),
+            derived=derived(qwi, floor, self._latency.update(now, sample)),
             baseline=baseline_series(self.settings.baseline, sample)
             if self.settings.baseline is not None and sample is not None
             else {},

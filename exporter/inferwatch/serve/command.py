@@ -445,8 +445,9 @@ class ServeConfig:
         return self.model_weights_bytes
 
 
-def build_poller(config: ServeConfig) -> Poller:
+def build_poller(config: ServeConfig, latency_window: float = 300.0) -> Poller:
     """Wire backend, GPU source and poller from the settings; ConfigError on bad input.
+    ``latency_window`` is the rules' rate window, in seconds.
 
     Every check comes before the first log line, so bad input is one line on stderr.
     """
@@ -479,6 +480,7 @@ def build_poller(config: ServeConfig) -> Poller:
         tensor_parallel_size=config.tensor_parallel_size,
         baseline=baseline,
         max_series=config.backend_max_series,
+        latency_window=latency_window,
     )
     return Poller(upstream, backend, gpu, settings)
 
@@ -527,7 +529,7 @@ def listen(host: str, port: int) -> list[socket.socket]:
 
 def run(config: ServeConfig, spec: Spec | None = None) -> None:
     """Serve until a signal; ``spec`` (default: the defaults) is the verdict's and sets the
-    window of the canary's TTFT gap."""
+    window of the canary's TTFT gap and of the latency quantiles."""
     spec = spec_from_config({}) if spec is None else spec
     web_config = None
     if config.web_config_file is not None:
@@ -537,7 +539,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
     sockets = listen(host, port)
     canary_settings = config.canary_settings(gap_window=spec.window_seconds)
     capture = config.capture_settings()
-    poller = build_poller(config)
+    poller = build_poller(config, spec.window_seconds)
     log.info(
         "serving on %s:%d (%s), polling %s backend at %s every %g s",
         host or "*",

@@ -267,6 +267,8 @@ def write_snapshot(snap: Snapshot, sink: Sink) -> None:
     sink.scalars("queued_while_idle", {k: float(v) for k, v in d.queued_while_idle.items()})
     sink.scalars("queued_while_idle_seconds", d.queued_while_idle_seconds_total)
     sink.scalars("decode_floor_seconds", d.decode_floor_seconds)
+    for key, series in d.latency_window.items():
+        sink.scalars(key, series)
     for key, series in snap.baseline.items():
         sink.scalars(key, series)
     if snap.canary is not None:

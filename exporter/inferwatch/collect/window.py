@@ -1,0 +1,109 @@
+"""Each pod's TTFT and inter-token latency quantiles over the rate window, computed here.
+
+A Prometheus summary for the pod beside the histogram for the fleet: the alerts judge one
+pod by its TTFT p95 and its inter-token latency p50/p95/p99 over the rules' rate window
+(``5m``). Computed by Prometheus from the raw buckets, those four quantiles were most of
+what the rules cost at fleet size (every one reads all ~20 buckets of every replica at every
+evaluation; ``bench/fleet.py``). The exporter has every poll of its backend at hand, so it
+publishes them, and the rules only copy them:
+
+    inferwatch_time_to_first_token_window_seconds{backend="vllm",model="m",quantile="0.95"} 0.41
+    inferwatch_inter_token_latency_window_seconds{backend="vllm",model="m",quantile="0.5"} 0.021
+
+Each value is what ``histogram_quantile(q, sum without (engine) (rate(h_bucket[window])))``
+gives over the same polls (:func:`~inferwatch.method.quantile.histogram_quantile`): each
+engine's buckets grow by their increase over the window, a counter reset counted from zero
+as Prometheus' ``rate`` counts it; the engines of a model are added up. NaN when nothing was
+observed in the window (PromQL's NaN). A series younger than the window counts from its
+first poll, as in PromQL. The exporter's own history starts with it, so the quantiles are
+absent until it has polled for :data:`MIN_SPAN` seconds (or the whole window, if shorter):
+a restarted sidecar does not judge a pod by its first few requests. The window's start
+moves in steps of 1/:data:`STEPS` of it, so the history is bounded whatever the poll
+interval.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from inferwatch.method.quantile import histogram_quantile, increase
+from inferwatch.metrics import WINDOW_QUANTILES
+from inferwatch.model import BackendSample, Histogram, Labels
+
+# The histograms summarized: the contract key of each and of its window family.
+SUMMARIZED = {
+    "time_to_first_token_seconds": "time_to_first_token_window_seconds",
+    "inter_token_latency_seconds": "inter_token_latency_window_seconds",
+}
+STEPS = 100
+MIN_SPAN = 60.0
+
+# One histogram series: (contract key, backend, the series' labels).
+Key = tuple[str, str, Labels]
+
+
+class LatencyWindow:
+    """Reset-corrected running totals of the summarized histograms and their recent past."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._last: dict[Key, Histogram] = {}  # as the page last showed it
+        self._totals: dict[Key, Histogram] = {}  # what it observed since first seen
+        self._past: deque[tuple[float, dict[Key, Histogram]]] = deque()
+        self._since: float | None = None  # the first poll
+
+    def update(self, now: float, sample: BackendSample | None) -> dict[str, dict[Labels, float]]:
+        """Fold in one poll; each window family's quantiles by backend, model (the series'
+        labels but ``engine``) and quantile. While the backend is down the totals stay, and
+        the window spans the gap."""
+        if self._since is None:
+            self._since = now
+        if sample is not None:
+            self._fold(sample)
+        if not self._past or now - self._past[-1][0] >= self.seconds / STEPS:
+            self._past.append((now, dict(self._totals)))
+        while now - self._past[0][0] > self.seconds:
+            self._past.popleft()
+        start, then = self._past[0]
+        if now <= start or now - self._since < min(MIN_SPAN, self.seconds):
+            return {}
+        pooled: dict[tuple[str, Labels], list[tuple[str, float]]] = {}
+        for (name, backend, labels), total in self._totals.items():
+            before = then.get((name, backend, labels))
+            unit = (("backend", backend), *(kv for kv in labels if kv[0] != "engine"))
+            pooled.setdefault((SUMMARIZED[name], unit), []).extend(
+                (le, count - (before.buckets[i][1] if before else 0.0))
+                for i, (le, count) in enumerate(total.buckets)
+            )
+        out: dict[str, dict[Labels, float]] = {}
+        for (family, unit), buckets in pooled.items():
+            series = out.setdefault(family, {})
+            for q in WINDOW_QUANTILES:
+                series[(*unit, ("quantile", q))] = histogram_quantile(float(q), buckets)
+        return out
+
+    def _fold(self, sample: BackendSample) -> None:
+        seen = set()
+        for name in SUMMARIZED:
+            for labels, hist in (sample.histograms.get(name) or {}).items():
+                key = (name, sample.backend, labels)
+                seen.add(key)
+                last, total = self._last.get(key), self._totals.get(key)
+                if last is None or total is None:
+                    total = Histogram(tuple((le, 0.0) for le, _ in hist.buckets), 0.0, 0.0)
+                    self._forget(key)
+                grown = increase(last, hist) if last is not None else total
+                if [le for le, _ in grown.buckets] != [le for le, _ in total.buckets]:
+                    self._totals[key] = grown  # other bounds: a new series, from zero
+                    self._forget(key)
+                else:
+                    self._totals[key] = total.merged(grown)
+                self._last[key] = hist
+        # A series the page no longer shows is gone (a renamed model leaves nothing behind).
+        for key in [k for k in self._totals if k not in seen]:
+            del self._totals[key], self._last[key]
+            self._forget(key)
+
+    def _forget(self, key: Key) -> None:
+        for _, past in self._past:
+            past.pop(key, None)
