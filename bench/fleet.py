@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/exposition.py'
 from exposition import snapshots  # noqa: E402
 
 from demo.stack import Prometheus, free_port  # noqa: E402
+from inferwatch.method.quantile import histogram_quantile  # noqa: E402
 from inferwatch.serve.exposition import render  # noqa: E402
 
 RULES = REPO / "alerts" / "inferwatch-rules.yaml"
@@ -63,8 +64,13 @@ class Sample:
 
 
 def template(page: str) -> list[str | Sample]:
-    """The page's lines: comments as they are, samples as (series, value, cumulative?)."""
+    """The page's lines: comments as they are, samples as (series, value, cumulative?).
+
+    The exporter's window quantiles are set to those of the page's own buckets: a replica's
+    counters all grow in proportion, so any window of it holds the capture's distribution.
+    """
     out: list[str | Sample] = []
+    buckets: dict[str, list[tuple[str, float]]] = {}
     for line in page.splitlines():
         if not line or line.startswith("#"):
             out.append(line)
@@ -72,6 +78,14 @@ def template(page: str) -> list[str | Sample]:
         series, value = line.rsplit(" ", 1)
         name = series.split("{", 1)[0]
         out.append(Sample(series, float(value), name.endswith(GROWING)))
+        if name.endswith("_bucket"):
+            le = series.split('le="', 1)[1].split('"', 1)[0]
+            buckets.setdefault(name.removesuffix("_bucket"), []).append((le, float(value)))
+    for i, line in enumerate(out):
+        if isinstance(line, Sample) and "_window_seconds{" in line.series:
+            histogram = line.series.split("{", 1)[0].replace("_window_seconds", "_seconds")
+            q = float(line.series.split('quantile="', 1)[1].split('"', 1)[0])
+            out[i] = Sample(line.series, histogram_quantile(q, buckets[histogram]), False)
     return out
 
 

@@ -259,7 +259,11 @@ def test_slo_objectives_per_model_and_scope() -> None:
     pods = spec_from_config({"slos": {"scope": "instance"}})
     errors = [r for r in slo_rules(pods) if r.get("record", "").endswith(":burnrate1h")]
     assert [r["record"] for r in errors] == ["instance:inferwatch_slo_errors:burnrate1h"]
-    assert "without (engine)" in errors[0]["expr"] and "reason=`error`" in errors[0]["expr"]
+    assert "reason=`error`" in errors[0]["expr"]
+    # Over a raw window the errors objective reads the finished requests once, by reason.
+    hour = [r for r in slo_rules(pods) if r.get("record", "").endswith("_finished:rate1h")]
+    assert [r["record"] for r in hour] == ["instance:inferwatch_slo_errors_finished:rate1h"]
+    assert hour[0]["expr"].startswith("sum without (engine) (rate(inferwatch_requests_finished")
     # Windows past an hour add up the recorded 5m rates instead of reading raw samples.
     day = [r for r in slo_rules(pods) if r.get("record", "").endswith(":burnrate1d")]
     assert day[0]["expr"].startswith("sum_over_time(instance:inferwatch_slo_errors_bad_events")

@@ -115,7 +115,7 @@ def test_every_panel_query_returns_data(stack) -> None:
     for _ in range(2):
         asyncio.run(burst(vllm.url, Burst(requests=4, prompt_words=words, max_tokens=16), salt=8))
     wait_for(prometheus, "instance:inferwatch_time_to_first_token_seconds:quantile_rate5m")
-    wait_for(prometheus, "instance:inferwatch_prefix_cache_hits:ratio_rate5m > 0")
+    wait_for(prometheus, "rate(inferwatch_prefix_cache_hits_total[5m]) > 0")
     wait_for(prometheus, 'ALERTS{alertname="InferenceLatencyRegression", alertstate="firing"}')
     instance = f"127.0.0.1:{iw.port}"
     failures = []

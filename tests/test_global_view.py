@@ -31,6 +31,7 @@ import pytest
 from aiohttp import web
 
 from demo.stack import Prometheus, free_port
+from inferwatch.collect.window import LatencyWindow
 from inferwatch.dashboards import dashboards
 from inferwatch.dashboards.queries import GPU_ONLY_PANELS
 from inferwatch.method.alerts import ALERTS
@@ -110,9 +111,12 @@ class Replicas:
         ]
 
     def handler(self, cluster: str, speed: float) -> Callable:
+        window = LatencyWindow(SPEC.window_seconds)  # the replica's exporter's
+
         async def metrics(request: web.Request) -> web.Response:
-            growth = 1 + speed * (time.monotonic() - self.started)
-            body = exporter_page(vllm_page(cluster, growth)).encode()
+            now = time.monotonic()
+            growth = 1 + speed * (now - self.started)
+            body = exporter_page(vllm_page(cluster, growth), window=(window, now)).encode()
             return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
         return metrics

@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from inferwatch.collect.window import LatencyWindow
 from inferwatch.method.local import Samples, parse_page
 from inferwatch.method.rules import dump_yaml, rules_document
 from inferwatch.method.spec import spec_from_config
@@ -24,16 +25,19 @@ TARGET = {"instance": "10.0.0.7:10177", "job": "inferwatch", "pod": "vllm-0"}
 CAPTURES = ("vllm-0.32.0-cpu-loaded-kv-full.prom", "vllm-0.32.0-cpu-after-preemptions.prom")
 
 
-def page(capture: str, step: int) -> Samples:
+def page(capture: str, step: int, window: LatencyWindow) -> Samples:
+    """The exporter's page; its latency window has polled the captures a window apart."""
     gpus = tuple(
         GpuSample(k, f"GPU-{k}", "NVIDIA H100 80GB HBM3", busy_seconds_total=10.0 * step)
         for k in (0, 1)
     )
-    return parse_page(exporter_page(fixture_text(capture), gpus))
+    at = window.seconds * step
+    return parse_page(exporter_page(fixture_text(capture), gpus, (window, at)))
 
 
 def test_one_replica_records_at_most_the_budget(tmp_path: Path) -> None:
     spec = spec_from_config({})
+    window = LatencyWindow(spec.window_seconds)
     (tmp_path / "rules.yaml").write_text(dump_yaml(rules_document(spec)))
     recorded = 'count({__name__=~"instance:.+"})'
     doc = {
@@ -43,14 +47,14 @@ def test_one_replica_records_at_most_the_budget(tmp_path: Path) -> None:
             {
                 "interval": "10s",
                 "input_series": promtool_series(
-                    [page(c, step) for step, c in enumerate(CAPTURES)], TARGET
+                    [page(c, step, window) for step, c in enumerate(CAPTURES)], TARGET
                 ),
                 "promql_expr_test": [
                     # promtool prints the count it got when this fails.
                     {"expr": f"{recorded} > {BUDGET}", "eval_time": "10s", "exp_samples": []},
                     # ...and the rules did record this replica (the check above can fail).
                     {
-                        "expr": f"{recorded} > bool 20",
+                        "expr": f"{recorded} > bool 10",
                         "eval_time": "10s",
                         "exp_samples": [{"labels": "{}", "value": 1}],
                     },

@@ -408,6 +408,15 @@ def promtool_values(group: Group, records: list[str], at: int, tmp: Path) -> dic
     return values
 
 
+def longer_than_the_series(record: str, at: int) -> bool:
+    """A raw rate whose window is longer than the series have lived at ``at`` seconds (the
+    SLO's finished requests over 30m and 1h in 20-minute scenarios): MetricsQL divides the
+    increase by the time its samples cover, PromQL extrapolates it to the window, so the
+    values differ by design. The burn rates made of them are ratios and are compared."""
+    window = re.search(r"_finished:rate(\w+)$", record)
+    return window is not None and duration_s(window.group(1)) > at
+
+
 @pytest.mark.parametrize("ident", RECORDED_GROUPS)
 def test_recorded_series_equal_prometheus(replayed: Replayed, ident: str, tmp_path: Path) -> None:
     (group,) = [g for g in replayed.groups if f"{g.file}:{g.name}" == ident]
@@ -423,6 +432,8 @@ def test_recorded_series_equal_prometheus(replayed: Replayed, ident: str, tmp_pa
             for s in replayed.export(record, group.start + at)
         }
         assert set(vm) == set(prometheus[record]), f"{record}: series differ"
+        if longer_than_the_series(record, at):
+            continue
         for key, expected in prometheus[record].items():
             assert vm[key] == pytest.approx(expected, rel=RECORDED_TOLERANCE, abs=1e-9), (
                 f"{record}{dict(key)}: vmalert {vm[key]}, Prometheus {expected}"

@@ -20,6 +20,9 @@ from pathlib import Path
 
 import yaml
 
+from inferwatch.method.quantile import histogram_quantile
+from inferwatch.metrics import WINDOW_QUANTILES
+
 HERE = Path(__file__).parent
 STEP = 30  # seconds between samples, the test's scrape interval
 SAMPLES = 40  # 20 minutes of data
@@ -178,6 +181,20 @@ def _histogram(metric: str, target: dict, bounds: tuple, rate: float, dist: Dist
     return series
 
 
+def _window(metric: str, labels: dict, bounds: tuple, dist: Dist) -> list[dict]:
+    """The exporter's quantiles of a histogram over the rate window (collect/window.py):
+    those of the distribution, from the second sample on, as a rate has them."""
+    cumulative = [(le, sum(s for ub, s in dist.shares.items() if ub <= le)) for le in bounds]
+    buckets = [*cumulative, ("+Inf", 1.0)]
+    return [
+        {
+            "series": metric + _labels(**labels, quantile=q),
+            "values": f"_ {histogram_quantile(float(q), buckets):g}+0x{SAMPLES - 1}",
+        }
+        for q in WINDOW_QUANTILES
+    ]
+
+
 def input_series(r: Replica) -> list[dict]:
     """Every series inferwatch would expose for one replica."""
     target = {"instance": r.instance, "job": "inferwatch"}
@@ -250,6 +267,8 @@ def input_series(r: Replica) -> list[dict]:
     out += _histogram("inferwatch_request_queue_time_seconds", engine, LATENCY_LE, rate, r.queue)
     tokens_per_s = rate * r.generation_tokens_per_request
     out += _histogram("inferwatch_inter_token_latency_seconds", engine, ITL_LE, tokens_per_s, r.itl)
+    out += _window("inferwatch_time_to_first_token_window_seconds", backend, TTFT_LE, r.ttft)
+    out += _window("inferwatch_inter_token_latency_window_seconds", backend, ITL_LE, r.itl)
     out += _histogram("inferwatch_request_prompt_tokens", engine, TOKENS_LE, rate, r.prompt_tokens)
     out += _histogram(
         "inferwatch_engine_step_tokens", engine, STEP_TOKENS_LE, r.steps_per_s, r.step_tokens
@@ -440,8 +459,8 @@ FLEET_QUEUEING = model_alert(
     "warning",
     "prefill",
     "scheduling",
-    f"TTFT p95 of {MODEL} across replicas is 7.375s (threshold 2s) and requests wait 4.5s of a "
-    "mean TTFT of 6s to be scheduled: the fleet lacks capacity.",
+    f"TTFT p95 of {MODEL} across replicas is 7.375s (threshold 2s) and requests spend 75% of "
+    "their mean TTFT waiting to be scheduled: the fleet lacks capacity.",
     f"{MODEL}: time to first token is dominated by queueing",
 )
 

@@ -77,7 +77,7 @@ def _gpu_use() -> list[PanelSpec]:
 
 def _gpu_limits(spec: Spec) -> list[PanelSpec]:
     """GPU row, what holds the GPUs back: clocks and throttling, power and heat, bandwidth."""
-    w = spec.w
+    window = spec.timing.window
     return [
         PanelSpec(
             P.GPU_CLOCKS,
@@ -118,7 +118,10 @@ def _gpu_limits(spec: Spec) -> list[PanelSpec]:
             "over the GPU's peak bandwidth. Near 100 % during decode: the roofline is reached.",
             [
                 Query(
-                    f"instance:inferwatch_estimated_read_bytes:per_peak_bandwidth_{w}{{{TARGET}}}",
+                    "sum without (engine) (rate(inferwatch_estimated_read_bytes_total"
+                    f"{{{TARGET}}}[{window}]))\n  / on (instance, job) group_left "
+                    "avg by (instance, job) "
+                    f"(inferwatch_gpu_memory_bandwidth_peak_bytes_per_second{{{NODE}}})",
                     "{{instance}}",
                 )
             ],

@@ -321,7 +321,7 @@ def _scheduler_row(spec: Spec) -> list[PanelSpec]:
             [
                 Query(mean("inferwatch_engine_step_tokens", window), "tokens per step"),
                 Query(
-                    f"sum(instance:inferwatch_engine_steps:{w}{{{TARGET}}})",
+                    f"sum(rate(inferwatch_engine_steps_total{{{TARGET}}}[{window}]))",
                     "steps/s",
                     unit="suffix: steps/s",
                 ),
@@ -484,7 +484,15 @@ def _system_row(spec: Spec) -> list[PanelSpec]:
             "Share of prompt tokens found in the prefix cache. Low with long shared system "
             "prompts means caching is off or defeated (a variable part at the start of the "
             "prompt); each hit is prefill compute saved.",
-            [Query(f"instance:inferwatch_prefix_cache_hits:ratio_{w}{{{TARGET}}}", "{{instance}}")],
+            [
+                Query(
+                    "sum without (engine) (rate(inferwatch_prefix_cache_hits_total"
+                    f"{{{TARGET}}}[{spec.timing.window}]))\n  / (sum without (engine) "
+                    f"(rate(inferwatch_prefix_cache_queries_total{{{TARGET}}}[{spec.timing.window}]))"
+                    " > 0)",
+                    "{{instance}}",
+                )
+            ],
             unit="percentunit",
         ),
     ]

@@ -117,28 +117,41 @@ def _q(selector: str, level: str, fmt: str = "humanize", match_model: bool = Tru
     """Annotation snippet: the value of another series for the alert's own labels.
 
     ``selector`` is a metric name with optional extra matchers (``foo`` or
-    ``foo{quantile="0.95"}``), possibly inside functions (``count(last_over_time(foo[6h]))``:
-    the matchers go on the innermost metric name). ``fmt`` is a template function applied to
-    the value, or ``label "name"`` to print one of the series' labels instead.
-    ``match_model=False`` matches on instance and job only (series without a model label).
+    ``foo{quantile="0.95"}``), possibly inside functions (``count(last_over_time(foo[6h]))``),
+    or an expression over several (:func:`_mean`): the matchers go on every metric name.
+    ``fmt`` is a template function applied to the value, or ``label "name"`` to print one of
+    the series' labels instead. ``match_model=False`` matches on instance and job only
+    (series without a model label).
     """
     pipe = fmt if fmt.startswith("label ") else f"value | {fmt}"
     part = r"(?:[a-zA-Z0-9_:]|%\(\w+\)s)"  # a name character, or a %(w)s placeholder
-    match = re.search(rf"{part}*inferwatch_{part}+(\{{[^}}]*\}})?", selector)
-    assert match is not None, selector
-    name, extra = match.group(0).partition("{")[::2]
-    extra = "," + extra.rstrip("}") if extra else ""
+    metric = re.compile(rf"{part}*inferwatch_{part}+(\{{[^}}]*\}})?")
     if level == INSTANCE:
         labels = 'instance="%%s",job="%%s"' + (',model="%%s"' if match_model else "")
         args = "$labels.instance $labels.job" + (" $labels.model" if match_model else "")
     else:
         labels = 'namespace="%%s",backend="%%s",model="%%s"'
         args = "$labels.namespace $labels.backend $labels.model"
-    query = selector[: match.start()] + f"{name}{{{labels}{extra}}}" + selector[match.end() :]
+
+    def with_labels(match: re.Match) -> str:
+        name, extra = match.group(0).partition("{")[::2]
+        return f"{name}{{{labels}{',' + extra.rstrip('}') if extra else ''}}}"
+
+    query, count = metric.subn(with_labels, selector)
+    assert count, selector
     return (
-        f"{{{{ with printf `{query}` {args} | query }}}}"
+        f"{{{{ with printf `{query}` {' '.join([args] * count)} | query }}}}"
         f"{{{{ . | first | {pipe} }}}}{{{{ else }}}}n/a{{{{ end }}}}"
     )
+
+
+def _mean(numerator: str, denominator: str = "") -> str:
+    """A description's mean over the rate window, read when the alert is active: a
+    histogram's (its rate of sum over rate of count), or one counter's rate over another's."""
+    num, den = (
+        (numerator, denominator) if denominator else (f"{numerator}_sum", f"{numerator}_count")
+    )
+    return f"sum(rate({num}[%(window)s])) / sum(rate({den}[%(window)s]))"
 
 
 NUM = 'printf "%%.3g"'  # plain numbers (rates, ratios): 0.1, not humanize's "100m"
@@ -154,8 +167,7 @@ P95, P99, P50 = '{quantile="0.95"}', '{quantile="0.99"}', '{quantile="0.5"}'
 
 # The alert table, in the order of the rules file. Short names for the series it quotes:
 I, M = INSTANCE, MODEL  # noqa: E741 (short level names keep the templates readable)
-ittft, iitl, iqueue = (f"instance:inferwatch_{h}" for h in (TTFT, ITL, QUEUE))
-mttft, mqueue = f"model:inferwatch_{TTFT}", f"model:inferwatch_{QUEUE}"
+ittft, iitl = (f"instance:inferwatch_{h}" for h in (TTFT, ITL))
 ALERTS: dict[str, Alert] = {
     a.name: a
     for a in (
@@ -204,11 +216,9 @@ ALERTS: dict[str, Alert] = {
             "5m",
             "{{ $labels.model }}: time to first token is dominated by queueing",
             "TTFT p95 of {{ $labels.model }} across replicas is {{ $value | humanizeDuration }} "
-            "(threshold %(t.ttft_p95_seconds)ss) and requests wait "
-            + _q(f"{mqueue}:mean_%(w)s", M, "humanizeDuration")
-            + " of a mean TTFT of "
-            + _q(f"{mttft}:mean_%(w)s", M, "humanizeDuration")
-            + " to be scheduled: the fleet lacks capacity.",
+            "(threshold %(t.ttft_p95_seconds)ss) and requests spend "
+            + _q(f"model:inferwatch_{QUEUE}:mean_per_ttft_mean_%(w)s", M, "humanizePercentage")
+            + " of their mean TTFT waiting to be scheduled: the fleet lacks capacity.",
             when=(
                 Cond("model_ttft_p95", ">", "ttft_p95_seconds"),
                 Cond("model_queue_share", ">", "queue_share_high"),
@@ -224,13 +234,19 @@ ALERTS: dict[str, Alert] = {
             "Prefill is the bottleneck on {{ $labels.instance }} ({{ $labels.model }})",
             "TTFT p95 is {{ $value | humanizeDuration }} (threshold %(t.ttft_p95_seconds)ss) "
             "while queueing takes only "
-            + _q(f"{iqueue}:mean_%(w)s", I, "humanizeDuration")
+            + _q(_mean(f"inferwatch_{QUEUE}"), I, "humanizeDuration")
             + " and inter-token latency p95 is a normal "
             + _q(f"{iitl}:quantile_%(w)s{P95}", I, "humanizeDuration")
             + ". Prompts take long to compute: mean prompt "
-            + _q("instance:inferwatch_request_prompt_tokens:mean_%(w)s", I)
+            + _q(_mean("inferwatch_request_prompt_tokens"), I)
             + " tokens, prefix-cache hit ratio "
-            + _q("instance:inferwatch_prefix_cache_hits:ratio_%(w)s", I, "humanizePercentage")
+            + _q(
+                _mean(
+                    "inferwatch_prefix_cache_hits_total", "inferwatch_prefix_cache_queries_total"
+                ),
+                I,
+                "humanizePercentage",
+            )
             + ".",
             when=(
                 Cond("ttft_p95", ">", "ttft_p95_seconds"),
@@ -261,7 +277,7 @@ ALERTS: dict[str, Alert] = {
             + "; mean ITL over the hardware floor is "
             + _q(f"{iitl}:mean_per_decode_floor_%(w)s", I, NUM)
             + "x (n/a: floor unknown), with "
-            + _q("instance:inferwatch_engine_step_tokens:mean_%(w)s", I)
+            + _q(_mean("inferwatch_engine_step_tokens"), I)
             + " tokens per engine step. Decode is slower than the memory bandwidth allows.",
             when=(
                 Cond("itl_p95", ">", "itl_p95_seconds"),
@@ -323,7 +339,7 @@ ALERTS: dict[str, Alert] = {
             + ") while prompts are prefilled at "
             + _q("instance:inferwatch_prompt_tokens:%(w)s", I)
             + " tokens/s with "
-            + _q("instance:inferwatch_engine_step_tokens:mean_%(w)s", I)
+            + _q(_mean("inferwatch_engine_step_tokens"), I)
             + " tokens per engine step: decode steps wait behind prefill chunks.",
             when=(
                 Cond("itl_tail_ratio", ">", "itl_tail_ratio"),
@@ -382,7 +398,7 @@ ALERTS: dict[str, Alert] = {
             "The canary's first tokens from {{ $labels.model }} arrive {{ $value | "
             "humanizeDuration }} later than the server's own TTFT says (medians over the last "
             "%(window)s; threshold %(t.client_gap_seconds)ss; the server's mean TTFT "
-            + _q(f"{ittft}:mean_%(w)s", I, "humanizeDuration")
+            + _q(_mean(f"inferwatch_{TTFT}"), I, "humanizeDuration")
             + "). The time is spent between the client and the engine: the network, an ingress "
             "or gateway, the API server's HTTP handling and tokenization, or SSE framing.",
             when=(Cond("canary_ttft_gap", ">", "client_gap_seconds"),),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from inferwatch.method.signals import INSTANCE, MODEL
 from inferwatch.method.spec import Spec
+from inferwatch.metrics import WINDOW_QUANTILES
 
 
 @dataclass(frozen=True)
@@ -21,24 +22,15 @@ class Record:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-# What is recorded of the histograms: only what the alerts, their descriptions and the fleet
-# dashboard read (the triage dashboard computes the rest from the raw buckets when it is
-# looked at). At fleet size a recorded bucket series costs as much as a raw one, and each
-# rate over raw buckets is most of an evaluation's work (bench/fleet.py).
+# What is recorded: only what the alerts and the fleet dashboard read (alert descriptions
+# query the rest while the alert is active, the triage dashboard when it is looked at). At
+# fleet size a rule costs per series it reads and writes (bench/fleet.py): per model the
+# histograms' buckets are added up across replicas; per instance the quantiles are the
+# exporter's own (collect/window.py), copied.
 TTFT = "inferwatch_time_to_first_token_seconds"
 ITL = "inferwatch_inter_token_latency_seconds"
 QUEUE = "inferwatch_request_queue_time_seconds"
-QUANTILES = ("0.5", "0.95", "0.99")
-# Means per instance (queue share, ITL over the decode floor, the descriptions' prompt length
-# and batch size) and per model (queue share).
-INSTANCE_MEANS = (
-    TTFT,
-    QUEUE,
-    ITL,
-    "inferwatch_request_prompt_tokens",
-    "inferwatch_engine_step_tokens",
-)
-MODEL_MEANS = (TTFT, QUEUE)
+SHARE = "mean_per_ttft_mean"  # the queue's share of TTFT: mean queue time / mean TTFT
 
 
 def _level(spec: Spec, level: str, extra: str = "") -> str:
@@ -50,68 +42,70 @@ def _level(spec: Spec, level: str, extra: str = "") -> str:
 
 def recording_rules(spec: Spec) -> list[Record]:
     """Every recording rule, named ``level:metric:operations``; instance rules first (the
-    model's ITL buckets add up the instances' within the same evaluation)."""
+    model's finished requests add up the instances' within the same evaluation)."""
     return [
         *_instance_latency(spec),
-        *_means(spec, INSTANCE, INSTANCE_MEANS),
+        _queue_share(spec, INSTANCE),
         *_counter_rules(spec, INSTANCE),
         *_instance_rules(spec),
         *_model_latency(spec),
-        *_means(spec, MODEL, MODEL_MEANS),
+        _queue_share(spec, MODEL),
         *_counter_rules(spec, MODEL),
     ]
 
 
-def _quantiles(name: str, buckets: str, quantiles: tuple[str, ...] = QUANTILES) -> list[Record]:
-    return [Record(name, f"histogram_quantile({q}, {buckets})", {"quantile": q}) for q in quantiles]
+def _quantiles(name: str, buckets: str) -> list[Record]:
+    return [
+        Record(name, f"histogram_quantile({q}, {buckets})", {"quantile": q})
+        for q in WINDOW_QUANTILES
+    ]
 
 
 def _instance_latency(spec: Spec) -> list[Record]:
-    """ITL's bucket rates and its p50/p95/p99 (the tail ratio needs all three); TTFT's p95
-    straight from the raw buckets (its buckets are recorded per model only)."""
-    w, window = spec.w, spec.timing.window
-    itl_buckets = f"instance:{ITL}_bucket:{w}"
+    """ITL's p50/p95/p99 (the tail ratio needs all three) and TTFT's p95: the exporter's
+    quantiles over the same window, under the names the rules and dashboards read."""
+    w = spec.w
     return [
-        Record(itl_buckets, f"sum without (engine) (rate({ITL}_bucket[{window}]))"),
-        *_quantiles(f"instance:{ITL}:quantile_{w}", itl_buckets),
-        *_quantiles(
+        Record(f"instance:{ITL}:quantile_{w}", "inferwatch_inter_token_latency_window_seconds"),
+        Record(
             f"instance:{TTFT}:quantile_{w}",
-            f"sum without (engine) (rate({TTFT}_bucket[{window}]))",
-            ("0.95",),
+            'inferwatch_time_to_first_token_window_seconds{quantile="0.95"}',
         ),
     ]
 
 
 def _model_latency(spec: Spec) -> list[Record]:
-    """TTFT and ITL bucket rates across replicas (ITL's from the instances' rule) and their
-    p50/p95/p99."""
+    """TTFT and ITL bucket rates across replicas and their p50/p95/p99."""
     w, window, by = spec.w, spec.timing.window, _level(spec, MODEL)
     by_le = by.replace(")", ", le)")
-    out = [
-        Record(f"model:{TTFT}_bucket:{w}", f"sum {by_le} (rate({TTFT}_bucket[{window}]))"),
-        Record(f"model:{ITL}_bucket:{w}", f"sum {by_le} (instance:{ITL}_bucket:{w})"),
-    ]
+    out = []
     for metric in (TTFT, ITL):
-        out += _quantiles(f"model:{metric}:quantile_{w}", f"model:{metric}_bucket:{w}")
+        buckets = f"model:{metric}_bucket:{w}"
+        out.append(Record(buckets, f"sum {by_le} (rate({metric}_bucket[{window}]))"))
+        out += _quantiles(f"model:{metric}:quantile_{w}", buckets)
     return out
 
 
-def _means(spec: Spec, level: str, metrics: tuple[str, ...]) -> list[Record]:
-    """Rate of the sum over rate of the count, in one rule each."""
-    w, window, by = spec.w, spec.timing.window, _level(spec, level)
-    return [
-        Record(
-            f"{level}:{metric}:mean_{w}",
-            f"sum {by} (rate({metric}_sum[{window}]))\n"
-            f"  / (sum {by} (rate({metric}_count[{window}])) > 0)",
-        )
-        for metric in metrics
-    ]
+def _mean(spec: Spec, level: str, metric: str) -> str:
+    """Rate of the sum over rate of the count."""
+    window, by = spec.timing.window, _level(spec, level)
+    return (
+        f"sum {by} (rate({metric}_sum[{window}]))\n"
+        f"  / (sum {by} (rate({metric}_count[{window}])) > 0)"
+    )
+
+
+def _queue_share(spec: Spec, level: str) -> Record:
+    """Mean queue time over mean TTFT, in one rule (the means alone are only described)."""
+    return Record(
+        f"{level}:{QUEUE}:{SHARE}_{spec.w}",
+        f"({_mean(spec, level, QUEUE)})\n  / ({_mean(spec, level, TTFT)})",
+    )
 
 
 def _counter_rules(spec: Spec, level: str) -> list[Record]:
-    """Finished requests (all reasons); per instance also the token and preemption rates and
-    the prefix-cache hit ratio, per model the error and abort shares."""
+    """Finished requests (all reasons); per instance also the token and preemption rates, per
+    model the error and abort shares."""
     w, window, by = spec.w, spec.timing.window, _level(spec, level)
     finished = "inferwatch_requests_finished"
     by_reason = _level(spec, level, ", reason")
@@ -132,13 +126,6 @@ def _counter_rules(spec: Spec, level: str) -> list[Record]:
     for counter in ("prompt_tokens", "generation_tokens", "preemptions"):
         metric = f"inferwatch_{counter}"
         out.append(Record(f"{level}:{metric}:{w}", f"sum {by} (rate({metric}_total[{window}]))"))
-    out.append(
-        Record(
-            f"{level}:inferwatch_prefix_cache_hits:ratio_{w}",
-            f"sum {by} (rate(inferwatch_prefix_cache_hits_total[{window}]))\n"
-            f"  / (sum {by} (rate(inferwatch_prefix_cache_queries_total[{window}])) > 0)",
-        )
-    )
     return out
 
 
@@ -157,23 +144,13 @@ def _instance_rules(spec: Spec) -> list[Record]:
             f"sum without (engine) (rate(inferwatch_frontend_cpu_seconds_total[{window}]))",
         ),
         Record(
-            f"instance:inferwatch_engine_steps:{w}",
-            f"sum without (engine) (rate(inferwatch_engine_steps_total[{window}]))",
-        ),
-        Record(
             f"instance:inferwatch_gpu_busy_seconds:avg_{w}",
             f"avg without (gpu, uuid, name) (rate(inferwatch_gpu_busy_seconds_total[{window}]))",
         ),
         Record(
-            f"instance:inferwatch_inter_token_latency_seconds:mean_per_decode_floor_{w}",
-            f"instance:inferwatch_inter_token_latency_seconds:mean_{w}\n"
+            f"instance:{ITL}:mean_per_decode_floor_{w}",
+            f"({_mean(spec, INSTANCE, ITL)})\n"
             "  / on (instance, job, backend, model) group_left max by (instance, job, backend, model) "
             "(inferwatch_decode_floor_seconds)",
-        ),
-        Record(
-            f"instance:inferwatch_estimated_read_bytes:per_peak_bandwidth_{w}",
-            f"sum without (engine) (rate(inferwatch_estimated_read_bytes_total[{window}]))\n"
-            "  / on (instance, job) group_left avg by (instance, job) "
-            "(inferwatch_gpu_memory_bandwidth_peak_bytes_per_second)",
         ),
     ]

@@ -133,7 +133,7 @@ SIGNALS: dict[str, Signal] = {
             "queue share of TTFT",
             "ratio",
             INSTANCE,
-            f"instance:inferwatch_{QUEUE}:mean_%(w)s / instance:inferwatch_{TTFT}:mean_%(w)s",
+            f"instance:inferwatch_{QUEUE}:mean_per_ttft_mean_%(w)s",
             Ratio(Mean(QUEUE), Mean(TTFT)),
         ),
         Signal(
@@ -339,7 +339,7 @@ SIGNALS: dict[str, Signal] = {
             "queue share of TTFT (fleet)",
             "ratio",
             MODEL,
-            f"model:inferwatch_{QUEUE}:mean_%(w)s / model:inferwatch_{TTFT}:mean_%(w)s",
+            f"model:inferwatch_{QUEUE}:mean_per_ttft_mean_%(w)s",
             Ratio(Mean(QUEUE), Mean(TTFT)),
         ),
         Signal(

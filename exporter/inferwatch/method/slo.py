@@ -21,6 +21,8 @@ The generated recording rules (``model:`` or ``instance:`` level, by objective k
 
     model:inferwatch_slo_ttft_events:rate5m        all events per second
     model:inferwatch_slo_ttft_bad_events:rate5m    events that missed the objective
+    model:inferwatch_slo_errors_finished:rate1h    errors only: finished requests per second
+                                                   by reason (5m, 30m and 1h)
     model:inferwatch_slo_ttft:burnrate1h           bad share over 1h / (1 - target)
     model:inferwatch_slo_ttft:error_budget_remaining   over the compliance window
     model:inferwatch_slo_ttft:objective            the target, on the model's labels
@@ -297,21 +299,28 @@ def _selector(*matchers: str) -> str:
     return f"{{{inner}}}" if inner else ""
 
 
-def _events(o: Objective, by: str, sel: str, window: str, events: str) -> tuple[str, str]:
-    """(all events, bad events) per second over ``window``, as PromQL; ``events`` names the
-    recording of all events over 5m, which stands in for a missing error series."""
+def _events(o: Objective, by: str, sel: str, window: str, finished: str) -> tuple[str, str]:
+    """(all events, bad events) per second over a raw ``window``, as PromQL. For ``errors``
+    both come from ``finished``, the recording of finished requests by reason over that
+    window: the raw series are read once, and a request's reason says if it was bad."""
     if o.kind == "errors":
-        finished = "inferwatch_requests_finished_total"
-        total = f"sum {by} (rate({finished}{_selector(sel)}[{window}]))"
-        errors = f"sum {by} (rate({finished}{_selector(sel, 'reason=`error`')}[{window}]))"
+        total = f"sum without (reason) ({finished}{_selector(sel)})"
+        errors = f"sum without (reason) ({finished}{_selector(sel, 'reason=`error`')})"
         # A server that never failed may have no `error` series at all: that is zero errors.
-        if window == "5m":
-            return total, f"({errors} or 0 * sum without (slo) ({events}{_selector(sel)}))"
         return total, f"({errors} or 0 * {total})"
     hist = KINDS[o.kind].histogram
     total = f"sum {by} (rate({hist}_count{_selector(sel)}[{window}]))"
     good = f"sum {by} (rate({hist}_bucket{_selector(sel, _le(o.seconds))}[{window}]))"
     return total, f"({total} - {good})"
+
+
+def _finished(o: Objective, by: str, sel: str, window: str, name: str) -> list[Rule]:
+    """For ``errors``, the rule :func:`_events` reads over a raw window; none for others."""
+    if o.kind != "errors":
+        return []
+    by_reason = by.replace(")", ", reason)") if by.startswith("by") else by
+    expr = f"sum {by_reason} (rate(inferwatch_requests_finished_total{_selector(sel)}[{window}]))"
+    return [Rule(name, expr, o.kind)]
 
 
 def record(scope: str, kind: str, operation: str, events: str = "") -> str:
@@ -339,7 +348,9 @@ def recording_rules(slos: SLOs, fleet_labels: tuple[str, ...]) -> list[Rule]:
         for o in group.objectives:
             events = record(level, o.kind, "rate5m", "events")
             bad_events = record(level, o.kind, "rate5m", "bad_events")
-            total, bad = _events(o, by, sel, "5m", events)
+            finished = record(level, o.kind, "rate5m", "finished")
+            out += _finished(o, by, sel, "5m", finished)
+            total, bad = _events(o, by, sel, "5m", finished)
             out.append(Rule(events, total, o.kind))
             out.append(Rule(bad_events, bad, o.kind))
             only = _selector(sel)
@@ -352,7 +363,9 @@ def recording_rules(slos: SLOs, fleet_labels: tuple[str, ...]) -> list[Rule]:
             )
             for window in WINDOWS[1:]:
                 if hours(window) <= RAW_HOURS:
-                    total, bad = _events(o, by, sel, window, events)
+                    finished = record(level, o.kind, f"rate{window}", "finished")
+                    out += _finished(o, by, sel, window, finished)
+                    total, bad = _events(o, by, sel, window, finished)
                 else:
                     bad = f"sum_over_time({bad_events}{only}[{window}])"
                     total = f"sum_over_time({events}{only}[{window}])"
