@@ -439,9 +439,12 @@ class PageUpstream(Upstream):
 
 
 def poll_and_render(name: str, page: str) -> tuple[Snapshot, str]:
-    """A poll of the real capture, then one of ``page``; the snapshot and page it leaves."""
+    """A poll of the real capture, then one of ``page`` a second later (a whole latency
+    window: its quantiles are computed from both); the snapshot and page it leaves."""
     upstream = PageUpstream(CAPTURES[name])
-    poller = Poller(upstream, SERVER_OF[name], None, PollSettings())
+    clock = iter(range(1_000_000))
+    settings = PollSettings(latency_window=1.0)
+    poller = Poller(upstream, SERVER_OF[name], None, settings, clock=lambda: float(next(clock)))
 
     async def two_polls() -> Snapshot:
         await poller.poll_once()

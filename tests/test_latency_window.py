@@ -7,12 +7,19 @@ resets, engines, a backend that goes away, series that appear or change their bo
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
+from test_hostile_pages import PageUpstream
 
+from inferwatch.collect.backends import VLLM
+from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.window import MIN_SPAN, STEPS, LatencyWindow
 from inferwatch.model import BackendSample, Histogram, Labels
+from inferwatch.serve.exposition import render
+
+from conftest import fixture_text
 
 ITL = "inter_token_latency_seconds"
 TTFT = "time_to_first_token_seconds"
@@ -124,3 +131,21 @@ def test_the_history_stays_bounded_however_fast_it_polls() -> None:
         window.update(i / 100, sample({"": hist(i, i, i, i)}))
     assert len(window._past) <= STEPS + 2
     assert q(window.update(100.0, sample({"": hist(1e4, 1e4, 1e4, 1e4)})), "0.5") == 0.05
+
+
+def test_a_bug_in_the_window_leaves_out_its_series_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(self: LatencyWindow, now: float, sample: BackendSample | None) -> dict:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(LatencyWindow, "update", broken)
+    upstream = PageUpstream(fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom"))
+    poller = Poller(upstream, VLLM, None, PollSettings())
+    snaps = [asyncio.run(poller.poll_once()) for _ in range(3)]
+    assert all(s.backend_up and s.backend is not None for s in snaps)
+    page = render(snaps[-1]).decode()
+    assert "inferwatch_time_to_first_token_seconds_bucket" in page
+    assert "_window_seconds" not in page
+    failures = [r for r in caplog.records if "latency window failed" in r.getMessage()]
+    assert len(failures) == 1  # once, then at most once a minute

@@ -27,7 +27,14 @@ from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.collect.window import LatencyWindow
-from inferwatch.model import BackendSample, CanarySample, CollectorStatus, GpuSample, Snapshot
+from inferwatch.model import (
+    BackendSample,
+    CanarySample,
+    CollectorStatus,
+    GpuSample,
+    Labels,
+    Snapshot,
+)
 
 if TYPE_CHECKING:
     from inferwatch.capture.capturer import Capturer
@@ -197,7 +204,7 @@ class Poller:
             backend=sample,
             collectors=collectors,
             gpus=gpus,
-            derived=derived(qwi, floor, self._latency.update(now, sample)),
+            derived=derived(qwi, floor, self._latency_window(now, sample)),
             baseline=baseline_series(self.settings.baseline, sample)
             if self.settings.baseline is not None and sample is not None
             else {},
@@ -206,6 +213,17 @@ class Poller:
         )
         self.last_poll_at = now
         return self.snapshot
+
+    def _latency_window(
+        self, now: float, sample: BackendSample | None
+    ) -> dict[str, dict[Labels, float]]:
+        """The window's quantiles for this snapshot; a bug there leaves them out, nothing else."""
+        try:
+            return self._latency.update(now, sample)
+        except Exception:
+            if self._bug_log.allow("latency window") is not None:
+                log.exception("computing the latency window failed; its series are left out")
+            return {}
 
     def _canary_sample(self, now: float, sample: BackendSample | None) -> CanarySample | None:
         """The canary's counts for this snapshot; a canary bug leaves them out, nothing else."""
