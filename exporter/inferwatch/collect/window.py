@@ -3,7 +3,7 @@
 A Prometheus summary for the pod beside the histogram for the fleet: the alerts judge one
 pod by its TTFT p95 and its inter-token latency p50/p95/p99 over the rules' rate window
 (``5m``). Computed by Prometheus from the raw buckets (each reads all ~20 buckets of every
-replica at every evaluation), those four quantiles took 0.6 s of the 1.7 s the recording rules
+replica at every evaluation), those four quantiles took 1.2 s of the 3.0 s the recording rules
 took at 1,000 replicas (``bench/fleet.py``). The exporter has every poll of its backend at
 hand, so it publishes them as summaries (quantiles only), and the rules copy them:
 
