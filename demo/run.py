@@ -63,8 +63,8 @@ def render(stack: LocalStack, phase: str, story: str, started: float) -> str:
     p95 = '{quantile="0.95"}'
     ttft = f"max(model:inferwatch_time_to_first_token_seconds:quantile_{w}{p95})"
     itl = f"max(model:inferwatch_inter_token_latency_seconds:quantile_{w}{p95})"
-    window, queue = stack.spec.timing.window, "inferwatch_request_queue_time_seconds"
-    queue = f"sum(rate({queue}_sum[{window}])) / sum(rate({queue}_count[{window}]))"
+    window, hist = stack.spec.timing.window, "inferwatch_request_queue_time_seconds"
+    queue = f"sum(rate({hist}_sum[{window}])) / sum(rate({hist}_count[{window}]))"
     gap = "max(inferwatch_canary_ttft_gap_seconds)"
     ok = 'result="ok"'
     assert stack.calibration is not None

@@ -89,9 +89,8 @@ class LatencyWindow:
                 key = (name, sample.backend, labels)
                 seen.add(key)
                 last, total = self._last.get(key), self._totals.get(key)
-                if last is None or total is None:
+                if last is None or total is None:  # first seen: from its first poll
                     total = Histogram(tuple((le, 0.0) for le, _ in hist.buckets), 0.0, 0.0)
-                    self._forget(key)
                 grown = increase(last, hist) if last is not None else total
                 if [le for le, _ in grown.buckets] != [le for le, _ in total.buckets]:
                     self._totals[key] = grown  # other bounds: a new series, from zero

@@ -392,7 +392,7 @@ def _scheduler_row(spec: Spec) -> list[PanelSpec]:
 
 def _system_row(spec: Spec) -> list[PanelSpec]:
     """System: frontend CPU, the client's path (the canary), workload."""
-    w, t = spec.w, spec.t
+    w, t, window = spec.w, spec.t, spec.timing.window
     return [
         PanelSpec(
             P.FRONTEND_CPU,
@@ -487,9 +487,8 @@ def _system_row(spec: Spec) -> list[PanelSpec]:
             [
                 Query(
                     "sum without (engine) (rate(inferwatch_prefix_cache_hits_total"
-                    f"{{{TARGET}}}[{spec.timing.window}]))\n  / (sum without (engine) "
-                    f"(rate(inferwatch_prefix_cache_queries_total{{{TARGET}}}[{spec.timing.window}]))"
-                    " > 0)",
+                    f"{{{TARGET}}}[{window}]))\n  / (sum without (engine) "
+                    f"(rate(inferwatch_prefix_cache_queries_total{{{TARGET}}}[{window}])) > 0)",
                     "{{instance}}",
                 )
             ],

@@ -325,7 +325,8 @@ def _finished(o: Objective, by: str, sel: str, window: str, name: str) -> list[R
 
 def record(scope: str, kind: str, operation: str, events: str = "") -> str:
     """A recording rule's name: ``model:inferwatch_slo_ttft:burnrate1h``; with ``events``
-    (``events``, ``bad_events``) an event rate's: ``model:inferwatch_slo_ttft_events:rate5m``."""
+    (``events``, ``bad_events``, ``finished``) an event rate's:
+    ``model:inferwatch_slo_ttft_events:rate5m``."""
     return f"{scope}:inferwatch_slo_{kind}{'_' + events if events else ''}:{operation}"
 
 
