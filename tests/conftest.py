@@ -241,6 +241,7 @@ def oracle_mapping(backend: Backend, text: str, model_hint: str = "") -> tuple[d
                             seen.add(key)
                     for key in series.keys() - seen:
                         series[key][suffix] = math.nan
+                series = {k: h for k, h in series.items() if _complete(h)}
                 if series:
                     histograms[feed.key] = series
                 break
@@ -258,6 +259,18 @@ def oracle_mapping(backend: Backend, text: str, model_hint: str = "") -> tuple[d
                     values[feed.key] = series
                 break
     return values, histograms
+
+
+def _complete(hist: dict) -> bool:
+    """Whether the exposition format lets this histogram be served: a +Inf bucket, counts
+    cumulative, a sum (finite, >= 0) and a count equal to the +Inf bucket (taken from it
+    when the page has none). Fills in the count."""
+    counts = [count for _, count in sorted(hist["buckets"].items())]
+    if math.inf not in hist["buckets"] or counts != sorted(counts):
+        return False
+    if math.isnan(hist["count"]):
+        hist["count"] = counts[-1]
+    return hist["count"] == counts[-1] and math.isfinite(hist["sum"]) and hist["sum"] >= 0
 
 
 def assert_matches_oracle(backend: Backend, text: str, model_hint: str = "") -> None:

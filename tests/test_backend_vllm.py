@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 
@@ -103,12 +102,19 @@ def test_histogram_keeps_backend_buckets_and_totals() -> None:
     assert (hist.count, hist.sum) == (6151.0, 12.12670722100006)
 
 
-def test_data_parallel_histograms_keep_one_series_per_engine() -> None:
+def test_data_parallel_histograms_are_judged_one_engine_at_a_time() -> None:
+    """The excerpt's histograms are all cut (no +Inf bucket or no _sum): each engine's series
+    is left out with its own cause, none is served incomplete."""
     sample = VLLM.normalize(fixture_text("vllm-0.10.x-pr22227-dp2-multiproc-excerpt.prom"))
-    series = sample.histograms["request_generation_tokens"]
-    model = ("model", "/home/jovyan/qwen3-8b")
-    assert {labels[1] for labels in series} == {("engine", "0"), ("engine", "1")}
-    assert series[(model, ("engine", "0"))].count == 3.0
+    assert sample.histograms == {}
+    causes = {d.detail.split("}: ")[0].split("engine=")[1]: d.detail for d in sample.dropped}
+    assert sorted(d.detail.split("}: ")[1] for d in sample.dropped) == [
+        "no +Inf bucket",
+        "no +Inf bucket",
+        "sum nan is not finite and >= 0",
+        "sum nan is not finite and >= 0",
+    ]
+    assert set(causes) == {'"0"', '"1"'}
 
 
 def test_v0_engine_uses_old_names_and_model_only_labels() -> None:
@@ -120,23 +126,14 @@ def test_v0_engine_uses_old_names_and_model_only_labels() -> None:
     assert "prefix_cache_hits" not in sample.values
 
 
-def test_docs_snippet_without_inf_bucket_is_reexported_as_written() -> None:
+def test_docs_snippet_without_inf_bucket_is_left_out() -> None:
+    """The docs' histogram has no +Inf bucket: Prometheus' parser refuses it, so it is not
+    served (the rest of the page is)."""
     sample = VLLM.normalize(fixture_text("vllm-docs-usage-metrics-snippet.prom"))
-    model = (("model", "unsloth/Llama-3.2-1B-Instruct"),)
-    hist = sample.histograms["engine_step_tokens"][model]
-    assert [le for le, _ in hist.buckets] == [
-        "1.0",
-        "8.0",
-        "16.0",
-        "32.0",
-        "64.0",
-        "128.0",
-        "256.0",
-        "512.0",
+    assert "engine_step_tokens" not in sample.histograms
+    assert [(d.family, d.detail.split(": ")[-1]) for d in sample.dropped] == [
+        ("vllm:iteration_tokens_total", "no +Inf bucket")
     ]
-    assert all(count == 3.0 for _, count in hist.buckets)
-    assert hist.sum == 0.0
-    assert math.isnan(hist.count)  # the snippet has no _count line
     assert "engine_steps" not in sample.values
 
 
@@ -217,6 +214,7 @@ def test_histogram_with_a_bad_bound_is_left_out_and_said_so() -> None:
         'vllm:num_requests_waiting{engine="0",model_name="m"} 2\n'
         'vllm:e2e_request_latency_seconds_bucket{engine="0",le="soon",model_name="m"} 1\n'
         'vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 4\n'
+        'vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 1.5\n'
     )
     sample = VLLM.normalize(text)
     assert sample.values["requests_waiting"] == {(("model", "m"), ("engine", "0")): 2.0}
@@ -319,6 +317,13 @@ def test_request_tpot_is_the_per_request_histogram(fixture: str) -> None:
 def test_request_tpot_is_absent_before_0_11_not_taken_from_the_per_token_histogram() -> None:
     text = fixture_text("vllm-0.10.0-production-stack-issue617.prom")
     assert "vllm:time_per_output_token_seconds_bucket" in text
+    # The excerpt ends before the histogram's +Inf bucket, _count and _sum: completed here.
+    labels = 'engine="0",model_name="zai-org/GLM-4.5"'
+    text += (
+        f'vllm:time_per_output_token_seconds_bucket{{{labels},le="+Inf"}} 1182.0\n'
+        f"vllm:time_per_output_token_seconds_count{{{labels}}} 1182.0\n"
+        f"vllm:time_per_output_token_seconds_sum{{{labels}}} 96.5\n"
+    )
     sample = VLLM.normalize(text)
     assert "inter_token_latency_seconds" in sample.histograms
     assert "request_time_per_output_token_seconds" not in sample.histograms

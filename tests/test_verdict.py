@@ -294,3 +294,25 @@ async def test_a_real_browser_renders_the_verdict(exporter, tmp_path: Path) -> N
     assert taken.returncode == 0, taken.stderr
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print(f"verdict page screenshot: {shot}")
+
+
+async def test_a_share_never_exceeds_the_window(exporter) -> None:
+    """An engine that stops progressing with requests waiting: the stall is counted from its
+    start once it has lasted a second, so a sparkline window that begins inside that second
+    gains more queued-while-idle seconds than it lasts. The share still reads at most 1."""
+    backend, clock, poller, client, apps = exporter
+    await client()
+    steps = 'vllm:iteration_tokens_total_count{engine="0",model_name="tiny"} 496.0'
+    assert steps in KV_FULL
+    for n in range(60):  # polls 0.5 s apart; the engine steps until the 9th, then freezes
+        backend.page = KV_FULL.replace(steps, steps.replace("496.0", f"{496 + min(n, 9)}.0"))
+        await poller.poll_once()
+        await apps[0][VERDICT].refresh()
+        clock.now += 0.5
+    doc = apps[0][VERDICT].document()
+    shares = [value for _, value in doc["series"]["queued_while_idle_ratio"]]
+    assert shares and all(value is None or 0.0 <= value <= 1.0 for value in shares), shares
+    assert shares[-1] == 1.0  # stalled throughout the last window
+    for finding in doc["findings"]:
+        for item in finding["evidence"]:
+            assert item["unit"] != "ratio" or item["value"] is None or 0 <= item["value"] <= 1, item

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from types import MappingProxyType
 
 # Label pairs in a fixed order, e.g. (("model", "llama"), ("engine", "0")).
@@ -25,12 +26,41 @@ class Histogram:
 
     ``buckets`` holds ``(le, cumulative_count)`` pairs in increasing order, the bound kept
     as the backend wrote it (``"0.001"``) so it is re-exported unchanged; the last is
-    ``"+Inf"`` on a well-formed page. ``sum``/``count`` are NaN when the page lacks them.
+    ``"+Inf"``. A histogram a snapshot holds passes :meth:`defect`: the backends leave out
+    a family whose page breaks it.
     """
 
     buckets: tuple[tuple[str, float], ...]
     sum: float
     count: float
+
+    def defect(self) -> str:
+        """Why this is not a histogram Prometheus can take, or '' when it is one.
+
+        What the exposition format requires of a histogram of non-negative observations
+        (every contract histogram is one: seconds, tokens): bounds that increase and end
+        with ``+Inf``; cumulative counts, finite and >= 0; a ``_count`` equal to the
+        ``+Inf`` bucket; a finite ``_sum`` >= 0.
+        """
+        if not self.buckets:
+            return "no buckets"
+        bounds = [_bound(le) for le, _ in self.buckets]
+        if bounds[-1] != math.inf:
+            return "no +Inf bucket"
+        if any(not b > a for a, b in pairwise(bounds)):
+            return "bucket bounds do not increase"
+        previous = 0.0
+        for le, cumulative in self.buckets:
+            if not (math.isfinite(cumulative) and cumulative >= 0):
+                return f"bucket le={le!r} count {cumulative} is not finite and >= 0"
+            if cumulative < previous:
+                return f"buckets are not cumulative (le={le!r} holds {cumulative} < {previous})"
+            previous = cumulative
+        if self.count != previous:
+            return f"count {self.count} differs from the +Inf bucket's {previous}"
+        if not (math.isfinite(self.sum) and self.sum >= 0):
+            return f"sum {self.sum} is not finite and >= 0"
+        return ""
 
     def merged(self, other: Histogram) -> Histogram:
         """Sum of two histograms with the same bounds (e.g. two processes of one server)."""
@@ -50,6 +80,14 @@ class Histogram:
             (_format_bound(float(le) * factor) if rename_le else le, c) for le, c in self.buckets
         )
         return Histogram(buckets, self.sum * factor, self.count)
+
+
+def _bound(le: str) -> float:
+    """A bucket's bound as a number (NaN for text that is not one)."""
+    try:
+        return float(le)
+    except ValueError:
+        return math.nan
 
 
 def _format_bound(value: float) -> str:

@@ -40,6 +40,9 @@ _SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 
 Samples = dict[str, list[tuple[str, float]]]
 
+# A UTF-8 byte-order mark some proxies and gateways put before a body: not part of the page.
+BOM = "\ufeff"
+
 
 class ExpositionError(ValueError):
     """The body is not usable Prometheus text exposition; ``str()`` is a one-line cause.

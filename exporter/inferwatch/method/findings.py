@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from inferwatch.method import slo
 from inferwatch.method.alerts import INHIBITIONS, Alert, Cond
 from inferwatch.method.local import Samples, Window, holding, signal_values
-from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import Spec
 
 EXIT = {"none": 0, "info": 1, "warning": 3, "critical": 4}
@@ -179,6 +178,6 @@ def exporter_report(
     """The report over two pages of one exporter ``seconds`` apart: ``diagnose --exporter``
     and the exporter's own verdict page."""
     window = Window(before, after, seconds)
-    phase = {name: window.value(SIGNALS[name].local) for name in ("ttft_p95", "itl_p95")}
+    phase = {name: window.signal(name) for name in ("ttft_p95", "itl_p95")}
     findings = evaluate(window, spec, exporter_labels(after))
     return Report(source, f"{seconds:.1f}s", spec, phase, findings)

@@ -65,6 +65,17 @@ class Window:
     after: Samples
     seconds: float
 
+    def signal(self, name: str) -> float | None:
+        """A signal of :data:`SIGNALS` over the window. A share (unit ``ratio``) is clipped
+        to [0, 1], as its rule is: a counter of seconds can gain a stall's first seconds at
+        once (``collect/derive.py`` counts a stall from its start), and over a window
+        shorter than the stall that would read as more than the whole window."""
+        signal = SIGNALS[name]
+        value = self.value(signal.local)
+        if value is not None and signal.unit == "ratio":
+            return min(max(value, 0.0), 1.0)
+        return value
+
     def value(self, recipe: Recipe | None) -> float | None:
         if recipe is None:
             return None
@@ -145,7 +156,7 @@ Evidence = list[tuple[Cond, float | None]]
 
 def signal_values(window: Window) -> dict[str, float | None]:
     """Every signal over the window (None: no data); ``exporter_up`` is 1 (it answered)."""
-    values = {name: window.value(s.local) for name, s in SIGNALS.items()}
+    values = {name: window.signal(name) for name in SIGNALS}
     values["exporter_up"] = 1.0
     return values
 

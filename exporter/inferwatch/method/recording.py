@@ -95,11 +95,17 @@ def _mean(spec: Spec, level: str, metric: str) -> str:
     )
 
 
+def _share(expr: str) -> str:
+    """A share is at most 1 (see ``Window.signal``): a queue timed apart from TTFT can
+    outlast it, and a counter of seconds can gain a stall's first seconds at once."""
+    return f"clamp_max(\n  {expr},\n  1\n)"
+
+
 def _queue_share(spec: Spec, level: str) -> Record:
     """Mean queue time over mean TTFT, in one rule (the means alone are only described)."""
     return Record(
         f"{level}:{QUEUE}:{SHARE}_{spec.w}",
-        f"({_mean(spec, level, QUEUE)})\n  / ({_mean(spec, level, TTFT)})",
+        _share(f"({_mean(spec, level, QUEUE)})\n  / ({_mean(spec, level, TTFT)})"),
     )
 
 
@@ -137,7 +143,9 @@ def _instance_rules(spec: Spec) -> list[Record]:
         # instance's share is its worst engine's.
         Record(
             f"instance:inferwatch_queued_while_idle_seconds:{w}",
-            f"max without (engine) (rate(inferwatch_queued_while_idle_seconds_total[{window}]))",
+            _share(
+                f"max without (engine) (rate(inferwatch_queued_while_idle_seconds_total[{window}]))"
+            ),
         ),
         Record(
             f"instance:inferwatch_frontend_cpu_seconds:{w}",
@@ -145,7 +153,9 @@ def _instance_rules(spec: Spec) -> list[Record]:
         ),
         Record(
             f"instance:inferwatch_gpu_busy_seconds:avg_{w}",
-            f"avg without (gpu, uuid, name) (rate(inferwatch_gpu_busy_seconds_total[{window}]))",
+            _share(
+                f"avg without (gpu, uuid, name) (rate(inferwatch_gpu_busy_seconds_total[{window}]))"
+            ),
         ),
         Record(
             f"instance:{ITL}:mean_per_decode_floor_{w}",

@@ -257,8 +257,8 @@ SIGNALS: dict[str, Signal] = {
             "NVLink use (share of peak)",
             "ratio",
             NODE,
-            "max without (direction) (rate(inferwatch_gpu_nvlink_bytes_total[%(window)s]))\n"
-            "  / inferwatch_gpu_nvlink_peak_bytes_per_second",
+            "clamp_max(\n  max without (direction) (rate(inferwatch_gpu_nvlink_bytes_total[%(window)s]))\n"
+            "  / inferwatch_gpu_nvlink_peak_bytes_per_second,\n  1\n)",
             Ratio(
                 Rate("inferwatch_gpu_nvlink_bytes_total", how="max"),
                 Gauge("inferwatch_gpu_nvlink_peak_bytes_per_second"),
@@ -269,8 +269,8 @@ SIGNALS: dict[str, Signal] = {
             "PCIe use (share of peak)",
             "ratio",
             NODE,
-            "max without (direction) (avg_over_time(inferwatch_gpu_pcie_bytes_per_second[%(window)s]))\n"
-            "  / inferwatch_gpu_pcie_peak_bytes_per_second",
+            "clamp_max(\n  max without (direction) (avg_over_time(inferwatch_gpu_pcie_bytes_per_second[%(window)s]))\n"
+            "  / inferwatch_gpu_pcie_peak_bytes_per_second,\n  1\n)",
             Ratio(
                 Gauge("inferwatch_gpu_pcie_bytes_per_second", averaged=True),
                 Gauge("inferwatch_gpu_pcie_peak_bytes_per_second"),

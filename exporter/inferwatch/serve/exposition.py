@@ -11,9 +11,9 @@ updated in place). Sample of a text page::
 
 The OpenMetrics page carries the same samples; counter families are named without
 ``_total`` in ``# HELP``/``# TYPE`` (their samples keep it) and the page ends with ``# EOF``.
-OpenMetrics is stricter about histograms than the text format: what of a backend's
-histogram it cannot carry (a series cut before its ``+Inf`` bucket...) is left out of that
-page only (:meth:`_Page.openmetrics_histograms`).
+Every histogram of a snapshot is one Prometheus takes (:meth:`Histogram.defect`);
+OpenMetrics is stricter still (whole counts): what of a histogram it cannot carry is left
+out of that page only (:meth:`_Page.openmetrics_histograms`).
 
 The pages are written here rather than by prometheus_client. Measured on the four vLLM
 0.32 captures (two GPUs and a baseline besides, 261 samples, 33 KiB a page) by
@@ -185,10 +185,8 @@ class _Page:
             sep = "," if base else ""
             for le, count in hist.buckets:
                 append(f'{name}_bucket{{{base}{sep}le="{le}"}} {_number(count)}\n')
-            if not math.isnan(hist.count):
-                append(f"{name}_count{{{base}}} {_number(hist.count)}\n")
-            if not math.isnan(hist.sum):
-                append(f"{name}_sum{{{base}}} {_number(hist.sum)}\n")
+            append(f"{name}_count{{{base}}} {_number(hist.count)}\n")
+            append(f"{name}_sum{{{base}}} {_number(hist.sum)}\n")
 
     def openmetrics_histograms(
         self, key: str, series: Mapping[Labels, Histogram], prefix: Labels

@@ -208,7 +208,7 @@ class VerdictHistory:
         values: dict[str, float | None] = dict.fromkeys(SERIES)
         if points and at > points[-1].at:
             window = Window(previous, page, at - points[-1].at)
-            values = {name: window.value(SIGNALS[name].local) for name in SERIES}
+            values = {name: window.signal(name) for name in SERIES}
         point = Point(at, self._wall(), zlib.compress(text, 1), snap.backend_up, values)
         first = next((p for p in points if at - p.at <= self.window and p.at < at), None)
         if first is None:

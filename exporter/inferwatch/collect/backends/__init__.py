@@ -13,7 +13,7 @@ from inferwatch.collect.backends.sglang import SGLANG
 from inferwatch.collect.backends.tgi import TGI
 from inferwatch.collect.backends.triton import TRITON
 from inferwatch.collect.backends.vllm import VLLM
-from inferwatch.collect.textparse import ExpositionError
+from inferwatch.collect.textparse import BOM, ExpositionError
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (VLLM, TGI, SGLANG, LLAMACPP, TRITON)}
 
@@ -46,6 +46,7 @@ def detect(text: str) -> Backend:
     builds send JSON-escaped); the one with the most samples of its names wins.
     """
     counts = {}
+    text = text.removeprefix(BOM)
     for backend in BACKENDS.values():
         try:
             page = backend.preprocess(text) if backend.preprocess else text

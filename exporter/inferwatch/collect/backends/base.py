@@ -20,7 +20,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from inferwatch.collect.textparse import ExpositionError, PageScanner, Samples, Scan, parse_labels
+from inferwatch.collect.textparse import (
+    BOM,
+    ExpositionError,
+    PageScanner,
+    Samples,
+    Scan,
+    parse_labels,
+)
 from inferwatch.metrics import BACKEND, Kind
 from inferwatch.model import (
     BackendSample,
@@ -207,13 +214,14 @@ class Mapper:
     ) -> BackendSample:
         """Map one page onto the contract; raises ExpositionError for a page to reject.
 
-        A page is rejected when it is cut short, is not this server's, holds more than
+        A leading byte-order mark is skipped. A page is rejected when it is cut short, is not this server's, holds more than
         ``max_series`` samples of the families mapped here, or when a family the poll loop
         needs (:data:`SIGNAL_KEYS`) is malformed. Any other malformed family is left out, and
         so are series with a value their kind cannot take (a negative or NaN counter, a
         ratio outside [0, 1]) and repeats of a series (the first is kept, as Prometheus
         does); the sample's ``dropped`` says what and why.
         """
+        text = text.removeprefix(BOM)
         if self.backend.preprocess is not None:
             text = self.backend.preprocess(text)
         if not self.backend.recognises(text):
@@ -320,6 +328,8 @@ class _Relabeler:
                 bound = math.nan
             if math.isnan(bound):
                 raise ExpositionError(f"bucket bound le={le[:20]!r} is not a number")
+            if bound == math.inf:
+                le = "+Inf"  # as the format writes it ("+inf" and "Inf" parse the same)
             without_le = tuple((k, v) for k, v in own if k != "le")
             renamed = {self._mapping[k]: v for k, v in without_le if k in self._mapping}
             out = (_contract_labels(renamed), without_le, le, bound)
@@ -504,9 +514,7 @@ def _histograms(
     out: dict[Labels, Histogram] = {}
     for key, own_series in per_series.items():
         parts = [_histogram(b, sums.get(own), counts.get(own)) for own, b in own_series.items()]
-        problem = next(filter(None, map(_invalid_histogram, parts)), "")
-        if any(math.isnan(v) for v in _values_of(own_series, sums, counts)):
-            problem = problem or "sum or count is NaN"
+        problem = next(filter(None, (part.defect() for part in parts)), "")
         merged = parts[0]
         for part in parts[1:]:
             try:
@@ -516,9 +524,7 @@ def _histograms(
                     "series that merge into one have different bucket bounds", "bucket bounds"
                 ) from None
         merged = merged.scaled(source.scale)
-        if len({le for le, _ in merged.buckets}) < len(merged.buckets):
-            raise ExpositionError("bucket bounds coincide", "bucket bounds")
-        problem = problem or _invalid_histogram(merged)
+        problem = problem or merged.defect()  # a sum can overflow
         if problem:
             labels = ",".join(f'{k}="{v}"' for k, v in key)  # the contract's labels
             dropped.append(
@@ -542,35 +548,20 @@ def _by_own_labels(
     return out
 
 
-def _values_of(
-    own_series: Mapping[Labels, object],
-    sums: Mapping[Labels, float],
-    counts: Mapping[Labels, float],
-) -> list[float]:
-    """The sums and counts the page gives for these series."""
-    return [m[own] for own in own_series for m in (sums, counts) if own in m]
-
-
 def _histogram(
     buckets: dict[str, tuple[float, float]], total: float | None, count: float | None
 ) -> Histogram:
-    """Buckets re-exported as the backend wrote them; an unknown sum or count is NaN."""
+    """Buckets re-exported as the backend wrote them, in order of their bounds. A missing
+    ``_count`` is the ``+Inf`` bucket's (the format defines them equal); a missing ``_sum``
+    is NaN, which :meth:`Histogram.defect` refuses."""
     ordered = sorted(buckets.items(), key=lambda item: item[1][0])  # by bound
+    if count is None:
+        count = ordered[-1][1][1] if ordered[-1][1][0] == math.inf else math.nan
     return Histogram(
         tuple((le, cumulative) for le, (_, cumulative) in ordered),
         math.nan if total is None else total,
-        math.nan if count is None else count,
+        count,
     )
-
-
-def _invalid_histogram(hist: Histogram) -> str:
-    """Why a histogram cannot be exported, or '': counts are finite and >= 0."""
-    for le, cumulative in hist.buckets:
-        if not (math.isfinite(cumulative) and cumulative >= 0):
-            return f"bucket le={le!r} count {cumulative} is not finite and >= 0"
-    if not (math.isnan(hist.count) or (math.isfinite(hist.count) and hist.count >= 0)):
-        return f"count {hist.count} is not finite and >= 0"
-    return ""
 
 
 def _with_model(series: Mapping[Labels, object], model: str) -> Mapping:
