@@ -32,6 +32,16 @@ from inferwatch.model import CollectorStatus, Derived, GpuSample, Snapshot
 from inferwatch.serve.exposition import render
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite tests/golden/ from what the exporter serves now",
+    )
+
+
 ALERT_SCENARIOS = Path(__file__).parents[1] / "alerts" / "tests" / "scenarios.py"
 
 

@@ -321,9 +321,12 @@ def check_alerts_table(p: dict, base: str) -> None:
 def test_an_alerts_table_links_each_alert_to_its_runbook() -> None:
     spec = spec_from_config({})
     firing = next(s for s in triage_panels(spec)[0][1] if s.title == Panel.FIRING_ALERTS)
-    firing = replace(firing, runbook_column="alertname")
+    assert firing.runbook_column == "alertname"
     board = dashboard("t", "T", "", [(None, [firing])], "https://r/")
     check_alerts_table(alerts_table(board), "https://r/")
+    # Without a runbook column the table has no link override at all.
+    bare = dashboard("t", "T", "", [(None, [replace(firing, runbook_column=None)])], "https://r/")
+    assert alerts_table(bare)["fieldConfig"].get("overrides", []) == []
 
 
 def test_firing_alerts_link_each_alert_to_its_runbook() -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from demo.stack import Process, free_port
 from inferwatch.collect.backends import TRITON
+from inferwatch.collect.derive import ENGINE_STALL_MIN
 from inferwatch.collect.poller import Poller
 
 from conftest import auto_poller, page_value
@@ -119,6 +120,7 @@ async def test_stalled_model_with_a_queue_is_queued_while_idle(triton_server, po
     key = (("backend", "triton"), ("model", "tiny"))
     async with aiohttp.ClientSession() as session:
         await poller.poll_once()
+        stall_began = poller.last_poll_at
         triton_server.stall_model(True)
         try:
             requests = asyncio.gather(*(infer(session, triton_server) for _ in range(4)))
@@ -128,13 +130,15 @@ async def test_stalled_model_with_a_queue_is_queued_while_idle(triton_server, po
                 snapshot = await poller.poll_once()
                 states.append(snapshot.derived.queued_while_idle.get(key, False))
             stalled_seconds = snapshot.derived.queued_while_idle_seconds_total[key]
+            snapshot_at = poller.last_poll_at
             page = await raw_page(session, triton_server)
             assert page_value(page, "nv_inference_pending_request_count", model="tiny") >= 1
         finally:
             triton_server.stall_model(False)
         assert await requests == [200] * 4
     assert states[-1] is True and states.count(True) >= 5
-    assert 1.0 <= stalled_seconds <= 2.5
+    # Counted from the stall's start once it outlasted ENGINE_STALL_MIN, on the poll's clock.
+    assert ENGINE_STALL_MIN < stalled_seconds <= snapshot_at - stall_began
     for _ in range(3):  # resumed and drained: nothing more is counted
         snapshot = await poller.poll_once()
     assert snapshot.derived.queued_while_idle[key] is False
