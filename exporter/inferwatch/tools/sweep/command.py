@@ -35,23 +35,18 @@ exactly ``--output-tokens`` tokens; a server that rejects them is asked without.
 histograms of ``--metrics-url`` (the server's own ``/metrics``, or inferwatch's) are scraped
 before and after each cell; after a cell they are re-read for up to
 :data:`.histograms.SETTLE_SECONDS` until the TTFT histogram has counted every request that
-streamed a token (a sidecar's page lags by one poll). The window's p50/p95/p99 follow PromQL's ``histogram_quantile``, exactly
-as the alert rules read the same histograms (``inferwatch calibrate`` derives the rules'
-thresholds from them); ``gap`` = client TTFT p50 - server TTFT p50 is what the
-server's histogram does not see: network, HTTP, tokenization, detokenization, SSE. Other
-traffic to the server during the sweep lands in the windows too.
+streamed a token (a sidecar's page lags by one poll). The window's p50/p95/p99 follow
+PromQL's ``histogram_quantile``, exactly as the alert rules read the same histograms
+(``inferwatch calibrate`` derives the rules' thresholds from them); ``gap`` = client TTFT
+p50 - server TTFT p50 is what the server's histogram does not see: network, HTTP,
+tokenization, detokenization, SSE. Other traffic to the server during the sweep lands in
+the windows too.
 
-Sample of the table it prints (vLLM 0.32, the tiny test model on 2 busy CPU cores)::
-
-    conc  prompt  output  TTFT p50  TTFT p95  server p50   gap  ITL p50  ITL p95  e2e p95  req/s  tok/s  errors
-       1      64      32      53.2     265.5        31.4  21.8      4.0     25.2    526.1    3.0   97.5       0
-       1     256      32      65.9      69.3        66.7  -0.8      7.5     20.8    305.8    3.5  110.7       0
-       4      64      32     110.9     150.3        86.7  24.2      9.7     27.2    435.5   10.1  324.4       0
-       4     256      32     155.5     404.3       100.0  55.5      0.0     53.6    710.3    7.3  234.4       0
-    (latencies in ms; server p50: the server's TTFT histogram over the cell's window; gap = TTFT p50 - server p50)
-
-A negative gap is the histogram's resolution: the server p50 is interpolated inside a
-bucket (vLLM's run 0.06-0.08-0.1-0.25 s), the client p50 is exact.
+The table it prints has a row per cell: TTFT p50 and p95, the server's TTFT p50 over the
+cell's window and the gap, ITL p50 and p95, e2e p95 (all in ms), requests and output tokens
+per second, errors, and with ``--previous`` what regressed (``tests/test_sweep_real.py``
+prints one from a real vLLM). A negative gap is the histogram's resolution: the server p50
+is interpolated inside a bucket (vLLM's run 0.06-0.08-0.1-0.25 s), the client p50 is exact.
 
 Exit status: 0, or 3 when ``--previous`` is given and a cell regressed (TTFT p95 or ITL
 p95 above ``--regression-factor`` x the previous, or every request of a cell failed); the
@@ -63,11 +58,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -78,185 +72,39 @@ from inferwatch.baseline import load as load_baseline
 from inferwatch.collect.stream import Client, SweepError
 from inferwatch.collect.upstream import redact_url
 from inferwatch.method.spec import spec_from_config
-from inferwatch.settings import (
-    ConfigError,
-    Option,
-    bounded_float,
-    existing_file,
-    http_url,
-    positive_float,
-    positive_int,
-    resolve,
-)
+from inferwatch.settings import resolve
 from inferwatch.tools.sweep.cells import CellResult, run_cell
-from inferwatch.tools.sweep.histograms import ITL, TTFT, ServerHistograms
-from inferwatch.tools.sweep.prompts import Prompts, calibrate, load_prompts
+from inferwatch.tools.sweep.histograms import ITL, TTFT, Histograms, ServerHistograms
+from inferwatch.tools.sweep.plan import DEFAULT_PROMPT_TOKENS, OPTIONS, Plan, new_file, plan_from
+from inferwatch.tools.sweep.prompts import Prompts, calibrate
 from inferwatch.tools.sweep.report import LEGEND, Progress, regressions, table
+
+# The options and the plan are imported from here too: ``inferwatch calibrate`` runs the
+# sweep through this module.
+__all__ = [
+    "DEFAULT_PROMPT_TOKENS",
+    "EXIT_FAILED",
+    "EXIT_REGRESSION",
+    "OPTIONS",
+    "Plan",
+    "Sweep",
+    "SweepFailed",
+    "main",
+    "measure",
+    "new_file",
+    "plan_from",
+    "run",
+    "write_file",
+]
 
 EXIT_FAILED = 1
 EXIT_REGRESSION = 3
 
 
-def _int_list(minimum: int) -> Callable[[str], tuple[int, ...]]:
-    def parse(text: str) -> tuple[int, ...]:
-        values = []
-        for item in text.split(","):
-            try:
-                value = positive_int(item.strip())
-            except ValueError as exc:
-                raise ValueError(f"{text!r}: {exc}") from None
-            if value < minimum:
-                raise ValueError(f"{text!r}: {value} is below the minimum of {minimum}")
-            if value in values:
-                raise ValueError(f"{text!r} lists {value} twice")
-            values.append(value)
-        return tuple(values)
-
-    return parse
-
-
-def _name(text: str) -> str:
-    if not text:
-        raise ValueError("must not be empty")
-    return text
-
-
-def new_file(text: str) -> Path:
-    path = Path(text)
-    if not path.parent.is_dir():
-        raise ValueError(f"{text}: directory {path.parent} does not exist")
-    if path.is_dir():
-        raise ValueError(f"{text} is a directory")
-    return path
-
-
-OPTIONS = (
-    Option("--url", http_url, None, "OpenAI-compatible server base URL (required)", metavar="URL"),
-    Option("--model", _name, None, "model name to request (required)", metavar="NAME"),
-    Option("--out", new_file, None, "baseline file to write (required)", metavar="FILE"),
-    Option("--api", str, "completions", "completions or chat", choices=("completions", "chat")),
-    Option("--concurrency", _int_list(1), "1,4,16", "concurrency levels", metavar="N,N"),
-    Option(
-        "--prompt-tokens",
-        _int_list(1),
-        None,
-        "prompt lengths in tokens (default: 128,1024; not with --prompts)",
-        metavar="N,N",
-    ),
-    # ITL needs two tokens at least.
-    Option("--output-tokens", _int_list(2), "64,256", "output lengths in tokens", metavar="N,N"),
-    Option(
-        "--requests-per-cell",
-        positive_int,
-        None,
-        "requests per cell (default: max(8, 2 x concurrency))",
-        metavar="N",
-    ),
-    Option(
-        "--prompts",
-        existing_file,
-        None,
-        "JSONL of real prompts, one object per line with `prompt` or `messages`",
-        metavar="FILE",
-    ),
-    Option(
-        "--metrics-url",
-        http_url,
-        None,
-        "metrics page for the server-side TTFT (default: URL/metrics; inferwatch's works too)",
-        metavar="URL",
-    ),
-    Option("--gpu-name", _name, "unknown", "GPU recorded in the file's metadata", metavar="NAME"),
-    Option(
-        "--previous",
-        existing_file,
-        None,
-        "earlier baseline to mark regressions against",
-        metavar="FILE",
-    ),
-    Option(
-        "--regression-factor",
-        bounded_float(1, 1000),
-        None,
-        "a cell regressed when its TTFT or ITL p95 exceeds this x the previous "
-        "(default: the thresholds' regression_factor, 1.5)",
-        metavar="X",
-    ),
-    Option("--request-timeout", positive_float, 300.0, "seconds one request may take", metavar="S"),
-    Option(
-        "--seed",
-        positive_int,
-        None,
-        "seed of the generated prompts (default: a fresh one, recorded in the file)",
-        metavar="N",
-    ),
-    Option(
-        "--api-key", _name, None, "bearer token for the API (prefer the env var)", metavar="KEY"
-    ),
-)
-REQUIRED = ("url", "model", "out")
-DEFAULT_PROMPT_TOKENS = "128,1024"
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The sweep, validated from the options."""
-
-    root: str
-    model: str
-    api: str
-    concurrency: tuple[int, ...]
-    prompt_tokens: tuple[int, ...]
-    output_tokens: tuple[int, ...]
-    requests_per_cell: int | None
-    metrics_url: str
-    gpu_name: str
-    request_timeout: float
-    seed: int
-    api_key: str | None = field(default=None, repr=False)
-    prompts_file: Path | None = None
-    file_prompts: tuple[dict[str, Any], ...] = ()
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> Plan:
-        root = values["url"].rstrip("/").removesuffix("/v1")
-        prompts_file = values["prompts"]
-        if prompts_file is not None and values["prompt_tokens"] is not None:
-            raise ConfigError("--prompts replaces --prompt-tokens: give one of them")
-        prompt_tokens = values["prompt_tokens"]
-        if prompts_file is None and prompt_tokens is None:
-            prompt_tokens = _int_list(1)(DEFAULT_PROMPT_TOKENS)
-        return cls(
-            root=root,
-            model=values["model"],
-            api=values["api"],
-            concurrency=values["concurrency"],
-            prompt_tokens=(0,) if prompts_file is not None else prompt_tokens,
-            output_tokens=values["output_tokens"],
-            requests_per_cell=values["requests_per_cell"],
-            metrics_url=values["metrics_url"] or root + "/metrics",
-            gpu_name=values["gpu_name"],
-            request_timeout=values["request_timeout"],
-            seed=values["seed"] or random.randrange(1, 1_000_000),
-            api_key=values["api_key"],
-            prompts_file=prompts_file,
-            file_prompts=load_prompts(prompts_file, values["api"]) if prompts_file else (),
-        )
-
-    def keys(self) -> list[tuple[int, int, int]]:
-        return [
-            (c, p, o)
-            for c in self.concurrency
-            for p in self.prompt_tokens
-            for o in self.output_tokens
-        ]
-
-    def requests_in(self, concurrency: int) -> int:
-        return self.requests_per_cell or max(8, 2 * concurrency)
-
-
 @dataclass(frozen=True)
 class Sweep:
+    """What the sweep measured: the file's metadata and every cell's result."""
+
     metadata: Mapping[str, Any]
     results: tuple[CellResult, ...]
 
@@ -278,20 +126,10 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
         api_key=plan.api_key,
     )
     server = ServerHistograms(plan.metrics_url, plan.root, plan.model, progress.note)
-    bounds: dict[str, list[float]] = {}
     try:
         before = await server.start()
-        for kind, name in (("ttft", TTFT), ("itl", ITL)):
-            if before and name in before:
-                bounds[kind] = [float(le) for le, _ in before[name].buckets if le != "+Inf"]
-        prompts = Prompts(plan.api, plan.seed, file=plan.file_prompts)
-        probe_cell = len(plan.keys())  # tagged as one more cell: no prefix shared with a request
-        if plan.file_prompts:
-            await client.probe(prompts.for_request(probe_cell, 0, 0))
-            probes = 1
-        else:
-            prompts = await calibrate(client, prompts, probe_cell, progress.note)
-            probes = 2
+        bounds = _bucket_bounds(before)
+        prompts, probes = await _probe(plan, client, progress)
         if not client.ask_exact_length:
             progress.note("the server rejects ignore_eos/min_tokens: outputs may end early")
         if server.problem:
@@ -312,6 +150,39 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
     finally:
         await client.close()
         await server.close()
+    duration = round(time.monotonic() - started, 1)
+    return Sweep(_metadata(plan, server, prompts, date, duration, bounds), tuple(results))
+
+
+def _bucket_bounds(page: Histograms | None) -> dict[str, list[float]]:
+    """The finite bucket bounds of the server's TTFT and ITL histograms, where it has them."""
+    return {
+        kind: [float(le) for le, _ in page[name].buckets if le != "+Inf"]
+        for kind, name in (("ttft", TTFT), ("itl", ITL))
+        if page and name in page
+    }
+
+
+async def _probe(plan: Plan, client: Client, progress: Progress) -> tuple[Prompts, int]:
+    """The probe requests before the cells: (the prompts, fitted to the server's tokenizer
+    where generated, and how many probe requests were sent)."""
+    prompts = Prompts(plan.api, plan.seed, file=plan.file_prompts)
+    probe_cell = len(plan.keys())  # tagged as one more cell: no prefix shared with a request
+    if plan.file_prompts:
+        await client.probe(prompts.for_request(probe_cell, 0, 0))
+        return prompts, 1
+    return await calibrate(client, prompts, probe_cell, progress.note), 2
+
+
+def _metadata(
+    plan: Plan,
+    server: ServerHistograms,
+    prompts: Prompts,
+    date: str,
+    duration: float,
+    bounds: Mapping[str, list[float]],
+) -> dict[str, Any]:
+    """The baseline file's metadata: what was measured, against what, when and how."""
     metadata: dict[str, Any] = {
         "date": date,
         "backend": server.backend,
@@ -324,7 +195,7 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
         "prompts": str(plan.prompts_file) if plan.prompts_file else "generated",
         "seed": plan.seed,
         "inferwatch": __version__,
-        "duration_seconds": round(time.monotonic() - started, 1),
+        "duration_seconds": duration,
     }
     if bounds:  # where an objective's latency bound can go (see calibrate)
         metadata["server_bucket_bounds"] = bounds
@@ -333,7 +204,7 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
             "fixed_tokens": round(prompts.calibration.fixed, 2),
             "tokens_per_word": round(prompts.calibration.per_word, 3),
         }
-    return Sweep(metadata, tuple(results))
+    return metadata
 
 
 class SweepFailed(Exception):
@@ -342,14 +213,6 @@ class SweepFailed(Exception):
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
-
-
-def plan_from(values: Mapping[str, Any]) -> Plan:
-    """The plan from resolved option values; ConfigError when a required one is missing."""
-    for option in OPTIONS:
-        if option.key in REQUIRED and option.key in values and values[option.key] is None:
-            raise ConfigError(f"{option.flag} is required (or {option.env})")
-    return Plan.from_values(values)
 
 
 def measure(

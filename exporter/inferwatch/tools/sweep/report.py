@@ -7,14 +7,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from inferwatch.baseline import Baseline
 from inferwatch.method.quantile import sample_quantile
 from inferwatch.tools.sweep.cells import CellResult
-
-if TYPE_CHECKING:
-    from inferwatch.tools.sweep.command import Plan
+from inferwatch.tools.sweep.plan import Plan
 
 
 def _ms(value: float | None) -> str:
@@ -118,7 +116,7 @@ LEGEND = (
 
 
 def table(results: Sequence[CellResult], marks: Mapping[tuple[int, int, int], str] | None) -> str:
-    """The readable table: one row per cell, latencies in ms (a sample in :mod:`.command`)."""
+    """The readable table: one row per cell, latencies in ms (its columns in :mod:`.command`)."""
     header = [
         "conc", "prompt", "output", "TTFT p50", "TTFT p95", "server p50", "gap",
         "ITL p50", "ITL p95", "e2e p95", "req/s", "tok/s", "errors",

@@ -1,0 +1,116 @@
+"""The faults the scenarios start on a :class:`~demo.local_stack.LocalStack`, each run until
+``stop`` is set and undone as it ends, and the normal traffic some of them run under.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import signal
+from collections.abc import Awaitable, Callable
+
+from demo.calibration import LONG_PROMPT_OUTPUT, normal_load
+from demo.local_stack import LocalStack
+from demo.traffic import Burst, burst, complete_many
+
+Fault = Callable[[LocalStack, asyncio.Event], Awaitable[None]]
+
+
+async def normal_traffic(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Two clients back to back, short prompts, short answers: the load calibrated for."""
+    await normal_load(stack.vllm.url, stop)
+
+
+async def overload(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Four times as many concurrent clients as the engine's batch admits."""
+    await complete_many(
+        stack.vllm.url, stop, clients=stack.faults.overload_clients, prompt_words=2, max_tokens=12
+    )
+
+
+async def long_prompts(stack: LocalStack, stop: asyncio.Event) -> None:
+    """One client whose prompts' prefill alone is a multiple of the TTFT threshold."""
+    await complete_many(
+        stack.vllm.url,
+        stop,
+        clients=1,
+        prompt_words=stack.faults.long_prompt_words,
+        max_tokens=LONG_PROMPT_OUTPUT,
+    )
+
+
+async def kv_pressure(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Bursts of long generations whose batch needs twice the KV cache: preemptions."""
+    f = stack.faults
+    spec = Burst(
+        requests=f.kv_requests, prompt_words=f.kv_prompt_words, max_tokens=f.kv_output_tokens
+    )
+    salt = 0
+    while not stop.is_set():
+        salt += 1
+        await burst(stack.vllm.url, spec, salt=salt)
+
+
+async def engine_stall(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Pause the engine process (SIGSTOP) the moment requests wait: queued while idle.
+
+    Twice the batch in short requests: requests queue, and the backlog released when the
+    engine resumes fits in the KV cache.
+    """
+    engine = stack.vllm.engine_core_pid()
+    load = asyncio.create_task(
+        complete_many(
+            stack.vllm.url, stop, clients=stack.faults.stall_clients, prompt_words=2, max_tokens=12
+        )
+    )
+    waiting = functools.partial(stack.vllm.metric, "vllm:num_requests_waiting")
+    try:
+        while not stop.is_set():
+            while await asyncio.to_thread(waiting) <= 0 and not stop.is_set():
+                await asyncio.sleep(0.005)
+            os.kill(engine, signal.SIGSTOP)
+            # The gauges freeze at the engine's last published stats, which may postdate the
+            # queue just seen: hold the stall while they show requests waiting, else resume
+            # and catch the next queue.
+            while await asyncio.to_thread(waiting) > 0 and not stop.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.2)
+            if not stop.is_set():
+                os.kill(engine, signal.SIGCONT)
+    finally:
+        os.kill(engine, signal.SIGCONT)
+        await load
+
+
+async def slow_path(stack: LocalStack, stop: asyncio.Event) -> None:
+    """The path in front of the server holds each request twice the client-gap threshold
+    before passing it on; the users' traffic goes on as normal."""
+    assert stack.proxy is not None
+    await asyncio.to_thread(stack.proxy.set_fault, stack.faults.path_delay)
+    try:
+        await normal_traffic(stack, stop)
+    finally:
+        await asyncio.to_thread(stack.proxy.set_fault)
+
+
+async def broken_route(stack: LocalStack, stop: asyncio.Event) -> None:
+    """The path in front of the server answers 503 to every request; the server is fine."""
+    assert stack.proxy is not None
+    await asyncio.to_thread(stack.proxy.set_fault, 0.0, 503)
+    try:
+        await normal_traffic(stack, stop)
+    finally:
+        await asyncio.to_thread(stack.proxy.set_fault)
+
+
+async def backend_crash(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Kill the server outright; it is started again when the scenario ends (recovery)."""
+    process = stack.vllm.process
+    assert process is not None and process.popen is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await asyncio.to_thread(process.popen.wait)  # reap it
+    await stop.wait()
+    await asyncio.to_thread(stack.vllm.start)

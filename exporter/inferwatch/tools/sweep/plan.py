@@ -1,0 +1,195 @@
+"""``inferwatch baseline``'s options, and :class:`Plan`: the sweep they describe, validated."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inferwatch.settings import (
+    ConfigError,
+    Option,
+    bounded_float,
+    existing_file,
+    http_url,
+    positive_float,
+    positive_int,
+)
+from inferwatch.tools.sweep.prompts import load_prompts
+
+
+def _int_list(minimum: int) -> Callable[[str], tuple[int, ...]]:
+    """A parser of comma-separated distinct integers, each at least ``minimum``."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        values = []
+        for item in text.split(","):
+            try:
+                value = positive_int(item.strip())
+            except ValueError as exc:
+                raise ValueError(f"{text!r}: {exc}") from None
+            if value < minimum:
+                raise ValueError(f"{text!r}: {value} is below the minimum of {minimum}")
+            if value in values:
+                raise ValueError(f"{text!r} lists {value} twice")
+            values.append(value)
+        return tuple(values)
+
+    return parse
+
+
+def _non_empty(text: str) -> str:
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def new_file(text: str) -> Path:
+    """A file to write: its directory exists, and it is not a directory itself."""
+    path = Path(text)
+    if not path.parent.is_dir():
+        raise ValueError(f"{text}: directory {path.parent} does not exist")
+    if path.is_dir():
+        raise ValueError(f"{text} is a directory")
+    return path
+
+
+OPTIONS = (
+    Option("--url", http_url, None, "OpenAI-compatible server base URL (required)", metavar="URL"),
+    Option("--model", _non_empty, None, "model name to request (required)", metavar="NAME"),
+    Option("--out", new_file, None, "baseline file to write (required)", metavar="FILE"),
+    Option("--api", str, "completions", "completions or chat", choices=("completions", "chat")),
+    Option("--concurrency", _int_list(1), "1,4,16", "concurrency levels", metavar="N,N"),
+    Option(
+        "--prompt-tokens",
+        _int_list(1),
+        None,
+        "prompt lengths in tokens (default: 128,1024; not with --prompts)",
+        metavar="N,N",
+    ),
+    # ITL needs two tokens at least.
+    Option("--output-tokens", _int_list(2), "64,256", "output lengths in tokens", metavar="N,N"),
+    Option(
+        "--requests-per-cell",
+        positive_int,
+        None,
+        "requests per cell (default: max(8, 2 x concurrency))",
+        metavar="N",
+    ),
+    Option(
+        "--prompts",
+        existing_file,
+        None,
+        "JSONL of real prompts, one object per line with `prompt` or `messages`",
+        metavar="FILE",
+    ),
+    Option(
+        "--metrics-url",
+        http_url,
+        None,
+        "metrics page for the server-side TTFT (default: URL/metrics; inferwatch's works too)",
+        metavar="URL",
+    ),
+    Option(
+        "--gpu-name", _non_empty, "unknown", "GPU recorded in the file's metadata", metavar="NAME"
+    ),
+    Option(
+        "--previous",
+        existing_file,
+        None,
+        "earlier baseline to mark regressions against",
+        metavar="FILE",
+    ),
+    Option(
+        "--regression-factor",
+        bounded_float(1, 1000),
+        None,
+        "a cell regressed when its TTFT or ITL p95 exceeds this x the previous "
+        "(default: the thresholds' regression_factor, 1.5)",
+        metavar="X",
+    ),
+    Option("--request-timeout", positive_float, 300.0, "seconds one request may take", metavar="S"),
+    Option(
+        "--seed",
+        positive_int,
+        None,
+        "seed of the generated prompts (default: a fresh one, recorded in the file)",
+        metavar="N",
+    ),
+    Option(
+        "--api-key",
+        _non_empty,
+        None,
+        "bearer token for the API (prefer the env var)",
+        metavar="KEY",
+    ),
+)
+REQUIRED = ("url", "model", "out")
+DEFAULT_PROMPT_TOKENS = "128,1024"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The sweep, validated from the options."""
+
+    root: str
+    model: str
+    api: str
+    concurrency: tuple[int, ...]
+    prompt_tokens: tuple[int, ...]
+    output_tokens: tuple[int, ...]
+    requests_per_cell: int | None
+    metrics_url: str
+    gpu_name: str
+    request_timeout: float
+    seed: int
+    api_key: str | None = field(default=None, repr=False)
+    prompts_file: Path | None = None
+    file_prompts: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> Plan:
+        root = values["url"].rstrip("/").removesuffix("/v1")
+        prompts_file = values["prompts"]
+        if prompts_file is not None and values["prompt_tokens"] is not None:
+            raise ConfigError("--prompts replaces --prompt-tokens: give one of them")
+        prompt_tokens = values["prompt_tokens"]
+        if prompts_file is None and prompt_tokens is None:
+            prompt_tokens = _int_list(1)(DEFAULT_PROMPT_TOKENS)
+        return cls(
+            root=root,
+            model=values["model"],
+            api=values["api"],
+            concurrency=values["concurrency"],
+            prompt_tokens=(0,) if prompts_file is not None else prompt_tokens,
+            output_tokens=values["output_tokens"],
+            requests_per_cell=values["requests_per_cell"],
+            metrics_url=values["metrics_url"] or root + "/metrics",
+            gpu_name=values["gpu_name"],
+            request_timeout=values["request_timeout"],
+            seed=values["seed"] or random.randrange(1, 1_000_000),
+            api_key=values["api_key"],
+            prompts_file=prompts_file,
+            file_prompts=load_prompts(prompts_file, values["api"]) if prompts_file else (),
+        )
+
+    def keys(self) -> list[tuple[int, int, int]]:
+        return [
+            (c, p, o)
+            for c in self.concurrency
+            for p in self.prompt_tokens
+            for o in self.output_tokens
+        ]
+
+    def requests_in(self, concurrency: int) -> int:
+        return self.requests_per_cell or max(8, 2 * concurrency)
+
+
+def plan_from(values: Mapping[str, Any]) -> Plan:
+    """The plan from resolved option values; ConfigError when a required one is missing."""
+    for option in OPTIONS:
+        if option.key in REQUIRED and option.key in values and values[option.key] is None:
+            raise ConfigError(f"{option.flag} is required (or {option.env})")
+    return Plan.from_values(values)
