@@ -91,7 +91,9 @@ def main() -> None:
             time.sleep(5)  # the traffic under way
             end = time.monotonic() + args.seconds
             quiet = sample(sidecar, lambda: time.monotonic() > end)
-            request = urllib.request.Request(f"{sidecar.url}/capture", method="POST")
+            request = urllib.request.Request(
+                f"{sidecar.url}/capture", b"{}", {"Content-Type": "application/json"}, method="POST"
+            )
             asked = time.time()
             urllib.request.urlopen(request, timeout=10).read()
 

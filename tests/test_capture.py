@@ -23,7 +23,7 @@ from aiohttp import encode_basic_auth, web
 
 from demo.stack import Inferwatch, http_json
 from inferwatch.capture.capturer import CaptureSettings
-from inferwatch.capture.store import CaptureStore
+from inferwatch.capture.store import CaptureStore, OverBound
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Finding
 from inferwatch.serve.verdict import Verdict
@@ -78,7 +78,7 @@ async def test_an_archive_holds_pages_verdict_stacks_and_says_what_was_not_possi
     poller = poller_for(backend_url)
     await poller.poll_once()
     client = await aiohttp_client(make_app(poller, run_poller=False, capture=settings(tmp_path)))
-    resp = await client.post("/capture")
+    resp = await client.post("/capture", json={})
     assert resp.status == 202
     name = (await resp.json())["name"]
     doc = await finished(client)
@@ -114,11 +114,11 @@ async def test_one_capture_at_a_time_and_no_sooner_than_the_minimum_interval(
     await poller.poll_once()
     app = make_app(poller, run_poller=False, capture=settings(tmp_path, min_interval=3600.0))
     client = await aiohttp_client(app)
-    assert (await client.post("/capture")).status == 202
-    busy = await client.post("/capture")
+    assert (await client.post("/capture", json={})).status == 202
+    busy = await client.post("/capture", json={})
     assert busy.status == 409 and (await busy.json())["result"] == "busy"
     await finished(client)
-    soon = await client.post("/capture")
+    soon = await client.post("/capture", json={})
     assert soon.status == 429
     assert 3500 < int(soon.headers["Retry-After"]) <= 3600
     assert "minimum interval is 3600 s" in (await soon.json())["message"]
@@ -138,7 +138,7 @@ async def test_polls_go_on_while_a_capture_runs(
     client = await aiohttp_client(make_app(poller, capture=settings(tmp_path, seconds=2.0)))
     while poller.last_poll_at is None:
         await asyncio.sleep(0.01)
-    assert (await client.post("/capture")).status == 202
+    assert (await client.post("/capture", json={})).status == 202
     polls = set()
     while (await (await client.get("/captures")).json())["running"]:
         polls.add(poller.last_poll_at)
@@ -147,26 +147,29 @@ async def test_polls_go_on_while_a_capture_runs(
     assert len(polls) >= 5, "polls stopped while the capture ran"
 
 
-def test_the_store_deletes_the_oldest_archives_past_its_bound(tmp_path: Path) -> None:
-    store = CaptureStore(tmp_path / "captures", max_bytes=250_000)
+def test_the_store_deletes_the_oldest_archives_to_make_room_for_a_capture(tmp_path: Path) -> None:
+    # Room for a 100 kB capture and its archive (both on disk while it is packed) beside one
+    # archive of 100 kB: a capture that does not compress needs about twice its size.
+    store = CaptureStore(tmp_path / "captures", max_bytes=350_000)
     store.open()
     names = []
     for i in range(4):
-        workdir = store.workdir()
-        (workdir / "noise.bin").write_bytes(os.urandom(100_000))  # does not compress
-        archive = store.pack(workdir, f"capture-20261201T00000{i}Z-manual")
+        work = store.workdir()
+        (work.path / "noise.bin").write_bytes(os.urandom(100_000))  # does not compress
+        archive = store.pack(work, f"capture-20261201T00000{i}Z-manual")
         names.append(archive.name)
         os.utime(store.directory / archive.name, (1e9 + i, 1e9 + i))
     kept = [a.name for a in store.archives()]
-    assert kept == [names[3], names[2]], kept  # newest first; two fit in 250 kB
-    assert store.used_bytes() <= 250_000
+    assert kept == [names[3], names[2]], kept  # newest first
     assert not list(store.directory.glob(".incomplete-*"))
-    # The newest stays even alone over the bound: a capture is never packed then lost.
-    small = CaptureStore(store.directory, max_bytes=1)
-    workdir = small.workdir()
-    (workdir / "noise.bin").write_bytes(os.urandom(10_000))
-    newest = small.pack(workdir, "capture-20261201T000009Z-manual")
-    assert [a.name for a in small.archives()] == [newest.name]
+    # A capture that cannot fit even alone is not packed, and no archive is deleted for it.
+    small = CaptureStore(store.directory, max_bytes=150_000)
+    work = small.workdir()
+    (work.path / "noise.bin").write_bytes(os.urandom(100_000))
+    with pytest.raises(OverBound, match="do not fit --capture-max-bytes 150000"):
+        small.pack(work, "capture-20261201T000009Z-manual")
+    assert [a.name for a in small.archives()] == kept
+    assert not list(store.directory.glob(".incomplete-*"))
 
 
 @pytest.mark.parametrize(
@@ -193,16 +196,16 @@ async def test_capture_routes_need_the_web_configs_password(
         poller_for(backend_url), run_poller=False, web_config=web_config, capture=settings(tmp_path)
     )
     client = await aiohttp_client(app)
-    assert (await client.post("/capture")).status == 401
+    assert (await client.post("/capture", json={})).status == 401
     assert (await client.get("/captures")).status == 401
     password = {"Authorization": encode_basic_auth("alice", "s3cret")}
-    ok = await client.post("/capture", headers=password)
+    ok = await client.post("/capture", headers=password, json={})
     assert ok.status == 202
 
 
 async def test_captures_off_by_default(poller_for, backend_url, aiohttp_client) -> None:
     client = await aiohttp_client(make_app(poller_for(backend_url), run_poller=False))
-    for resp in (await client.post("/capture"), await client.get("/captures")):
+    for resp in (await client.post("/capture", json={}), await client.get("/captures")):
         assert resp.status == 404
         assert "captures are off" in (await resp.json())["error"]
 

@@ -95,7 +95,9 @@ def test_a_stall_triggers_a_capture_with_the_trace_and_the_stacks(
         fault = asyncio.run(stall_until_captured(server, sidecar))
         listing = wait_for_capture(sidecar)
         # One capture per --capture-min-interval, whoever asks.
-        refused = urllib.request.Request(f"{sidecar.url}/capture", method="POST")
+        refused = urllib.request.Request(
+            f"{sidecar.url}/capture", b"{}", {"Content-Type": "application/json"}, method="POST"
+        )
         with pytest.raises(urllib.error.HTTPError) as answer:
             urllib.request.urlopen(refused, timeout=10)
         assert answer.value.code == 429 and int(answer.value.headers["Retry-After"]) > 3000

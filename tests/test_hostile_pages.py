@@ -28,9 +28,10 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferwatch.collect.backends import BACKENDS, VLLM, detect
-from inferwatch.collect.poller import DEFAULT_MAX_SERIES, CauseLog, Poller, PollSettings
+from inferwatch.collect.poller import DEFAULT_MAX_SERIES, Poller, PollSettings
 from inferwatch.collect.textparse import scan
 from inferwatch.collect.upstream import Upstream
+from inferwatch.logs import CauseLog
 from inferwatch.metrics import BACKEND
 from inferwatch.model import Snapshot
 from inferwatch.serve.exposition import render

@@ -34,6 +34,7 @@ from inferwatch.settings import (
     http_url,
     load_config_file,
     positive_float,
+    positive_int,
     read_secret,
     resolve,
 )
@@ -189,7 +190,8 @@ def _add_capture_parser(commands: argparse._SubParsersAction) -> None:
         "capture",
         help=_SUMMARIES["capture"],
         description="Exit status: 0 complete; 1 partial, failed or refused (one runs, or "
-        "too soon); 2 bad input; 5 the exporter cannot be reached or has captures off.",
+        "too soon); 2 bad input; 5 the exporter cannot be reached, has captures off, or "
+        "answers an archive name that is not a plain file name or an archive over --max-bytes.",
     )
     c.add_argument(
         "--exporter",
@@ -215,6 +217,14 @@ def _add_capture_parser(commands: argparse._SubParsersAction) -> None:
         help="seconds to wait for the capture (default: 300)",
     )
     _add_timeout_flag(c, 30.0)
+    c.add_argument(
+        "--max-bytes",
+        type=flag_type(positive_int),
+        default=1024**3,
+        metavar="N",
+        help="largest archive downloaded; a bigger one is an error and nothing is saved "
+        "(default: 1 GiB)",
+    )
     c.add_argument("--user", help="basic auth user (the exporter's web config)")
     c.add_argument(
         "--password-file", type=flag_type(existing_file), help="file with the basic auth password"
@@ -241,6 +251,7 @@ def _capture(args: argparse.Namespace) -> int:
                 out=args.out,
                 wait=args.wait,
                 timeout=args.timeout,
+                max_bytes=args.max_bytes,
                 authorization=authorization,
             )
         )

@@ -18,7 +18,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import socket
 import time
 from collections import Counter
@@ -28,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from inferwatch import __version__
-from inferwatch.capture import evidence
+from inferwatch.capture import evidence, redact
 from inferwatch.capture.evidence import FAILED, OK, Part
-from inferwatch.capture.store import Archive, CaptureStore
+from inferwatch.capture.store import Archive, CaptureStore, OverBound, Workdir
 from inferwatch.collect.poller import Poller
 from inferwatch.collect.upstream import Upstream, redact_url
 from inferwatch.method.alerts import ALERTS
@@ -180,10 +179,12 @@ class Capturer:
         self, stem: str, trigger: str, duration: float, at_trigger: dict, started_wall: float
     ) -> dict[str, Any]:
         s, poller = self.settings, self.poller
-        workdir = await asyncio.to_thread(self.store.workdir)
+        work = await asyncio.to_thread(self.store.workdir)
         try:
-            parts = [evidence.write(workdir, "verdict.json", _json(at_trigger))]
-            parts += await self._pages(workdir, "before")
+            parts = [
+                await asyncio.to_thread(evidence.write, work, "verdict.json", _json(at_trigger))
+            ]
+            parts += await self._pages(work, "before")
             backend = poller.backend
             pid, why_not = (
                 (s.pid, "")
@@ -196,15 +197,15 @@ class Capturer:
                     backend.profiler if backend is not None else None,
                     s.profiler_dir,
                     duration,
-                    workdir,
-                    s.max_bytes,
+                    work,
                     prefix=stem,
                     steps=s.profiler_steps,
+                    server_pid=pid,
                 ),
-                evidence.stacks(pid, why_not, duration, workdir),
+                evidence.stacks(pid, why_not, duration, work),
             )
             parts += [profiled, *sampled]
-            parts += await self._pages(workdir, "after")
+            parts += await self._pages(work, "after")
             snap = poller.snapshot
             manifest = {
                 "name": stem,
@@ -219,26 +220,27 @@ class Capturer:
                 "backend_url": redact_url(poller.metrics_url()),
                 "server_pid": pid,
                 "result": OK if all(p.result != FAILED for p in parts) else "partial",
+                "redaction": redact.RULES,
                 "parts": [p.as_dict() for p in parts],
             }
-            evidence.write(workdir, "manifest.json", _json(manifest))
+            written = await asyncio.to_thread(
+                evidence.write, work, "manifest.json", _json(manifest)
+            )
+            if written.result != OK:
+                raise OverBound(f"manifest.json: {written.detail}")
         except BaseException:
-            await asyncio.to_thread(shutil.rmtree, workdir, True)
+            await asyncio.to_thread(work.remove)
             raise
-        archive: Archive = await asyncio.to_thread(self.store.pack, workdir, stem)
+        archive: Archive = await asyncio.to_thread(self.store.pack, work, stem)
         return {**manifest, "archive": archive.name, "archive_bytes": archive.bytes}
 
-    async def _pages(self, workdir: Path, when: str) -> list[Part]:
+    async def _pages(self, work: Workdir, when: str) -> list[Part]:
         """The server's page (read now) and the exporter's (the latest poll's)."""
         backend = self.poller.backend
         path = backend.metrics_path if backend is not None else "/metrics"
-        server = await evidence.server_page(
-            self.upstream, path, workdir, f"server-metrics-{when}.txt"
-        )
+        server = await evidence.server_page(self.upstream, path, work, f"server-metrics-{when}.txt")
         page = await asyncio.to_thread(render, self.poller.snapshot)
-        own = await asyncio.to_thread(
-            evidence.write, workdir, f"inferwatch-metrics-{when}.txt", page
-        )
+        own = await asyncio.to_thread(evidence.write, work, f"inferwatch-metrics-{when}.txt", page)
         return [server, own]
 
     # --- what the exporter shows ------------------------------------------------------

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from inferwatch.collect.poller import CauseLog, LogLimiter
 from inferwatch.collect.stream import WORDS, Client, Sample, request_input
+from inferwatch.logs import CauseLog, LogLimiter
 from inferwatch.method.quantile import histogram_quantile, increase, sample_quantile
 from inferwatch.metrics import CANARY_RESULTS
 from inferwatch.model import BackendSample, CanarySample, Histogram
@@ -213,7 +213,8 @@ class Canary:
         )
 
     async def probe_once(self) -> Sample | None:
-        """One probe, counted; None while no model is known to ask for."""
+        """One probe, counted (one that raises as ``bad_stream``); None while no model is
+        known to ask for."""
         if not self.model:
             if not self._said_no_model:
                 log.info("canary waits for the backend to name its model (or --canary-model)")
@@ -226,6 +227,10 @@ class Canary:
         except TimeoutError:
             error = f"no complete answer within {self.settings.timeout:g} s"
             sample = Sample(error=error, kind="timeout")
+        except Exception as exc:  # a request the client cannot make, or a bug: still counted
+            log.debug("canary probe raised", exc_info=True)
+            error = " ".join(f"the probe raised {type(exc).__name__}: {exc}".split())[:200]
+            sample = Sample(error=error, kind="bad_stream")
         finally:
             self.in_flight -= 1
         self._record(sample)

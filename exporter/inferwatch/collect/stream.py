@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from inferwatch.collect.upstream import redact_url
+from inferwatch.collect.upstream import redact_url, redirect_cause
 
 # Words that synthetic prompts (the sweep's, the canary's) are built from.
 WORDS = (
@@ -48,10 +48,10 @@ class SweepError(Exception):
 class Sample:
     """One request as the client saw it; ``error`` is empty when it succeeded.
 
-    ``kind`` names a failure without its details: ``http_error`` (a status other than 200),
-    ``timeout``, ``connect_error`` (no connection, or it broke before an answer) or
-    ``bad_stream`` (an answer that breaks the SSE contract, is cut short or carries an error
-    event or no token).
+    ``kind`` names a failure without its details: ``http_error`` (a status other than 200,
+    a redirect included: none is followed), ``timeout``, ``connect_error`` (no connection,
+    or it broke before an answer) or ``bad_stream`` (an answer that breaks the SSE contract,
+    is cut short or carries an error event or no token).
     """
 
     error: str = ""
@@ -224,7 +224,10 @@ class Client:
         gaps: list[float] = []
         events = 0
         usage: dict[str, Any] = {}
-        async with self._session.post(self.endpoint, json=body) as resp:
+        async with self._session.post(self.endpoint, json=body, allow_redirects=False) as resp:
+            if 300 <= resp.status < 400:  # never followed: the next host would get our headers
+                error = redirect_cause(self.endpoint, resp.status, resp.headers.get("Location"))
+                return Sample(error=error, kind="http_error", status=resp.status)
             if resp.status != 200:
                 raw = await resp.content.read(4096)
                 try:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
+from urllib.parse import urljoin
 
 import aiohttp
 
@@ -18,7 +19,7 @@ _TEXT_TYPES = ("text/plain", "application/openmetrics-text", "")
 class UpstreamError(Exception):
     """A failed read of the backend; ``str()`` is a one-line cause safe to log.
 
-    ``kind`` names the cause without its details (``"http status"``, ``"timeout"``...), so
+    ``kind`` names the cause without its details (``"http status"``, ``"redirect"``...), so
     that logs can be rate limited by kind whatever the text (a 500 and a 503 are one kind).
     """
 
@@ -50,15 +51,11 @@ class Upstream:
 
     def url(self, path: str) -> str:
         """The base URL if it already names a path (``http://h:8000/metrics``), else base+path."""
-        after_host = self.base_url.split("://", 1)[-1]
-        if "/" in after_host:
-            return self.base_url
-        return self.base_url + path
+        return self.base_url if _split(self.base_url)[2] else self.base_url + path
 
     def origin(self) -> str:
         """``scheme://host:port`` of the base URL, for the server's other endpoints."""
-        scheme, _, rest = self.base_url.partition("://")
-        return f"{scheme}://{rest.split('/', 1)[0]}"
+        return origin_of(self.base_url)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -80,8 +77,9 @@ class Upstream:
 
     async def _get(self, url: str, *, exposition: bool) -> str:
         """The body at ``url`` as text; raises UpstreamError with a one-line cause."""
-        request = self._client().get(url, headers=self._headers)
+        request = self._client().get(url, headers=self._headers, allow_redirects=False)
         async with self._failures(url), request as resp:
+            _refuse_redirect(url, resp)
             if resp.status != 200:
                 raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}", "http status")
             ctype = resp.content_type if "Content-Type" in resp.headers else ""
@@ -102,8 +100,11 @@ class Upstream:
         UpstreamError unless it answers 2xx. The body of the answer is not read."""
         url = self.origin() + path
         headers = {**self._headers, "Content-Type": "application/json"}
-        request = self._client().post(url, data=json.dumps(doc), headers=headers)
+        request = self._client().post(
+            url, data=json.dumps(doc), headers=headers, allow_redirects=False
+        )
         async with self._failures(url), request as resp:
+            _refuse_redirect(url, resp)
             if not 200 <= resp.status < 300:
                 raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}", "http status")
 
@@ -170,9 +171,43 @@ def _too_large(url: str, limit: int) -> UpstreamError:
     )
 
 
-def redact_url(url: str) -> str:
-    """The URL without user:password, for logs and pages."""
+def _split(url: str) -> tuple[str, str, str]:
+    """``(scheme://, authority, the rest)``; the authority ends at the first ``/``, ``?`` or
+    ``#``, as ``urllib.parse.urlsplit`` and aiohttp read it."""
     scheme, sep, rest = url.partition("://")
-    if "@" in rest.split("/", 1)[0]:
-        rest = rest.split("@", 1)[1]
-    return f"{scheme}{sep}{rest}"
+    if not sep:
+        return "", "", url
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    return scheme + sep, rest[:end], rest[end:]
+
+
+def redact_url(url: str) -> str:
+    """The URL without its ``user:password@`` (all of the authority up to its last ``@``, as
+    a URL parser reads it: a password may hold an ``@``), for logs and pages."""
+    scheme, authority, rest = _split(url)
+    return scheme + authority.rpartition("@")[2] + rest
+
+
+def origin_of(url: str) -> str:
+    """``scheme://[user:password@]host:port`` of ``url``, without its path."""
+    scheme, authority, _ = _split(url)
+    return scheme + authority
+
+
+def redirect_cause(url: str, status: int, location: str | None) -> str:
+    """One line for a redirect answer (never followed): where it points, redacted."""
+    try:
+        target = redact_url(origin_of(urljoin(url, location))) if location else "nowhere"
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        target = "an unparsable Location"
+    return (
+        f"HTTP {status} from {redact_url(url)} redirects to {target[:200]} "
+        "(redirects are not followed)"
+    )
+
+
+def _refuse_redirect(url: str, resp: aiohttp.ClientResponse) -> None:
+    """Raise UpstreamError of kind ``redirect`` for a 3xx answer."""
+    if 300 <= resp.status < 400:
+        cause = redirect_cause(url, resp.status, resp.headers.get("Location"))
+        raise UpstreamError(cause, "redirect")

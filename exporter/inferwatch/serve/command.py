@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import logging
 import socket
+import ssl
+import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ from inferwatch.collect.upstream import Upstream, redact_url
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.web import make_app
+from inferwatch.serve.webconfig import WebConfig, host_names
 from inferwatch.serve.webconfig import load as load_web_config
 from inferwatch.settings import (
     ConfigError,
@@ -121,6 +125,15 @@ OPTIONS = (
         None,
         "TLS, basic auth and response headers, in the Prometheus exporter-toolkit format",
         metavar="FILE",
+    ),
+    Option(
+        "--web.allowed-host",
+        host_names,
+        None,
+        "the only Host names (or addresses) answered, against DNS rebinding; /healthz answers "
+        "any (comma-separated, no port; default: any Host)",
+        metavar="NAME,...",
+        many=True,
     ),
     Option(
         "--poll-interval",
@@ -249,8 +262,9 @@ OPTIONS = (
         "--capture-dir",
         Path,
         None,
-        "folder for evidence captures (profiler trace, stacks, pages); turns on POST /capture "
-        "and GET /captures (default: captures off)",
+        "folder for evidence captures (profiler trace, stacks, pages): new, empty or one it "
+        "made; turns on POST /capture and GET /captures, which need basic auth or client "
+        "certificates unless the exporter listens on loopback only (default: captures off)",
         metavar="DIR",
     ),
     Option(
@@ -280,7 +294,8 @@ OPTIONS = (
         "--capture-max-bytes",
         positive_int,
         1024**3,
-        "most bytes the capture folder keeps (the oldest captures deleted first)",
+        "most bytes the capture folder holds, a capture in flight and its archive included "
+        "(the oldest captures deleted first)",
         metavar="N",
     ),
     Option(
@@ -320,6 +335,18 @@ def weights_bytes_in(directory: Path) -> int:
     return sum(f.stat().st_size for f in files)
 
 
+def _has_credentials(url: str) -> bool:
+    """Whether ``url`` carries a ``user:password@`` (sent as basic auth)."""
+    return urlsplit(url).username is not None
+
+
+def _one_authorization(header: str, *sources: tuple[str, bool]) -> None:
+    """ConfigError when more than one of the ``(flag, given)`` sources sets ``header``."""
+    given = [flag for flag, on in sources if on]
+    if len(given) > 1:
+        raise ConfigError(f"{header} is set by {' and '.join(given)}; give one")
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     backend: str
@@ -357,28 +384,31 @@ class ServeConfig:
     capture_profiler_dir: Path | None = None
     capture_profiler_steps: int = 100
     capture_pid: int | None = None
+    web_allowed_host: tuple[str, ...] | None = None
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> ServeConfig:
         config = cls(**values)
         if config.model_weights_bytes and config.model_path:
             raise ConfigError("give --model-weights-bytes or --model-path, not both")
-        authorization = [
-            name
-            for name, given in (
-                ("--backend-url user:password@", urlsplit(config.backend_url).username is not None),
-                ("--backend-bearer-token-file", config.backend_bearer_token_file is not None),
+        _one_authorization(
+            "the Authorization header",
+            ("--backend-url user:password@", _has_credentials(config.backend_url)),
+            ("--backend-bearer-token-file", config.backend_bearer_token_file is not None),
+            (
+                "--backend-header Authorization",
+                config.backend_header is not None
+                and config.backend_header[0].lower() == "authorization",
+            ),
+        )
+        if config.canary == "on":  # its default URL keeps the backend URL's user:password@
+            _one_authorization(
+                "the canary's Authorization header",
                 (
-                    "--backend-header Authorization",
-                    config.backend_header is not None
-                    and config.backend_header[0].lower() == "authorization",
+                    f"{'--canary-url' if config.canary_url else '--backend-url'} user:password@",
+                    _has_credentials(config.canary_url or config.backend_url),
                 ),
-            )
-            if given
-        ]
-        if len(authorization) > 1:
-            raise ConfigError(
-                f"the Authorization header is set by {' and '.join(authorization)}; give one"
+                ("--canary-bearer-token-file", config.canary_bearer_token_file is not None),
             )
         if config.capture_dir is None and (config.capture_on or config.capture_profiler_dir):
             raise ConfigError("--capture-on and --capture-profiler-dir need --capture-dir")
@@ -387,6 +417,8 @@ class ServeConfig:
                 CaptureStore(config.capture_dir, config.capture_max_bytes).open()
             except OSError as exc:
                 raise ConfigError(f"--capture-dir {config.capture_dir}: {exc.strerror}") from None
+            except ValueError as exc:
+                raise ConfigError(f"--capture-dir {config.capture_dir}: {exc}") from None
         return config
 
     def capture_settings(self) -> CaptureSettings | None:
@@ -527,6 +559,43 @@ def listen(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
+def require_capture_auth(web_config: WebConfig | None, sockets: list[socket.socket]) -> None:
+    """ConfigError unless only an authenticated client (basic auth, or a verified client
+    certificate) or this host can reach the listener: whoever reaches ``POST /capture`` can
+    take a capture, the server's stacks, pages and trace, and download it."""
+    if web_config is not None and (
+        web_config.users is not None
+        or (web_config.tls is not None and web_config.tls.client_auth == ssl.CERT_REQUIRED)
+    ):
+        return
+    if all(ipaddress.ip_address(s.getsockname()[0]).is_loopback for s in sockets):
+        return
+    raise ConfigError(
+        "--capture-dir needs authentication: a capture holds the server's stacks, pages and "
+        "trace; give a --web.config.file with basic_auth_users or client certificates "
+        "(client_auth_type: RequireAndVerifyClientCert), or listen on loopback only "
+        "(--web.listen-address 127.0.0.1:PORT)"
+    )
+
+
+def warn_if_others_can_write(path: Path, flag: str, changes: str) -> None:
+    """A start-up warning when ``path`` is writable by its group or by others, who could
+    then change ``changes``."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        log.warning(
+            "%s %s is writable by its group or by others (mode %03o): they can change %s; "
+            "make it writable by this user only (chmod go-w)",
+            flag,
+            path,
+            stat.S_IMODE(mode),
+            changes,
+        )
+
+
 def run(config: ServeConfig, spec: Spec | None = None) -> None:
     """Serve until a signal; ``spec`` (default: the defaults) is the verdict's and sets the
     window of the canary's TTFT gap and of the latency quantiles."""
@@ -537,6 +606,8 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
     ssl_context = web_config.ssl_context() if web_config is not None else None
     host, port = config.web_listen_address
     sockets = listen(host, port)
+    if config.capture_dir is not None:
+        require_capture_auth(web_config, sockets)
     canary_settings = config.canary_settings(gap_window=spec.window_seconds)
     capture = config.capture_settings()
     poller = build_poller(config, spec.window_seconds)
@@ -549,7 +620,15 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         redact_url(config.backend_url),
         config.poll_interval,
     )
-    app = make_app(poller, web_config=web_config, spec=spec, capture=capture)
+    app = make_app(
+        poller,
+        web_config=web_config,
+        spec=spec,
+        capture=capture,
+        allowed_hosts=config.web_allowed_host or (),
+    )
+    if config.web_config_file is not None:
+        warn_if_others_can_write(config.web_config_file, "--web.config.file", "who is let in")
     if capture is not None:
         log.info(
             "evidence capture into %s (on %s; %g s each, at most one per %g s)",
@@ -557,6 +636,9 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
             ", ".join(capture.on) or "request only",
             capture.seconds,
             capture.min_interval,
+        )
+        warn_if_others_can_write(
+            capture.directory, "--capture-dir", "what lies beside the archives"
         )
     if canary_settings is not None:
         log.info("%s", describe_canary(canary_settings, redact_url))

@@ -51,7 +51,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from inferwatch import __version__
-from inferwatch.collect.poller import LogLimiter
+from inferwatch.logs import LogLimiter
 from inferwatch.metrics import ALL, Kind
 from inferwatch.model import (
     CanarySample,

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferwatch.collect.poller import LogLimiter, Poller
+from inferwatch.collect.poller import Poller
+from inferwatch.logs import LogLimiter
 from inferwatch.method.alerts import Cond
 from inferwatch.method.findings import Finding, exporter_labels, exporter_report, fmt, phase_of
 from inferwatch.method.local import Samples, Window, parse_page

@@ -15,20 +15,24 @@ import html
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.log import server_logger
 
 from inferwatch import __version__
 from inferwatch.capture.capturer import MANUAL, Capturer, CaptureSettings, capture_upstream
 from inferwatch.collect.poller import Poller
 from inferwatch.collect.upstream import redact_url
+from inferwatch.logs import LogLimiter
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Renderer
 from inferwatch.serve.verdict import VerdictHistory
 from inferwatch.serve.verdict_page import render_page
-from inferwatch.serve.webconfig import WebConfig
+from inferwatch.serve.webconfig import WebConfig, request_checks
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,7 @@ _GZIP_CACHE = web.AppKey("gzip_cache", dict)
 VERDICT = web.AppKey("verdict", VerdictHistory)
 CAPTURER = web.AppKey("capturer", Capturer)
 _NO_STORE = {"Cache-Control": "no-store"}
+_CHUNK = 1 << 20  # bytes of an archive read at a time
 
 _LANDING = """<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>inferwatch</title></head>
@@ -51,6 +56,31 @@ polled every {interval:g} s.</p>
 </ul>
 </body></html>
 """
+
+
+class ServerLog(logging.LoggerAdapter):
+    """aiohttp's server log, where a request that does not parse as HTTP is one line, no
+    traceback and none of its bytes (they may hold a credential), at most one a minute per
+    kind of parse error, saying how many were held back meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__(server_logger, {})
+        self._limiter = LogLimiter()
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        error = kwargs.get("exc_info")
+        if not isinstance(error, HttpProcessingError):
+            super().log(level, msg, *args, **kwargs)
+            return
+        kind = type(error).__name__
+        held = self._limiter.allow(kind)
+        if held is not None:
+            log.log(
+                min(level, logging.WARNING),  # aiohttp's debug stays debug
+                "refused a malformed HTTP request (%s; %d more held back since the last line)",
+                kind,
+                held,
+            )
 
 
 def wants_openmetrics(accept: str) -> bool:
@@ -189,17 +219,25 @@ async def list_captures(request: web.Request) -> web.Response:
 
 
 async def download_capture(request: web.Request) -> web.StreamResponse:
+    """An archive of the store, from the file it opened (never a link's target)."""
     capturer = request.app.get(CAPTURER)
-    path = capturer.store.path(request.match_info["name"]) if capturer is not None else None
-    if path is None:
+    name = request.match_info["name"]
+    archive = capturer.store.open_archive(name) if capturer is not None else None
+    if archive is None:
         raise web.HTTPNotFound(text="no such capture\n")
-    return web.FileResponse(
-        path,
-        headers={
-            "Content-Type": "application/gzip",
-            "Content-Disposition": f'attachment; filename="{path.name}"',
-        },
-    )
+    with archive:
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "application/gzip",
+                "Content-Disposition": f'attachment; filename="{name}"',
+            }
+        )
+        response.content_length = os.fstat(archive.fileno()).st_size
+        await response.prepare(request)
+        while chunk := await asyncio.to_thread(archive.read, _CHUNK):
+            await response.write(chunk)
+    await response.write_eof()
+    return response
 
 
 async def verdict_json(request: web.Request) -> web.Response:
@@ -215,6 +253,7 @@ def make_app(
     web_config: WebConfig | None = None,
     spec: Spec | None = None,
     capture: CaptureSettings | None = None,
+    allowed_hosts: Collection[str] = (),
 ) -> web.Application:
     """The exporter's app; with ``run_poller`` its lifetime owns the poll loop (and the
     verdict's, which records the polls; without it the verdict records on request).
@@ -227,9 +266,16 @@ def make_app(
 
     ``capture`` turns evidence capture on (``POST /capture``, ``GET /captures``, and the
     triggers of ``capture.on`` on the verdict); its connection to the server is its own.
+
+    ``allowed_hosts`` (``--web.allowed-host``): the Host names answered (any when empty);
+    state-changing requests from another origin are refused either way
+    (:func:`inferwatch.serve.webconfig.request_checks`).
     """
     security = web_config or WebConfig()
-    app = web.Application(middlewares=security.middlewares())
+    app = web.Application(
+        middlewares=[*request_checks(allowed_hosts), *security.middlewares()],
+        handler_args={"logger": ServerLog()},
+    )
     if security.headers:
         app.on_response_prepare.append(security.add_headers)
     app[POLLER] = poller

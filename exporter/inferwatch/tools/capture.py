@@ -3,14 +3,22 @@ for it and download the archive.
 
 Exit status: 0 the capture is complete; 1 it is partial or failed, or the exporter refused
 (one runs already, or the last was too recent: the message says when the next may start);
-5 the exporter cannot be reached or has captures off.
+5 the exporter cannot be reached, has captures off, or answers what no exporter would (an
+archive name that is not a plain file name, an archive over ``max_bytes``).
+
+No call follows a redirect. The archive is saved under ``out`` by its plain file name, and
+only once downloaded whole: a failed download leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +41,11 @@ async def capture(
     out: Path,
     wait: float,
     timeout: float,
+    max_bytes: int,
     authorization: str | None = None,
 ) -> int:
-    """``authorization``: an Authorization header value (basic auth), sent with every call."""
+    """``authorization``: an Authorization header value (basic auth), sent with every call;
+    ``max_bytes``: the largest archive downloaded."""
     base = exporter.rstrip("/")
     client_timeout = aiohttp.ClientTimeout(total=timeout)
     headers = {"Authorization": authorization} if authorization else {}
@@ -62,11 +72,9 @@ async def capture(
         if "archive" not in last:
             print(f"inferwatch: capture {name} failed: {last.get('error', '')}", file=sys.stderr)
             return EXIT_INCOMPLETE
-        path = out / last["archive"]
-        async with session.get(f"{base}/captures/{last['archive']}") as resp:
-            if resp.status != 200:
-                raise CaptureError(f"download of {last['archive']}: HTTP {resp.status}")
-            path.write_bytes(await resp.read())
+        archive = _plain_name(last["archive"])
+        path = out / archive
+        await _download(session, f"{base}/captures/{archive}", path, max_bytes)
     print(path)
     for part in last["parts"]:
         detail = f": {part['detail']}" if part["detail"] else ""
@@ -74,11 +82,55 @@ async def capture(
     return 0 if last["result"] == "ok" else EXIT_INCOMPLETE
 
 
+def _plain_name(name: object) -> str:
+    """``name`` if it is a plain file name (no folder, nothing hidden in it); else
+    CaptureError."""
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or Path(name).name != name
+        or "\\" in name
+        or not name.isprintable()
+    ):
+        shown = repr(name[:80] if isinstance(name, str) else name)
+        raise CaptureError(f"the exporter named the archive {shown}: not a plain file name")
+    return name
+
+
+async def _download(session: aiohttp.ClientSession, url: str, path: Path, max_bytes: int) -> None:
+    """Save the body at ``url`` as ``path``, once whole and within ``max_bytes``; a failed
+    download leaves nothing behind."""
+    fd, partial_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    partial = Path(partial_name)
+    try:
+        with os.fdopen(fd, "wb") as file, _failures(url):
+            async with session.get(url, allow_redirects=False) as resp:
+                if resp.status != 200:
+                    raise CaptureError(f"download of {path.name}: HTTP {resp.status}")
+                if resp.content_length is not None and resp.content_length > max_bytes:
+                    raise _too_large(path.name, max_bytes)
+                size = 0
+                async for chunk in resp.content.iter_chunked(1024 * 1024):
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise _too_large(path.name, max_bytes)
+                    file.write(chunk)
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)  # gone already once in place
+
+
+def _too_large(name: str, max_bytes: int) -> CaptureError:
+    return CaptureError(f"download of {name}: larger than {max_bytes} bytes (--max-bytes)")
+
+
 async def _call(
     session: aiohttp.ClientSession, method: str, url: str, params: dict[str, str]
 ) -> tuple[int, dict[str, Any]]:
-    try:
-        async with session.request(method, url, params=params) as resp:
+    body = {} if method == "POST" else None  # JSON: the exporter refuses a form's POST
+    with _failures(url):
+        request = session.request(method, url, params=params, json=body, allow_redirects=False)
+        async with request as resp:
             if resp.status == 401:
                 raise CaptureError(f"{redact_url(url)}: 401 (give --user and --password-file)")
             try:
@@ -88,6 +140,13 @@ async def _call(
                     f"{redact_url(url)}: HTTP {resp.status}, not an inferwatch answer"
                 ) from None
             return resp.status, doc if isinstance(doc, dict) else {}
+
+
+@contextlib.contextmanager
+def _failures(url: str) -> Iterator[None]:
+    """A failed request to ``url`` as a CaptureError with a one-line cause."""
+    try:
+        yield
     except asyncio.TimeoutError:
         raise CaptureError(f"no answer from {redact_url(url)}") from None
     except aiohttp.ClientError as exc:
