@@ -92,6 +92,7 @@ debs:
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 test: $(VENV)/.installed $(VLLM_VENV)/.installed $(TRITON_VENV)/.installed $(LLAMA_SERVER) \
 		$(K8S_VALIDATOR) $(GRAFANA_SCHEMA) debs lint

@@ -14,7 +14,7 @@ from prometheus_client.exposition import choose_encoder
 from inferwatch.collect.backends import LLAMACPP, SGLANG, TGI, TRITON
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
-from inferwatch.serve.web import make_app
+from inferwatch.serve.sidecar import make_app
 
 from conftest import TGI_PAGE, fixture_text, page_value
 

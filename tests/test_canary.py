@@ -31,7 +31,7 @@ from inferwatch.metrics import CANARY_RESULTS
 from inferwatch.model import BackendSample, Histogram
 from inferwatch.serve.command import OPTIONS, ServeConfig
 from inferwatch.serve.exposition import render, render_openmetrics
-from inferwatch.serve.web import make_app
+from inferwatch.serve.sidecar import make_app
 from inferwatch.settings import resolve
 
 from conftest import fixture_text, page_value
@@ -212,7 +212,7 @@ async def test_server_down_backs_off_and_metrics_stay_served(
     assert probes["connect_error"] == len(sleeps.delays) and probes["ok"] == 0
 
     poller = poller_for(fake.url)  # the backend's /metrics is up, its API is not reached
-    poller.canary = canary
+    poller.register_canary(canary)
     client = await aiohttp_client(make_app(poller, run_poller=False))
     await poller.poll_once()
     page = await (await client.get("/metrics")).text()

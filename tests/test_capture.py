@@ -26,8 +26,9 @@ from inferwatch.capture.capturer import CaptureSettings
 from inferwatch.capture.store import CaptureStore, OverBound
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Finding
+from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.verdict import Verdict
-from inferwatch.serve.web import CAPTURER, make_app
+from inferwatch.serve.web import CAPTURER
 from inferwatch.serve.webconfig import load as load_web_config
 
 from conftest import fixture_text, page_value

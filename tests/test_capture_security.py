@@ -34,7 +34,7 @@ from test_security import Pki
 from demo.stack import Inferwatch, Process, free_port
 from inferwatch.capture import redact
 from inferwatch.capture.store import CaptureStore, packed_bound
-from inferwatch.serve.web import make_app
+from inferwatch.serve.sidecar import make_app
 
 from conftest import fixture_text
 

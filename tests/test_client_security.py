@@ -30,10 +30,11 @@ from inferwatch.capture.store import CaptureStore
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.canary import Canary, CanarySettings
 from inferwatch.collect.poller import Poller, PollSettings
-from inferwatch.collect.upstream import Upstream, UpstreamError, redact_url
+from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.serve.command import OPTIONS, ServeConfig
-from inferwatch.serve.web import make_app
+from inferwatch.serve.sidecar import make_app
 from inferwatch.settings import resolve
+from inferwatch.urls import redact_url
 
 from conftest import fixture_text, page_value
 
@@ -399,7 +400,7 @@ async def test_a_probe_that_raises_is_counted_and_served(
         ]
         assert all(r.exc_info is None for r in warnings)
         poller = poller_with_header(server.url)
-        poller.canary = canary
+        poller.register_canary(canary)
         app_client = await aiohttp_client(make_app(poller, run_poller=False))
         await poller.poll_once()
         page = await (await app_client.get("/metrics")).text()

@@ -8,12 +8,11 @@ import pytest
 from aiohttp import web
 
 from inferwatch.collect.backends import SGLANG, VLLM
-from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor
+from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor, weights_bytes_in
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
 from inferwatch.model import BackendSample, GpuSample
-from inferwatch.serve.command import weights_bytes_in
 from inferwatch.serve.exposition import render
 
 from conftest import page_value

@@ -18,7 +18,8 @@ from prometheus_client.openmetrics.parser import (
 
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.gpu import GpuSource
-from inferwatch.serve.web import make_app, wants_openmetrics
+from inferwatch.serve.sidecar import make_app
+from inferwatch.serve.web import wants_openmetrics
 
 from conftest import fixture_text, page_value
 from fake_nvml import FakeGpu, FakeNvml
@@ -230,7 +231,7 @@ async def test_healthz_and_landing_page(poller_for, backend, aiohttp_client) -> 
 
 
 def test_credentials_in_the_backend_url_never_reach_logs_or_pages() -> None:
-    from inferwatch.collect.upstream import redact_url
+    from inferwatch.urls import redact_url
 
     assert redact_url("http://user:s3cret@vllm:8000/metrics") == "http://vllm:8000/metrics"
 

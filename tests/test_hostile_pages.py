@@ -35,7 +35,7 @@ from inferwatch.logs import CauseLog
 from inferwatch.metrics import BACKEND
 from inferwatch.model import Snapshot
 from inferwatch.serve.exposition import render
-from inferwatch.serve.web import make_app
+from inferwatch.serve.sidecar import make_app
 
 from conftest import FIXTURES, fixture_text, page_value
 

@@ -27,7 +27,8 @@ from demo.stack import Inferwatch, chromium
 from inferwatch.capture.capturer import CaptureSettings
 from inferwatch.capture.store import CaptureStore
 from inferwatch.serve import webconfig
-from inferwatch.serve.web import CAPTURER, RENDERER, make_app
+from inferwatch.serve.sidecar import make_app
+from inferwatch.serve.web import CAPTURER, RENDERER
 from inferwatch.serve.webconfig import CHECK_SLOTS, BasicAuthUsers, WebConfig, host_names
 
 from conftest import fixture_text

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from inferwatch.collect.upstream import redact_url
+from inferwatch.urls import redact_url
 
 ENV_PREFIX = "INFERWATCH_"
 

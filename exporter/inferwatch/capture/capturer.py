@@ -21,28 +21,27 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from inferwatch import __version__
 from inferwatch.capture import evidence, redact
 from inferwatch.capture.evidence import FAILED, OK, Part
 from inferwatch.capture.store import Archive, CaptureStore, OverBound, Workdir
 from inferwatch.collect.poller import Poller
-from inferwatch.collect.upstream import Upstream, redact_url
+from inferwatch.collect.upstream import Upstream
 from inferwatch.method.alerts import ALERTS
+from inferwatch.method.findings import Finding
 from inferwatch.method.spec import Spec, seconds
-from inferwatch.model import CaptureSample
-from inferwatch.serve.exposition import render
-from inferwatch.serve.verdict import Verdict, VerdictHistory
+from inferwatch.model import BackendSample, CaptureSample
+from inferwatch.urls import redact_url
 
 log = logging.getLogger(__name__)
 
 MANUAL = "manual"
-# Stop calls may take long: the server flushes its trace first (8.7 s for a 3-request
-# trace on vLLM on CPU here).
+# Stop calls may take long: the server writes its trace inside them.
 STOP_TIMEOUT = 120.0
 
 
@@ -58,6 +57,13 @@ class CaptureSettings:
     pid: int | None = None  # the server's process (default: the one on the backend's port)
 
 
+class Judged(Protocol):
+    """A verdict, as far as the triggers read it: the findings that hold now."""
+
+    @property
+    def findings(self) -> Sequence[Finding]: ...
+
+
 @dataclass(frozen=True)
 class Decision:
     started: bool
@@ -67,13 +73,21 @@ class Decision:
 
 
 class Capturer:
-    """Captures evidence for one exporter; see the module doc."""
+    """Captures evidence for one exporter; see the module doc.
+
+    It knows the rest of the sidecar through what it is given: the poller (the server's
+    identity and the latest snapshot), ``verdict_document`` (the verdict as ``/verdict.json``
+    serves it) and ``sidecar_page`` (the exporter's ``/metrics`` page of the latest poll).
+    It hears each new verdict through :meth:`observe` and is read by each poll through
+    :meth:`sample`.
+    """
 
     def __init__(
         self,
         settings: CaptureSettings,
         poller: Poller,
-        verdict: VerdictHistory,
+        verdict_document: Callable[[], Mapping[str, Any]],
+        sidecar_page: Callable[[], bytes],
         spec: Spec,
         upstream: Upstream,
         *,
@@ -83,7 +97,8 @@ class Capturer:
         self.settings = settings
         self.store = CaptureStore(settings.directory, settings.max_bytes)
         self.poller = poller
-        self.verdict = verdict
+        self.verdict_document = verdict_document
+        self.sidecar_page = sidecar_page
         self.spec = spec
         self.upstream = upstream  # its own session: a slow stop call never delays a poll
         self._clock, self._wall = clock, wall
@@ -126,14 +141,14 @@ class Capturer:
             seconds_ = min(duration or self.settings.seconds, self.settings.seconds)
             self.last_started = now
             self._task = asyncio.create_task(
-                self._capture(stem, trigger, seconds_, self.verdict.document()),
+                self._capture(stem, trigger, seconds_, dict(self.verdict_document())),
                 name="inferwatch-capture",
             )
             return Decision(True, "started", f"capturing {seconds_:g} s as {stem}", stem)
         self.counts[(trigger, decision.result)] += 1
         return decision
 
-    def observe(self, verdict: Verdict) -> None:
+    def observe(self, verdict: Judged) -> None:
         """A new verdict: start a capture for a watched cause held for its ``for``."""
         now = self._clock()
         held = {f.alert.name for f in verdict.findings} & set(self.settings.on)
@@ -239,13 +254,15 @@ class Capturer:
         backend = self.poller.backend
         path = backend.metrics_path if backend is not None else "/metrics"
         server = await evidence.server_page(self.upstream, path, work, f"server-metrics-{when}.txt")
-        page = await asyncio.to_thread(render, self.poller.snapshot)
+        page = await asyncio.to_thread(self.sidecar_page)
         own = await asyncio.to_thread(evidence.write, work, f"inferwatch-metrics-{when}.txt", page)
         return [server, own]
 
     # --- what the exporter shows ------------------------------------------------------
 
-    def sample(self) -> CaptureSample:
+    def sample(self, now: float, server: BackendSample | None) -> CaptureSample:
+        """The counts so far, for the snapshot of a poll (a :class:`~inferwatch.collect.
+        poller.Source`)."""
         return CaptureSample(dict(self.counts), self.last_finished_wall)
 
     async def close(self) -> None:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 
 from inferwatch.model import BackendSample, Derived, GpuSample, Labels
@@ -275,3 +276,13 @@ def derived(
             {k: MappingProxyType(v) for k, v in latency_window.items()}
         ),
     )
+
+
+def weights_bytes_in(directory: Path) -> int:
+    """Total size of the ``*.safetensors`` files of a model directory."""
+    if not directory.is_dir():
+        raise ValueError(f"--model-path {directory}: not a directory")
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"--model-path {directory}: no *.safetensors files")
+    return sum(f.stat().st_size for f in files)

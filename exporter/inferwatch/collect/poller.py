@@ -13,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import math
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 from inferwatch.baseline import Baseline
 from inferwatch.baseline import series as baseline_series
@@ -27,18 +26,16 @@ from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.collect.window import LatencyWindow
+from inferwatch.logs import CauseLog, LogLimiter
 from inferwatch.model import (
     BackendSample,
     CanarySample,
+    CaptureSample,
     CollectorStatus,
     GpuSample,
     Labels,
     Snapshot,
 )
-
-if TYPE_CHECKING:
-    from inferwatch.capture.capturer import Capturer
-    from inferwatch.collect.canary import Canary
 
 log = logging.getLogger("inferwatch.poller")
 
@@ -48,6 +45,27 @@ log = logging.getLogger("inferwatch.poller")
 # is room for ~40x the largest page seen, e.g. a vLLM server with 32 data-parallel engines.
 # A bigger page marks the backend down before anything of it is parsed further.
 DEFAULT_MAX_SERIES = 10_000
+
+
+SampleT = TypeVar("SampleT", covariant=True)
+
+
+class Source(Protocol[SampleT]):
+    """What a poll reads besides the backend and NVML: a part of the sidecar that works on
+    its own task (the canary's probes, evidence captures) and whose state each snapshot
+    carries. Registered on the poller (:meth:`Poller.register_canary`,
+    :meth:`Poller.register_captures`); the poller knows them only by this interface."""
+
+    def sample(self, now: float, server: BackendSample | None) -> SampleT:
+        """The source's state for the snapshot of this poll (``server``: its page, or None
+        when the backend is down)."""
+        ...
+
+
+@dataclass
+class _Registered(Generic[SampleT]):
+    name: str  # its collector label
+    source: Source[SampleT]
 
 
 @dataclass(frozen=True)
@@ -63,73 +81,6 @@ class PollSettings:
     latency_window: float = 300.0
 
 
-class LogLimiter:
-    """Lets one log line of each kind through every ``repeat`` seconds and counts the rest."""
-
-    def __init__(self, repeat: float = 60.0, clock: Callable[[], float] = time.monotonic):
-        self._repeat = repeat
-        self._clock = clock
-        self._logged_at: dict[Hashable, float] = {}
-        self._held: dict[Hashable, int] = {}
-
-    def allow(self, kind: Hashable) -> int | None:
-        """None when a line of this kind is held back, else how many were held back since
-        the last one of its kind went through."""
-        now = self._clock()
-        if now - self._logged_at.get(kind, -math.inf) < self._repeat:
-            self._held[kind] = self._held.get(kind, 0) + 1
-            return None
-        self._logged_at[kind] = now
-        return self._held.pop(kind, 0)
-
-    def reset(self) -> None:
-        self._logged_at.clear()
-        self._held.clear()
-
-
-class CauseLog:
-    """Logs a failure once per cause kind (a 500 and a 503 are one kind: ``exc.kind``), then
-    at most every ``repeat`` s per kind, saying how many lines it held back meanwhile."""
-
-    def __init__(
-        self,
-        what: str,
-        repeat: float = 60.0,
-        clock: Callable[[], float] = time.monotonic,
-        unit: str = "polls",
-    ):
-        self._what = what
-        self._unit = unit
-        self._limiter = LogLimiter(repeat, clock)
-        self._kinds: set[str] = set()
-        self.failures = 0
-
-    def failed(self, kind: str, cause: str) -> None:
-        self.failures += 1
-        held = self._limiter.allow(kind)
-        if held is None:
-            return
-        if kind in self._kinds:
-            log.warning(
-                "%s still failing (%d %s, %d lines like this held back): %s",
-                self._what,
-                self.failures,
-                self._unit,
-                held,
-                cause,
-            )
-        else:
-            log.warning("%s failing: %s", self._what, cause)
-            self._kinds.add(kind)
-
-    def ok(self) -> None:
-        if self.failures:
-            log.info("%s recovered after %d failed %s", self._what, self.failures, self._unit)
-        self._limiter.reset()
-        self._kinds.clear()
-        self.failures = 0
-
-
 class Poller:
     """Owns the sampling state; ``snapshot`` is always the latest complete poll."""
 
@@ -140,11 +91,10 @@ class Poller:
         gpu: GpuSource | None,
         settings: PollSettings,
         clock: Callable[[], float] = time.monotonic,
-        canary: Canary | None = None,
     ) -> None:
         self.upstream = upstream
-        self.canary = canary  # its probes run on their own task; a poll only reads them
-        self.captures: Capturer | None = None  # captures too; a poll reads their counts
+        self._canary: _Registered[CanarySample] | None = None
+        self._captures: _Registered[CaptureSample] | None = None
         self.backend = backend  # None until --backend auto has recognised the server
         self._mapper: Mapper | None = None  # this poller's, for the recognised backend
         self.gpu = gpu
@@ -156,8 +106,8 @@ class Poller:
         self._version = ""
         self._model_hint = ""  # the model a server without model labels names elsewhere
         self._info_known = False
-        self._backend_log = CauseLog("backend scrape")
-        self._gpu_log = CauseLog("GPU collection")
+        self._backend_log = CauseLog("backend scrape", log)
+        self._gpu_log = CauseLog("GPU collection", log)
         self._dropped_log = LogLimiter()
         self._bug_log = LogLimiter()
         self.last_poll_at: float | None = None
@@ -168,6 +118,14 @@ class Poller:
             backend=None,
             collectors={},
         )
+
+    def register_canary(self, canary: Source[CanarySample]) -> None:
+        """Each snapshot carries the canary's probes (collector ``canary``)."""
+        self._canary = _Registered("canary", canary)
+
+    def register_captures(self, captures: Source[CaptureSample]) -> None:
+        """Each snapshot carries the evidence captures' counts (collector ``capture``)."""
+        self._captures = _Registered("capture", captures)
 
     def metrics_url(self) -> str:
         return self.upstream.url(self.backend.metrics_path if self.backend else "/metrics")
@@ -184,7 +142,7 @@ class Poller:
         gpu_task = asyncio.create_task(self._sample_gpus()) if self.gpu is not None else None
         sample, backend_status = await self._scrape_backend()
         gpus: tuple[GpuSample, ...] = ()
-        collectors = {"backend": backend_status}
+        collectors: dict[str, CollectorStatus] = {"backend": backend_status}
         if gpu_task is not None:
             gpus, gpu_status = await gpu_task
             collectors["gpu"] = gpu_status
@@ -197,6 +155,8 @@ class Poller:
             self.settings.model_weights_bytes,
             self.settings.peak_memory_bandwidth,
         )
+        canary = self._read(self._canary, now, sample, collectors)
+        captures = self._read(self._captures, now, sample, collectors)
         self.snapshot = Snapshot(
             backend_kind=self.backend.name if self.backend else "unknown",
             backend_up=sample is not None,
@@ -208,8 +168,8 @@ class Poller:
             baseline=baseline_series(self.settings.baseline, sample)
             if self.settings.baseline is not None and sample is not None
             else {},
-            canary=self._canary_sample(now, sample),
-            captures=self.captures.sample() if self.captures is not None else None,
+            canary=canary,
+            captures=captures,
         )
         self.last_poll_at = now
         return self.snapshot
@@ -225,16 +185,30 @@ class Poller:
                 log.exception("computing the latency window failed; its series are left out")
             return {}
 
-    def _canary_sample(self, now: float, sample: BackendSample | None) -> CanarySample | None:
-        """The canary's counts for this snapshot; a canary bug leaves them out, nothing else."""
-        if self.canary is None:
+    def _read(
+        self,
+        registered: _Registered[SampleT] | None,
+        now: float,
+        sample: BackendSample | None,
+        collectors: dict[str, CollectorStatus],
+    ) -> SampleT | None:
+        """A registered source's state for this snapshot, its collector status added to
+        ``collectors``; a bug there leaves its series out, nothing else."""
+        if registered is None:
             return None
+        started = time.perf_counter()
         try:
-            return self.canary.sample(now, sample)
-        except Exception:
-            if self._bug_log.allow("canary") is not None:
-                log.exception("reading the canary failed; its series are left out")
+            value = registered.source.sample(now, sample)
+        except Exception as exc:
+            if self._bug_log.allow(registered.name) is not None:
+                log.exception("reading the %s failed; its series are left out", registered.name)
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            collectors[registered.name] = CollectorStatus(
+                False, time.perf_counter() - started, error
+            )
             return None
+        collectors[registered.name] = CollectorStatus(True, time.perf_counter() - started)
+        return value
 
     async def run(self) -> None:
         """Poll forever on a fixed cadence; a slow poll delays, never stacks, the next."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from inferwatch.collect.upstream import redact_url, redirect_cause
+from inferwatch.urls import redact_url, redirect_cause
 
 # Words that synthetic prompts (the sweep's, the canary's) are built from.
 WORDS = (

@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
-from urllib.parse import urljoin
 
 import aiohttp
+
+from inferwatch.urls import has_path, origin_of, redact_url, redirect_cause
 
 # Ask for classic text; SGLang and other prometheus_client servers otherwise negotiate
 # OpenMetrics or gzip.
@@ -51,7 +52,7 @@ class Upstream:
 
     def url(self, path: str) -> str:
         """The base URL if it already names a path (``http://h:8000/metrics``), else base+path."""
-        return self.base_url if _split(self.base_url)[2] else self.base_url + path
+        return self.base_url if has_path(self.base_url) else self.base_url + path
 
     def origin(self) -> str:
         """``scheme://host:port`` of the base URL, for the server's other endpoints."""
@@ -168,41 +169,6 @@ def _too_large(url: str, limit: int) -> UpstreamError:
     return UpstreamError(
         f"body from {redact_url(url)} exceeds {limit // (1024 * 1024)} MiB (--backend-max-bytes)",
         "too large",
-    )
-
-
-def _split(url: str) -> tuple[str, str, str]:
-    """``(scheme://, authority, the rest)``; the authority ends at the first ``/``, ``?`` or
-    ``#``, as ``urllib.parse.urlsplit`` and aiohttp read it."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return "", "", url
-    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
-    return scheme + sep, rest[:end], rest[end:]
-
-
-def redact_url(url: str) -> str:
-    """The URL without its ``user:password@`` (all of the authority up to its last ``@``, as
-    a URL parser reads it: a password may hold an ``@``), for logs and pages."""
-    scheme, authority, rest = _split(url)
-    return scheme + authority.rpartition("@")[2] + rest
-
-
-def origin_of(url: str) -> str:
-    """``scheme://[user:password@]host:port`` of ``url``, without its path."""
-    scheme, authority, _ = _split(url)
-    return scheme + authority
-
-
-def redirect_cause(url: str, status: int, location: str | None) -> str:
-    """One line for a redirect answer (never followed): where it points, redacted."""
-    try:
-        target = redact_url(origin_of(urljoin(url, location))) if location else "nowhere"
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        target = "an unparsable Location"
-    return (
-        f"HTTP {status} from {redact_url(url)} redirects to {target[:200]} "
-        "(redirects are not followed)"
     )
 
 

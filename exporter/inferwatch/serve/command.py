@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
 import ipaddress
 import logging
 import socket
 import ssl
 import stat
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,14 +18,15 @@ from inferwatch.baseline import load as load_baseline
 from inferwatch.capture.capturer import CaptureSettings
 from inferwatch.capture.store import CaptureStore
 from inferwatch.collect.backends import BACKENDS
-from inferwatch.collect.canary import Canary, CanarySettings
+from inferwatch.collect.canary import CanarySettings
 from inferwatch.collect.canary import describe as describe_canary
+from inferwatch.collect.derive import weights_bytes_in
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.collect.poller import DEFAULT_MAX_SERIES, Poller, PollSettings
-from inferwatch.collect.upstream import Upstream, redact_url
+from inferwatch.collect.upstream import Upstream
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.spec import Spec, spec_from_config
-from inferwatch.serve.web import make_app
+from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.webconfig import WebConfig, host_names
 from inferwatch.serve.webconfig import load as load_web_config
 from inferwatch.settings import (
@@ -47,6 +44,7 @@ from inferwatch.settings import (
     ratio,
     read_secret,
 )
+from inferwatch.urls import redact_url
 
 log = logging.getLogger("inferwatch")
 
@@ -325,16 +323,6 @@ OPTIONS = (
 )
 
 
-def weights_bytes_in(directory: Path) -> int:
-    """Total size of the ``*.safetensors`` files of a model directory."""
-    if not directory.is_dir():
-        raise ValueError(f"--model-path {directory}: not a directory")
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        raise ValueError(f"--model-path {directory}: no *.safetensors files")
-    return sum(f.stat().st_size for f in files)
-
-
 def _has_credentials(url: str) -> bool:
     """Whether ``url`` carries a ``user:password@`` (sent as basic auth)."""
     return urlsplit(url).username is not None
@@ -517,20 +505,6 @@ def build_poller(config: ServeConfig, latency_window: float = 300.0) -> Poller:
     return Poller(upstream, backend, gpu, settings)
 
 
-async def _start_canary(
-    poller: Poller, settings: CanarySettings, app: web.Application
-) -> AsyncIterator[None]:
-    """The canary's probe loop for the app's lifetime, on its own task; each poll reads it."""
-    canary = Canary(settings)  # made in the app's loop: its client session belongs there
-    poller.canary = canary
-    task = asyncio.create_task(canary.run(), name="inferwatch-canary")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    await canary.close()
-
-
 def listen(host: str, port: int) -> list[socket.socket]:
     """Sockets bound to ``host:port`` (every interface when ``host`` is empty), like aiohttp's.
 
@@ -625,6 +599,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         web_config=web_config,
         spec=spec,
         capture=capture,
+        canary=canary_settings,
         allowed_hosts=config.web_allowed_host or (),
     )
     if config.web_config_file is not None:
@@ -642,7 +617,6 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         )
     if canary_settings is not None:
         log.info("%s", describe_canary(canary_settings, redact_url))
-        app.cleanup_ctx.append(functools.partial(_start_canary, poller, canary_settings))
     web.run_app(
         app,
         sock=sockets,

@@ -9,14 +9,13 @@ else in the text format 0.0.4.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gzip
 import html
 import json
 import logging
 import math
 import os
-from collections.abc import AsyncIterator, Collection
+from collections.abc import Collection
 from typing import Any
 
 from aiohttp import web
@@ -24,15 +23,14 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.log import server_logger
 
 from inferwatch import __version__
-from inferwatch.capture.capturer import MANUAL, Capturer, CaptureSettings, capture_upstream
+from inferwatch.capture.capturer import MANUAL, Capturer
 from inferwatch.collect.poller import Poller
-from inferwatch.collect.upstream import redact_url
 from inferwatch.logs import LogLimiter
-from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Renderer
 from inferwatch.serve.verdict import VerdictHistory
 from inferwatch.serve.verdict_page import render_page
 from inferwatch.serve.webconfig import WebConfig, request_checks
+from inferwatch.urls import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -246,30 +244,24 @@ async def verdict_json(request: web.Request) -> web.Response:
     return web.json_response(history.document(), dumps=json.dumps, headers=_NO_STORE)
 
 
-def make_app(
+def http_app(
     poller: Poller,
+    renderer: Renderer,
+    verdict: VerdictHistory,
+    capturer: Capturer | None = None,
     *,
-    run_poller: bool = True,
     web_config: WebConfig | None = None,
-    spec: Spec | None = None,
-    capture: CaptureSettings | None = None,
     allowed_hosts: Collection[str] = (),
 ) -> web.Application:
-    """The exporter's app; with ``run_poller`` its lifetime owns the poll loop (and the
-    verdict's, which records the polls; without it the verdict records on request).
-
-    ``spec`` (thresholds, rate window, runbook links) is the verdict's; the defaults when
-    None.
+    """The routes over the sidecar's parts (built by :func:`inferwatch.serve.sidecar.
+    make_app`, the one place that wires them).
 
     ``web_config`` (from ``--web.config.file``) adds basic auth and response headers; TLS is
     the listener's business (``ssl_context`` in :func:`inferwatch.serve.command.run`).
-
-    ``capture`` turns evidence capture on (``POST /capture``, ``GET /captures``, and the
-    triggers of ``capture.on`` on the verdict); its connection to the server is its own.
-
     ``allowed_hosts`` (``--web.allowed-host``): the Host names answered (any when empty);
     state-changing requests from another origin are refused either way
-    (:func:`inferwatch.serve.webconfig.request_checks`).
+    (:func:`inferwatch.serve.webconfig.request_checks`). Without ``capturer`` the capture
+    routes answer 404 with why.
     """
     security = web_config or WebConfig()
     app = web.Application(
@@ -279,24 +271,11 @@ def make_app(
     if security.headers:
         app.on_response_prepare.append(security.add_headers)
     app[POLLER] = poller
-    app[RENDERER] = Renderer(lambda: poller.snapshot)
+    app[RENDERER] = renderer
     app[_GZIP_CACHE] = {}
-    spec = spec_from_config({}) if spec is None else spec
-    app[VERDICT] = VerdictHistory(poller, spec)
-    if capture is not None:
-        upstream = poller.upstream
-        capturer = Capturer(
-            capture,
-            poller,
-            app[VERDICT],
-            spec,
-            capture_upstream(upstream.base_url, upstream.headers, upstream.max_bytes),
-        )
+    app[VERDICT] = verdict
+    if capturer is not None:
         app[CAPTURER] = capturer
-        poller.captures = capturer
-        app[VERDICT].listeners.append(capturer.observe)
-        app.cleanup_ctx.append(_capture_lifetime)
-    # Also when captures are off: then they answer 404 with why.
     app.router.add_post("/capture", start_capture)
     app.router.add_get("/captures", list_captures)
     app.router.add_get("/captures/{name}", download_capture)
@@ -304,40 +283,4 @@ def make_app(
     app.router.add_get("/verdict.json", verdict_json)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
-    if run_poller:
-        app.cleanup_ctx.append(_poll_loop)
-        app.cleanup_ctx.append(_verdict_loop)
     return app
-
-
-async def _capture_lifetime(app: web.Application) -> AsyncIterator[None]:
-    yield
-    await app[CAPTURER].close()  # a capture under way is cancelled; its profiler stopped
-
-
-async def _poll_loop(app: web.Application) -> AsyncIterator[None]:
-    poller = app[POLLER]
-    task = asyncio.create_task(poller.run(), name="inferwatch-poller")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    await poller.upstream.close()
-    if poller.gpu is not None:
-        poller.gpu.close()
-
-
-async def _verdict_loop(app: web.Application) -> AsyncIterator[None]:
-    history = app[VERDICT]
-    every = max(history.step / 2, history.poller.settings.interval)
-
-    async def record() -> None:
-        while True:
-            await asyncio.sleep(every)
-            await history.refresh()  # never raises
-
-    task = asyncio.create_task(record(), name="inferwatch-verdict")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from inferwatch.collect.upstream import redact_url
+from inferwatch.urls import redact_url
 
 EXIT_INCOMPLETE = 1
 EXIT_UNREACHABLE = 5

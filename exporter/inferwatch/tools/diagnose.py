@@ -59,7 +59,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from inferwatch.collect.upstream import Upstream, UpstreamError, redact_url
+from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS, Alert, Cond, placeholders
 from inferwatch.method.findings import (
@@ -76,6 +76,7 @@ from inferwatch.method.signals import (
     SIGNALS,
 )
 from inferwatch.method.spec import Spec
+from inferwatch.urls import redact_url
 
 EXIT_UNREADABLE = 5
 RUNBOOKS = "alerts/runbooks/"

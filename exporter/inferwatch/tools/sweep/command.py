@@ -70,7 +70,6 @@ from inferwatch import __version__
 from inferwatch.baseline import Baseline, to_yaml
 from inferwatch.baseline import load as load_baseline
 from inferwatch.collect.stream import Client, SweepError
-from inferwatch.collect.upstream import redact_url
 from inferwatch.method.spec import spec_from_config
 from inferwatch.settings import resolve
 from inferwatch.tools.sweep.cells import CellResult, run_cell
@@ -78,6 +77,7 @@ from inferwatch.tools.sweep.histograms import ITL, TTFT, Histograms, ServerHisto
 from inferwatch.tools.sweep.plan import DEFAULT_PROMPT_TOKENS, OPTIONS, Plan, new_file, plan_from
 from inferwatch.tools.sweep.prompts import Prompts, calibrate
 from inferwatch.tools.sweep.report import LEGEND, Progress, regressions, table
+from inferwatch.urls import redact_url
 
 # The options and the plan are imported from here too: ``inferwatch calibrate`` runs the
 # sweep through this module.

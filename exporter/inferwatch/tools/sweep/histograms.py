@@ -11,9 +11,10 @@ from collections.abc import Callable
 
 from inferwatch.collect.backends import Backend, detect, feed
 from inferwatch.collect.textparse import parse_labels, scan
-from inferwatch.collect.upstream import Upstream, UpstreamError, redact_url
+from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.method.quantile import increase
 from inferwatch.model import Histogram
+from inferwatch.urls import redact_url
 
 # A sidecar polls the server (0.5 s by default); the server records a request's TTFT when
 # its first token leaves the engine. Both are caught up well within this.

@@ -1,0 +1,126 @@
+"""The composition root: the one place that builds the sidecar from its parts.
+
+The poller reads the backend and NVML and knows its other sources only as
+:class:`~inferwatch.collect.poller.Source` (the canary's probes, the captures' counts);
+the verdict records the rendered pages and tells its listeners (the capture's triggers);
+the capturer is given the verdict's document and the renderer's page. Nothing below this
+module imports what sits above it (``lint-imports`` checks it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Collection
+
+from aiohttp import web
+
+from inferwatch.capture.capturer import Capturer, CaptureSettings, capture_upstream
+from inferwatch.collect.canary import Canary, CanarySettings
+from inferwatch.collect.poller import Poller
+from inferwatch.method.spec import Spec, spec_from_config
+from inferwatch.serve.exposition import Renderer
+from inferwatch.serve.verdict import VerdictHistory
+from inferwatch.serve.web import CAPTURER, POLLER, VERDICT, http_app
+from inferwatch.serve.webconfig import WebConfig
+
+_CANARY = web.AppKey("canary_settings", CanarySettings)
+
+
+def make_app(
+    poller: Poller,
+    *,
+    run_poller: bool = True,
+    web_config: WebConfig | None = None,
+    spec: Spec | None = None,
+    capture: CaptureSettings | None = None,
+    canary: CanarySettings | None = None,
+    allowed_hosts: Collection[str] = (),
+) -> web.Application:
+    """The exporter's app over ``poller``; with ``run_poller`` its lifetime owns the poll
+    loop (and the verdict's, which records the polls; without it the verdict records on
+    request).
+
+    ``spec`` (thresholds, rate window, runbook links) is the verdict's; the defaults when
+    None. ``capture`` turns evidence capture on (``POST /capture``, ``GET /captures``, and
+    the triggers of ``capture.on`` on the verdict); its connection to the server is its own.
+    ``canary`` runs the canary's probe loop for the app's lifetime, on its own task.
+    """
+    spec = spec_from_config({}) if spec is None else spec
+    renderer = Renderer(lambda: poller.snapshot)
+    verdict = VerdictHistory(poller, spec)
+    capturer = None
+    if capture is not None:
+        upstream = poller.upstream
+        capturer = Capturer(
+            capture,
+            poller,
+            verdict.document,
+            renderer.render,
+            spec,
+            capture_upstream(upstream.base_url, upstream.headers, upstream.max_bytes),
+        )
+        poller.register_captures(capturer)
+        verdict.listeners.append(capturer.observe)
+    app = http_app(
+        poller,
+        renderer,
+        verdict,
+        capturer,
+        web_config=web_config,
+        allowed_hosts=allowed_hosts,
+    )
+    if capturer is not None:
+        app.cleanup_ctx.append(_capture_lifetime)
+    if canary is not None:
+        app[_CANARY] = canary
+        app.cleanup_ctx.append(_canary_lifetime)
+    if run_poller:
+        app.cleanup_ctx.append(_poll_loop)
+        app.cleanup_ctx.append(_verdict_loop)
+    return app
+
+
+async def _canary_lifetime(app: web.Application) -> AsyncIterator[None]:
+    """The canary's probe loop for the app's lifetime, on its own task; each poll reads it."""
+    canary = Canary(app[_CANARY])  # made in the app's loop: its client session belongs there
+    app[POLLER].register_canary(canary)
+    task = asyncio.create_task(canary.run(), name="inferwatch-canary")
+    yield
+    await _stop(task)
+    await canary.close()
+
+
+async def _capture_lifetime(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await app[CAPTURER].close()  # a capture under way is cancelled; its profiler stopped
+
+
+async def _poll_loop(app: web.Application) -> AsyncIterator[None]:
+    poller = app[POLLER]
+    task = asyncio.create_task(poller.run(), name="inferwatch-poller")
+    yield
+    await _stop(task)
+    await poller.upstream.close()
+    if poller.gpu is not None:
+        poller.gpu.close()
+
+
+async def _verdict_loop(app: web.Application) -> AsyncIterator[None]:
+    history = app[VERDICT]
+    every = max(history.step / 2, history.poller.settings.interval)
+
+    async def record() -> None:
+        while True:
+            await asyncio.sleep(every)
+            await history.refresh()  # never raises
+
+    task = asyncio.create_task(record(), name="inferwatch-verdict")
+    yield
+    await _stop(task)
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
