@@ -121,9 +121,9 @@ class Calibration:
         canary measured under normal traffic, if that is more; the slow path's delay sized
         from it. The config file says where the number came from."""
         measured = GAP_MARGIN * max(gaps)
-        if measured <= self.spec.t("client_gap_seconds"):
+        if measured <= self.spec.threshold("client_gap_seconds"):
             return replace(
-                self, faults=replace(self.faults, client_gap=self.spec.t("client_gap_seconds"))
+                self, faults=replace(self.faults, client_gap=self.spec.threshold("client_gap_seconds"))
             )
         text = self.config.read_text()
         line = re.search(r"^  client_gap_seconds: .*$", text, re.M)
@@ -226,7 +226,7 @@ async def _size_faults(vllm: VllmServer, spec: Spec, tokens_per_word: float) -> 
     blocks, block_size = kv_cache(vllm.url)
     kv_tokens = blocks * block_size
     context = _vllm_arg("--max-model-len")
-    target = PREFILL_MULTIPLE * spec.t("ttft_p95_seconds")
+    target = PREFILL_MULTIPLE * spec.threshold("ttft_p95_seconds")
     longest = int((context - LONG_PROMPT_OUTPUT - 8) / tokens_per_word)
     words, ttft = max(8, NORMAL_WORDS * 4), 0.0
     while True:

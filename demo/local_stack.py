@@ -33,7 +33,8 @@ from demo.stack import (
     metric_value,
     tiny_model,
 )
-from inferwatch.method.alerts import ALERTS, placeholders
+from inferwatch.method.alerts import ALERTS
+from inferwatch.method.rules import placeholders
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.slo import BURNS
 from inferwatch.method.spec import seconds, spec_from_config

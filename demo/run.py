@@ -59,7 +59,7 @@ def render(stack: LocalStack, phase: str, story: str, started: float) -> str:
         page = stack.inferwatch.page()
     except (OSError, StackError):
         page = ""
-    w = stack.spec.w
+    w = stack.spec.rate_name
     p95 = '{quantile="0.95"}'
     ttft = f"max(model:inferwatch_time_to_first_token_seconds:quantile_{w}{p95})"
     itl = f"max(model:inferwatch_inter_token_latency_seconds:quantile_{w}{p95})"

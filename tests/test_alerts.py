@@ -13,6 +13,7 @@ import yaml
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.recording import recording_rules
 from inferwatch.method.rules import slo_rules
+from inferwatch.method.runbooks import templates
 from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
 from inferwatch.method.spec import seconds, spec_from_config
 from inferwatch.method.thresholds import THRESHOLDS
@@ -25,28 +26,13 @@ REPO = Path(__file__).resolve().parents[1]
 ALERTS_DIR = REPO / "alerts"
 RULES = ALERTS_DIR / "inferwatch-rules.yaml"
 
-# The alert contract of DESIGN.md.
+# The alert contract: the committed snapshot `make generate` writes (alerts/contract.txt),
+# so that adding, renaming or removing an alert shows in its diff. The cause alerts:
 CONTRACT = {
-    "InferenceBackendDown",
-    "InferenceQueuedWhileIdle",
-    "InferenceQueueingDelay",
-    "InferencePrefillBottleneck",
-    "InferenceDecodeBottleneck",
-    "InferenceDecodeAtHardwareFloor",
-    "InferenceKVCachePressure",
-    "InferencePrefillStallsDecode",
-    "InferenceGPUUnderutilized",
-    "InferenceFrontendCPUSaturated",
-    "InferenceRequestErrors",
-    "InferenceLatencyRegression",
-    "InferenceGPUThrottling",
-    "InferenceExporterGPUMissing",
-    # The canary's (README: "The client's view").
-    "InferenceClientGap",
-    "InferenceCanaryFailing",
-    # The communication layer (NVLink, PCIe).
-    "InferenceInterconnectSaturated",
-}
+    line
+    for line in (ALERTS_DIR / "contract.txt").read_text().splitlines()
+    if line and not line.startswith("#")
+} - set(SLO_ALERTS)
 # The SLO alerts (an `errors` objective by default: no latency objective to be unmeasured).
 DEFAULT_SLO_ALERTS = {"InferenceSLOFastBurn", "InferenceSLOSlowBurn"}
 
@@ -95,6 +81,12 @@ def test_committed_artifacts_are_what_generate_writes() -> None:
     assert runbooks == {f"{a}.md" for a in CONTRACT | set(SLO_ALERTS)}, (
         "a runbook without an alert (or the reverse)"
     )
+
+
+def test_the_contract_is_the_alert_table() -> None:
+    assert set(ALERTS) == CONTRACT, "run `make generate`: alerts/contract.txt is stale"
+    # Every runbook template belongs to an alert (the package ships them: package-data).
+    assert set(templates()) == CONTRACT | set(SLO_ALERTS)
 
 
 def test_every_contract_alert_is_complete() -> None:

@@ -39,7 +39,7 @@ def scenarios():
 def calibrated(path: Path, given: dict | None = None) -> Path:
     baseline = load(SWEEP)
     spec = spec_from_config(given or {})
-    derived = thresholds_from(baseline, spec.t("regression_factor"), spec.window_seconds)
+    derived = thresholds_from(baseline, spec.threshold("regression_factor"), spec.window_seconds)
     path.write_text(config_text(baseline, SWEEP, derived, given or {}, "base.yaml"))
     return path
 
@@ -169,7 +169,7 @@ def test_calibrate_proposes_objectives_on_the_servers_bucket_bounds(tmp_path: Pa
         stored, metadata={**stored.metadata, "server_bucket_bounds": bounds}
     )
     spec = spec_from_config({})
-    objectives = objectives_from(baseline, spec.t("regression_factor"))
+    objectives = objectives_from(baseline, spec.threshold("regression_factor"))
     busiest = baseline.busiest()[0]
     for kind, measured in (
         ("ttft", busiest.server_ttft_seconds),
@@ -180,7 +180,7 @@ def test_calibrate_proposes_objectives_on_the_servers_bucket_bounds(tmp_path: Pa
         assert seconds in bounds[kind] and seconds >= 1.5 * measured.p99 > max(below)
     assert objectives["ttft"][0]["target"] == objectives["itl"][0]["target"] == 0.95
     assert objectives["errors"][0] == {"target": 0.999}
-    derived = thresholds_from(baseline, spec.t("regression_factor"), spec.window_seconds)
+    derived = thresholds_from(baseline, spec.threshold("regression_factor"), spec.window_seconds)
     path = tmp_path / "inferwatch.yaml"
     path.write_text(config_text(baseline, SWEEP, derived, {}, "base.yaml", objectives))
     config = load_config_file(path)

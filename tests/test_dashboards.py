@@ -15,7 +15,7 @@ from inferwatch.dashboards.queries import GPU_ONLY_PANELS, MODEL, NODE, TARGET, 
 from inferwatch.dashboards.triage import triage_panels
 from inferwatch.method.panels import Panel
 from inferwatch.method.recording import recording_rules
-from inferwatch.method.rules import RUNBOOKS
+from inferwatch.method.runbooks import RUNBOOKS
 from inferwatch.method.slo import BURNS
 from inferwatch.method.slo import recording_rules as slo_rules
 from inferwatch.method.spec import spec_from_config

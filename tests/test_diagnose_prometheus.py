@@ -34,7 +34,10 @@ def rules(path: Path) -> Path:
         "interval": "1s",
         "rules": [
             # diagnose checks that the source runs inferwatch's recording rules.
-            {"record": f"instance:inferwatch_requests_finished:{SPEC.w}", "expr": "vector(1)"},
+            {
+                "record": f"instance:inferwatch_requests_finished:{SPEC.rate_name}",
+                "expr": "vector(1)",
+            },
             {
                 "alert": "InferenceBackendDown",
                 "expr": 'label_replace(vector(1), "instance", "pod-a:10177", "", "")',
@@ -119,7 +122,10 @@ def slo_rules(path: Path, ttft_of_tiny: dict[str, float], causes: list[tuple]) -
         "name": "slo-burns",
         "interval": "1s",
         "rules": [
-            {"record": f"instance:inferwatch_requests_finished:{SPEC.w}", "expr": "vector(1)"},
+            {
+                "record": f"instance:inferwatch_requests_finished:{SPEC.rate_name}",
+                "expr": "vector(1)",
+            },
             *records,
             *alerts,
         ],

@@ -234,7 +234,7 @@ def by_cluster(result: list[dict]) -> dict[str, float]:
 def test_global_prometheus_serves_the_fleet_dashboard_and_both_clusters_alerts(fleet) -> None:
     clusters, top = fleet
     board = dashboards(SPEC)["inferwatch-fleet.json"]
-    w = SPEC.w
+    w = SPEC.rate_name
     # Both clusters' model-level rules have values, and the global view federated them.
     wait_for(
         top, f'model:inferwatch_time_to_first_token_seconds:quantile_{w}{{quantile="0.95"}}', 2

@@ -11,14 +11,11 @@ import pytest
 import yaml
 
 from inferwatch.method.quantile import histogram_quantile, increase, sample_quantile
+from inferwatch.method.slo.buckets import VLLM_TTFT_BOUNDS
 from inferwatch.model import Histogram
 
-# vLLM's TTFT bucket bounds (0.32), as its page writes them.
-VLLM_TTFT = [
-    "0.001", "0.005", "0.01", "0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75",
-    "1.0", "2.5", "5.0", "7.5", "10.0", "20.0", "40.0", "80.0", "160.0", "640.0", "2560.0",
-    "+Inf",
-]  # fmt: skip
+# vLLM's TTFT bucket bounds, as its page writes them.
+VLLM_TTFT = [*(repr(bound) for bound in VLLM_TTFT_BOUNDS), "+Inf"]
 
 QS = (0.0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0)
 

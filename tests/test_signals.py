@@ -26,9 +26,8 @@ from typing import Any
 import pytest
 
 from inferwatch.collect.window import SUMMARIZED, LatencyWindow
-from inferwatch.method.alerts import placeholders
 from inferwatch.method.local import Samples, Window, parse_page
-from inferwatch.method.rules import dump_yaml, rules_document
+from inferwatch.method.rules import dump_yaml, placeholders, rules_document
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import spec_from_config
 from inferwatch.metrics import WINDOW_QUANTILES

@@ -122,11 +122,11 @@ async def test_kv_pressure_is_named_with_its_evidence_on_page_and_json(exporter)
     assert kv["runbook"] == f"{spec.runbook_url_base}InferenceKVCachePressure.md"
     evidence = {e["signal"]: e for e in kv["evidence"]}
     assert evidence["preemption_rate"]["value"] == pytest.approx(33 / 20)  # 33 preemptions
-    assert evidence["preemption_rate"]["threshold"] == spec.t("preemptions_per_second")
+    assert evidence["preemption_rate"]["threshold"] == spec.threshold("preemptions_per_second")
     assert evidence["preemption_rate"]["holds"] is True
     assert evidence["kv_usage"]["holds"] is False  # full, then empty: 67 % on average
     assert doc["phase"] == "prefill"  # TTFT p95 above 2 s, ITL p95 below 100 ms
-    assert doc["phase_signals"]["ttft_p95"] > spec.t("ttft_p95_seconds")
+    assert doc["phase_signals"]["ttft_p95"] > spec.threshold("ttft_p95_seconds")
 
     # The page says the same, from the same document.
     assert '<meta http-equiv="refresh"' in page

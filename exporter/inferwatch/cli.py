@@ -346,7 +346,7 @@ def _spec(config: dict, baseline_file: Path | None) -> Spec:
     if baseline_file is not None:
         spec = spec_from_config(config)
         found = thresholds_from(
-            load_baseline(baseline_file), spec.t("regression_factor"), spec.window_seconds
+            load_baseline(baseline_file), spec.threshold("regression_factor"), spec.window_seconds
         )
         derived = {name: d.value for name, d in found.items()}
     return spec_from_config(config, derived)

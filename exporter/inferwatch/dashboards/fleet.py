@@ -1,7 +1,8 @@
 """The "Inference fleet" dashboard: per-model and per-instance drill-down across replicas.
 
 One function per row: ``_models_row`` (the top row, without a header) and
-``_instances_row`` ("Instances").
+``_instances_row`` ("Instances"). The latency and error series are the method's per-model and
+per-instance recording rules (``inferwatch.method.recording``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from inferwatch.dashboards.queries import (
     Query,
     Row,
     limit,
+    series,
 )
 from inferwatch.method.spec import Spec
 
@@ -30,62 +32,62 @@ def fleet_panels(spec: Spec) -> list[Row]:
 
 def _models_row(spec: Spec) -> list[PanelSpec]:
     """The row without a header: one table row per model, then TTFT, ITL and errors by model."""
-    w = spec.w
+    rate = spec.rate_name
     return [
         _models_table(spec),
         PanelSpec(
             "TTFT p95 by model",
             "Time to first token p95 per model across replicas. Compare with its threshold "
-            f"({spec.t('ttft_p95_seconds'):g} s).",
+            f"({spec.threshold('ttft_p95_seconds'):g} s).",
             [
                 Query(
-                    f"model:inferwatch_time_to_first_token_seconds:quantile_{w}{{{MODEL}, {Q95}}}",
+                    f"model:inferwatch_time_to_first_token_seconds:quantile_{rate}{{{MODEL}, {Q95}}}",
                     "{{model}} {{cluster}}",
                 )
             ],
             unit="s",
             width=8,
-            thresholds=limit(spec.t("ttft_p95_seconds")),
+            thresholds=limit(spec.threshold("ttft_p95_seconds")),
         ),
         PanelSpec(
             "ITL p95 by model",
             "Inter-token latency p95 per model across replicas. Compare with its threshold "
-            f"({spec.t('itl_p95_seconds'):g} s).",
+            f"({spec.threshold('itl_p95_seconds'):g} s).",
             [
                 Query(
-                    f"model:inferwatch_inter_token_latency_seconds:quantile_{w}{{{MODEL}, {Q95}}}",
+                    f"model:inferwatch_inter_token_latency_seconds:quantile_{rate}{{{MODEL}, {Q95}}}",
                     "{{model}} {{cluster}}",
                 )
             ],
             unit="s",
             width=8,
-            thresholds=limit(spec.t("itl_p95_seconds")),
+            thresholds=limit(spec.threshold("itl_p95_seconds")),
         ),
         PanelSpec(
             "Server errors and aborts by model",
             "Share of finished requests that ended in a server error (the server's fault, "
-            f"InferenceRequestErrors above {spec.t('error_ratio') * 100:g} %) and share that "
+            f"InferenceRequestErrors above {spec.threshold('error_ratio') * 100:g} %) and share that "
             "clients aborted (cancelled or timed out, often because the server was slow).",
             [
                 Query(
-                    f"model:inferwatch_requests_finished:error_ratio_{w}{{{MODEL}}}",
+                    f"model:inferwatch_requests_finished:error_ratio_{rate}{{{MODEL}}}",
                     "errors {{model}} {{cluster}}",
                 ),
                 Query(
-                    f"model:inferwatch_requests_finished:abort_ratio_{w}{{{MODEL}}}",
+                    f"model:inferwatch_requests_finished:abort_ratio_{rate}{{{MODEL}}}",
                     "aborts {{model}} {{cluster}}",
                 ),
             ],
             unit="percentunit",
             width=8,
-            thresholds=limit(spec.t("error_ratio")),
+            thresholds=limit(spec.threshold("error_ratio")),
         ),
     ]
 
 
 def _models_table(spec: Spec) -> PanelSpec:
     """Models row, the table: traffic, latency and error shares of each model, sortable."""
-    w = spec.w
+    rate = spec.rate_name
     # A model across its replicas: the labels the model: rules keep (namespace, backend,
     # model and the config's fleet_labels).
     by = f"by ({', '.join(spec.fleet_labels)})"
@@ -95,46 +97,34 @@ def _models_table(spec: Spec) -> PanelSpec:
         "requests ending in a server error and the share clients aborted. Sort by a column "
         "to find the model in trouble.",
         [
-            Query(
-                f"sum {by} (model:inferwatch_requests_finished:{w}{{{MODEL}}})",
+            _column(
+                f"sum {by} (model:inferwatch_requests_finished:{rate}{{{MODEL}}})",
                 "req/s",
-                True,
-                True,
                 "reqps",
             ),
-            Query(
-                f"max {by} (model:inferwatch_time_to_first_token_seconds:quantile_{w}{{{MODEL}, {Q95}}})",
+            _column(
+                f"max {by} (model:inferwatch_time_to_first_token_seconds:quantile_{rate}{{{MODEL}, {Q95}}})",
                 "TTFT p95",
-                True,
-                True,
                 "s",
             ),
-            Query(
-                f"max {by} (model:inferwatch_inter_token_latency_seconds:quantile_{w}{{{MODEL}, {Q95}}})",
+            _column(
+                f"max {by} (model:inferwatch_inter_token_latency_seconds:quantile_{rate}{{{MODEL}, {Q95}}})",
                 "ITL p95",
-                True,
-                True,
                 "s",
             ),
-            Query(
-                f"max {by} (model:inferwatch_requests_finished:error_ratio_{w}{{{MODEL}}})",
+            _column(
+                f"max {by} (model:inferwatch_requests_finished:error_ratio_{rate}{{{MODEL}}})",
                 "server error share",
-                True,
-                True,
                 "percentunit",
             ),
-            Query(
-                f"max {by} (model:inferwatch_requests_finished:abort_ratio_{w}{{{MODEL}}})",
+            _column(
+                f"max {by} (model:inferwatch_requests_finished:abort_ratio_{rate}{{{MODEL}}})",
                 "abort share",
-                True,
-                True,
                 "percentunit",
             ),
-            Query(
-                f"count {by} (inferwatch_backend_info{{{MODEL}}})",
+            _column(
+                f"count {by} ({series('backend_info', MODEL)})",
                 "instances",
-                True,
-                True,
                 "none",
             ),
         ],
@@ -144,15 +134,25 @@ def _models_table(spec: Spec) -> PanelSpec:
     )
 
 
+def _column(expr: str, legend: str, unit: str) -> Query:
+    """One column of the models table: an instant query in ``unit``."""
+    return Query(expr, legend, instant=True, table=True, unit=unit)
+
+
 def _instances_row(spec: Spec) -> list[PanelSpec]:
     """Instances: one series per replica, to find the odd one out; each series opens the
     triage dashboard for its instance."""
-    w = spec.w
+    return [*_instances_health(spec), *_instances_load(spec)]
+
+
+def _instances_health(spec: Spec) -> list[PanelSpec]:
+    """Instances row, how each replica serves: up, TTFT and ITL p95."""
+    rate = spec.rate_name
     return [
         PanelSpec(
             "Backend up by instance",
             "1 when the sidecar can read its server's /metrics. A 0 is InferenceBackendDown.",
-            [Query(f'inferwatch_backend_up{{backend=~"$backend", {NODE}}}', "{{instance}}")],
+            [Query(series("backend_up", f'backend=~"$backend", {NODE}'), "{{instance}}")],
             unit="bool_yes_no",
             width=8,
             drilldown=TRIAGE_UID,
@@ -163,7 +163,7 @@ def _instances_row(spec: Spec) -> list[PanelSpec]:
             "its own configuration); all of them high points at load or the workload.",
             [
                 Query(
-                    f"instance:inferwatch_time_to_first_token_seconds:quantile_{w}{{{TARGET}, {Q95}}}",
+                    f"instance:inferwatch_time_to_first_token_seconds:quantile_{rate}{{{TARGET}, {Q95}}}",
                     "{{instance}}",
                 )
             ],
@@ -177,7 +177,7 @@ def _instances_row(spec: Spec) -> list[PanelSpec]:
             "has a local decode problem (GPU, throttling, batch).",
             [
                 Query(
-                    f"instance:inferwatch_inter_token_latency_seconds:quantile_{w}{{{TARGET}, {Q95}}}",
+                    f"instance:inferwatch_inter_token_latency_seconds:quantile_{rate}{{{TARGET}, {Q95}}}",
                     "{{instance}}",
                 )
             ],
@@ -185,11 +185,17 @@ def _instances_row(spec: Spec) -> list[PanelSpec]:
             width=8,
             drilldown=TRIAGE_UID,
         ),
+    ]
+
+
+def _instances_load(spec: Spec) -> list[PanelSpec]:
+    """Instances row, the load on each replica: queue, KV cache, GPU busy."""
+    return [
         PanelSpec(
             "Queue depth by instance",
             "Waiting requests per replica. Uneven queues across replicas mean the load "
             "balancer is not spreading work.",
-            [Query(f"sum by (instance) (inferwatch_requests_waiting{{{TARGET}}})", "{{instance}}")],
+            [Query(f"sum by (instance) ({series('requests_waiting')})", "{{instance}}")],
             width=8,
             drilldown=TRIAGE_UID,
         ),
@@ -199,7 +205,7 @@ def _instances_row(spec: Spec) -> list[PanelSpec]:
             "room: its requests are longer, or the balancer sends it more.",
             [
                 Query(
-                    f"max by (instance) (inferwatch_kv_cache_usage_ratio{{{TARGET}}})",
+                    f"max by (instance) ({series('kv_cache_usage_ratio')})",
                     "{{instance}}",
                 )
             ],
@@ -211,7 +217,12 @@ def _instances_row(spec: Spec) -> list[PanelSpec]:
             "GPU busy by instance",
             "GPU-only. Mean GPU busy share per replica; an idle replica with a queue is "
             "queued-while-idle.",
-            [Query(f"instance:inferwatch_gpu_busy_seconds:avg_{w}{{{NODE}}}", "{{instance}}")],
+            [
+                Query(
+                    f"instance:inferwatch_gpu_busy_seconds:avg_{spec.rate_name}{{{NODE}}}",
+                    "{{instance}}",
+                )
+            ],
             unit="percentunit",
             width=8,
             drilldown=TRIAGE_UID,

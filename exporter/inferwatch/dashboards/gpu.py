@@ -8,8 +8,15 @@ here shows "GPU-only: no NVML data" on machines without a GPU (``GPU_ONLY_PANELS
 
 from __future__ import annotations
 
-from inferwatch.dashboards.queries import GPU_ONLY, NODE, TARGET, PanelSpec, Query
-from inferwatch.method.panels import Panel as P
+from inferwatch.dashboards.queries import (
+    GPU_ONLY,
+    NODE,
+    RATE_INTERVAL,
+    PanelSpec,
+    Query,
+    series,
+)
+from inferwatch.method.panels import Panel
 from inferwatch.method.spec import Spec
 from inferwatch.method.thresholds import THROTTLE_REASONS
 
@@ -23,12 +30,12 @@ def _gpu_use() -> list[PanelSpec]:
     """GPU row, what the GPUs do: busy share, SM/tensor/DRAM activity, memory held."""
     return [
         PanelSpec(
-            P.GPU_BUSY_BY_GPU,
+            Panel.GPU_BUSY_BY_GPU,
             "GPU-only. Share of time a kernel ran, per GPU (NVML duty cycle, integrated from "
             "high-resolution samples). Low while requests run: the GPU waits for work.",
             [
                 Query(
-                    f"rate(inferwatch_gpu_busy_seconds_total{{{NODE}}}[$__rate_interval])",
+                    f"rate({series('gpu_busy_seconds', NODE)}[{RATE_INTERVAL}])",
                     "{{instance}} GPU {{gpu}}",
                 )
             ],
@@ -36,21 +43,21 @@ def _gpu_use() -> list[PanelSpec]:
             no_value=GPU_ONLY,
         ),
         PanelSpec(
-            P.GPU_ACTIVITY,
+            Panel.GPU_ACTIVITY,
             "GPU-only, Hopper and newer (NVML GPM). Duty cycle says a kernel ran; these say how "
             "much of the GPU worked: SMs busy, tensor cores, and DRAM bandwidth used. Decode is "
             "memory-bound (DRAM high, tensor low); prefill compute-bound (tensor high).",
             [
                 Query(
-                    f"avg by (instance) (inferwatch_gpu_sm_active_ratio{{{NODE}}})",
+                    f"avg by (instance) ({series('gpu_sm_active_ratio', NODE)})",
                     "SM {{instance}}",
                 ),
                 Query(
-                    f"avg by (instance) (inferwatch_gpu_tensor_active_ratio{{{NODE}}})",
+                    f"avg by (instance) ({series('gpu_tensor_active_ratio', NODE)})",
                     "tensor {{instance}}",
                 ),
                 Query(
-                    f"avg by (instance) (inferwatch_gpu_dram_active_ratio{{{NODE}}})",
+                    f"avg by (instance) ({series('gpu_dram_active_ratio', NODE)})",
                     "DRAM {{instance}}",
                 ),
             ],
@@ -58,16 +65,12 @@ def _gpu_use() -> list[PanelSpec]:
             no_value=GPU_ONLY,
         ),
         PanelSpec(
-            P.GPU_MEMORY,
+            Panel.GPU_MEMORY,
             "GPU-only. Memory used and installed per GPU. vLLM reserves most of it for the KV "
             "cache up front (--gpu-memory-utilization), so high use is normal.",
             [
-                Query(
-                    f"inferwatch_gpu_memory_used_bytes{{{NODE}}}", "used {{instance}} GPU {{gpu}}"
-                ),
-                Query(
-                    f"inferwatch_gpu_memory_total_bytes{{{NODE}}}", "total {{instance}} GPU {{gpu}}"
-                ),
+                Query(series("gpu_memory_used_bytes", NODE), "used {{instance}} GPU {{gpu}}"),
+                Query(series("gpu_memory_total_bytes", NODE), "total {{instance}} GPU {{gpu}}"),
             ],
             unit="bytes",
             no_value=GPU_ONLY,
@@ -78,18 +81,18 @@ def _gpu_use() -> list[PanelSpec]:
 def _gpu_limits(spec: Spec) -> list[PanelSpec]:
     """GPU row, what holds the GPUs back: clocks and throttling, power and heat, bandwidth."""
     window = spec.timing.window
+    throttling = f'{NODE}, reason=~"{THROTTLE_REASONS}|sw_power_cap"'
+    throttled = series("gpu_clock_throttled", throttling)
     return [
         PanelSpec(
-            P.GPU_CLOCKS,
+            Panel.GPU_CLOCKS,
             "GPU-only. SM clock per GPU, and the clock-event reasons holding it down. Thermal or "
             "hardware slowdown makes every kernel slower (InferenceGPUThrottling); a power cap "
             "under full load is normal.",
             [
+                Query(series("gpu_sm_clock_hertz", NODE), "SM clock {{instance}} GPU {{gpu}}"),
                 Query(
-                    f"inferwatch_gpu_sm_clock_hertz{{{NODE}}}", "SM clock {{instance}} GPU {{gpu}}"
-                ),
-                Query(
-                    f'inferwatch_gpu_clock_throttled{{{NODE}, reason=~"{THROTTLE_REASONS}|sw_power_cap"}} == 1',
+                    f"{throttled} == 1",
                     "throttled: {{reason}} {{instance}} GPU {{gpu}}",
                     unit="bool_yes_no",
                 ),
@@ -98,13 +101,13 @@ def _gpu_limits(spec: Spec) -> list[PanelSpec]:
             no_value=GPU_ONLY,
         ),
         PanelSpec(
-            P.GPU_POWER,
+            Panel.GPU_POWER,
             "GPU-only. Power draw and core temperature per GPU. A temperature near the slowdown "
             "point with dropping clocks points at cooling.",
             [
-                Query(f"inferwatch_gpu_power_watts{{{NODE}}}", "power {{instance}} GPU {{gpu}}"),
+                Query(series("gpu_power_watts", NODE), "power {{instance}} GPU {{gpu}}"),
                 Query(
-                    f"inferwatch_gpu_temperature_celsius{{{NODE}}}",
+                    series("gpu_temperature_celsius", NODE),
                     "temperature {{instance}} GPU {{gpu}}",
                     unit="celsius",
                 ),
@@ -113,15 +116,14 @@ def _gpu_limits(spec: Spec) -> list[PanelSpec]:
             no_value=GPU_ONLY,
         ),
         PanelSpec(
-            P.MEMORY_BANDWIDTH,
+            Panel.MEMORY_BANDWIDTH,
             "GPU-only, and vLLM with --enable-mfu-metrics: vLLM's estimate of bytes read per GPU "
             "over the GPU's peak bandwidth. Near 100 % during decode: the roofline is reached.",
             [
                 Query(
-                    "sum without (engine) (rate(inferwatch_estimated_read_bytes_total"
-                    f"{{{TARGET}}}[{window}]))\n  / on (instance, job) group_left "
-                    "avg by (instance, job) "
-                    f"(inferwatch_gpu_memory_bandwidth_peak_bytes_per_second{{{NODE}}})",
+                    f"sum without (engine) (rate({series('estimated_read_bytes')}[{window}]))\n"
+                    "  / on (instance, job) group_left avg by (instance, job) "
+                    f"({series('gpu_memory_bandwidth_peak_bytes_per_second', NODE)})",
                     "{{instance}}",
                 )
             ],
@@ -134,14 +136,14 @@ def _gpu_limits(spec: Spec) -> list[PanelSpec]:
 def communication_panels() -> list[PanelSpec]:
     """The communication row: NVLink (tensor-parallel all-reduce between GPUs) and PCIe
     (host<->GPU transfers: inputs, outputs, KV offload), per GPU, against each link's peak."""
-    pcie = f"inferwatch_gpu_pcie_bytes_per_second{{{NODE}}}"
-    pcie_peak = f"inferwatch_gpu_pcie_peak_bytes_per_second{{{NODE}}}"
-    nvlink = f"rate(inferwatch_gpu_nvlink_bytes_total{{{NODE}}}[$__rate_interval])"
-    nvlink_peak = f"inferwatch_gpu_nvlink_peak_bytes_per_second{{{NODE}}}"
+    pcie = series("gpu_pcie_bytes_per_second", NODE)
+    pcie_peak = series("gpu_pcie_peak_bytes_per_second", NODE)
+    nvlink = f"rate({series('gpu_nvlink_bytes', NODE)}[{RATE_INTERVAL}])"
+    nvlink_peak = series("gpu_nvlink_peak_bytes_per_second", NODE)
     per_gpu = "{{direction}} {{instance}} GPU {{gpu}}"
     return [
         PanelSpec(
-            P.LINK_SHARE,
+            Panel.LINK_SHARE,
             "GPU-only. Traffic over each GPU's links as a share of the link's peak, per "
             "direction. NVLink near its peak during decode: tensor-parallel all-reduce is the "
             "limit (fewer GPUs per replica, or a faster interconnect). PCIe near its peak: "
@@ -160,7 +162,7 @@ def communication_panels() -> list[PanelSpec]:
             no_value=GPU_ONLY,
         ),
         PanelSpec(
-            P.NVLINK_THROUGHPUT,
+            Panel.NVLINK_THROUGHPUT,
             "GPU-only, GPUs with NVLink. Bytes per second over all of a GPU's NVLink links, per "
             "direction, with the links' peak. Tensor-parallel replicas move activations over "
             "NVLink every layer: the traffic follows the token rate.",
@@ -172,7 +174,7 @@ def communication_panels() -> list[PanelSpec]:
             no_value=GPU_ONLY,
         ),
         PanelSpec(
-            P.PCIE_THROUGHPUT,
+            Panel.PCIE_THROUGHPUT,
             "GPU-only. PCIe bytes per second per GPU (tx: GPU to host, rx: host to GPU), with "
             "the link's peak. A GPU whose link trained below its maximum generation or width "
             "shows a low peak line.",

@@ -4,14 +4,16 @@ Label selectors for the dashboard variables, the "no value" messages, and the he
 histograms: quantiles come from ``sum by (le)`` of the raw bucket rates, means from rates of
 ``_sum`` over rates of ``_count``, over the rules' window where a panel is read against an
 alert's threshold and ``$__rate_interval`` elsewhere. Every query reads the contract's series
-or one of the method's recording rules (``inferwatch.method.recording``).
+(named by their key in :mod:`inferwatch.metrics`, see :func:`series`) or one of the method's
+recording rules (``inferwatch.method.recording``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inferwatch.method.panels import Panel as P
+from inferwatch.method.panels import Panel
+from inferwatch.metrics import ALL
 
 # Series labels chosen by the variables.
 # namespace and cluster default to All (".*"), which also matches series without the label.
@@ -23,6 +25,12 @@ NODE = f'instance=~"$instance", {PLACE}'  # GPU series carry no backend/model la
 # The dashboards' uids (their URLs /d/<uid>, and the fleet's drill-down into triage).
 TRIAGE_UID = "inferwatch-triage"
 FLEET_UID = "inferwatch-fleet"
+
+# inferwatch's alerts firing now for the selected model, and those without one (GPU alerts).
+FIRING_ALERTS = 'ALERTS{alertstate="firing", alertname=~"Inference.*", model=~"$model|"}'
+
+# The hardware floor of a decode step, highest among the selected instances.
+DECODE_FLOOR = f"max({ALL['decode_floor_seconds'].name}{{{TARGET}}})"
 
 # Grafana's own rate window for a panel that is not read against an alert's threshold.
 RATE_INTERVAL = "$__rate_interval"
@@ -39,20 +47,20 @@ NO_SPEC_DECODE = "no speculative decoding on this server"
 
 # The panels that need NVML (empty on machines without a GPU) and a baseline file.
 GPU_ONLY_PANELS = {
-    P.GPU_BUSY,
-    P.GPU_BUSY_BY_GPU,
-    P.GPU_ACTIVITY,
-    P.GPU_MEMORY,
-    P.GPU_CLOCKS,
-    P.GPU_POWER,
-    P.MEMORY_BANDWIDTH,
-    P.LINK_SHARE,
-    P.PCIE_THROUGHPUT,
-    P.NVLINK_THROUGHPUT,
+    Panel.GPU_BUSY,
+    Panel.GPU_BUSY_BY_GPU,
+    Panel.GPU_ACTIVITY,
+    Panel.GPU_MEMORY,
+    Panel.GPU_CLOCKS,
+    Panel.GPU_POWER,
+    Panel.MEMORY_BANDWIDTH,
+    Panel.LINK_SHARE,
+    Panel.PCIE_THROUGHPUT,
+    Panel.NVLINK_THROUGHPUT,
     "GPU busy by instance",
 }
 # Empty unless the server runs speculative decoding.
-SPEC_DECODE_PANELS = {P.SPEC_DECODE}
+SPEC_DECODE_PANELS = {Panel.SPEC_DECODE}
 
 
 @dataclass
@@ -88,31 +96,39 @@ class PanelSpec:
 Row = tuple[str | None, list[PanelSpec]]
 
 
-def quantile(q: float, metric: str, window: str, selector: str = TARGET) -> str:
-    """A histogram's ``q``-quantile across the selected instances, from its raw bucket rates
-    over ``window`` (the rules' window where the panel is read against an alert's threshold)."""
-    rate = f"rate({metric}_bucket{{{selector}}}[{window}])"
+def series(key: str, selector: str = TARGET, suffix: str = "") -> str:
+    """The contract's series ``key`` (``suffix``: a histogram's ``_bucket``, ``_sum`` or
+    ``_count``) with ``selector``: ``inferwatch_requests_waiting{backend=~"$backend", ...}``."""
+    return f"{ALL[key].name}{suffix}{{{selector}}}"
+
+
+def quantile(q: float, histogram: str, window: str, selector: str = TARGET) -> str:
+    """The ``q``-quantile of the contract's ``histogram`` (its key) across the selected
+    instances, from its raw bucket rates over ``window`` (the rules' window where the panel
+    is read against an alert's threshold)."""
+    rate = f"rate({series(histogram, selector, '_bucket')}[{window}])"
     return f"histogram_quantile({q}, sum by (le) ({rate}))"
 
 
-def quantiles(metric: str, window: str, label: str, selector: str = TARGET) -> list[Query]:
+def quantiles(histogram: str, window: str, label: str, selector: str = TARGET) -> list[Query]:
     """p50, p95 and p99 of a histogram, legends ``<label> p<n>``."""
     return [
-        Query(quantile(q, metric, window, selector), f"{label} p{round(q * 100)}")
+        Query(quantile(q, histogram, window, selector), f"{label} p{round(q * 100)}")
         for q in (0.5, 0.95, 0.99)
     ]
 
 
-def distribution(metric: str, selector: str = TARGET) -> list[Query]:
+def distribution(histogram: str, selector: str = TARGET) -> list[Query]:
     """A histogram's observations per bucket and interval, for a heatmap (one row per ``le``)."""
-    return [Query(f"sum by (le) (increase({metric}_bucket{{{selector}}}[{RATE_INTERVAL}]))")]
+    buckets = series(histogram, selector, "_bucket")
+    return [Query(f"sum by (le) (increase({buckets}[{RATE_INTERVAL}]))")]
 
 
-def mean(metric: str, window: str, selector: str = TARGET) -> str:
+def mean(histogram: str, window: str, selector: str = TARGET) -> str:
     """Mean of a histogram across the selected instances: rate of sum over rate of count."""
     return (
-        f"sum(rate({metric}_sum{{{selector}}}[{window}]))\n"
-        f"  / (sum(rate({metric}_count{{{selector}}}[{window}])) > 0)"
+        f"sum(rate({series(histogram, selector, '_sum')}[{window}]))\n"
+        f"  / (sum(rate({series(histogram, selector, '_count')}[{window}])) > 0)"
     )
 
 

@@ -142,7 +142,7 @@ def fmt(value: float | None, unit: str) -> str:
 def phase_of(ttft: float | None, itl: float | None, spec: Spec) -> tuple[str, str]:
     """Prefill or decode: which of TTFT and per-token latency is above its threshold, and
     the comparison that says so."""
-    ttft_limit, itl_limit = spec.t("ttft_p95_seconds"), spec.t("itl_p95_seconds")
+    ttft_limit, itl_limit = spec.threshold("ttft_p95_seconds"), spec.threshold("itl_p95_seconds")
     high_ttft = ttft is not None and ttft > ttft_limit
     high_itl = itl is not None and itl > itl_limit
     phase = {

@@ -64,7 +64,7 @@ def _quantiles(name: str, buckets: str) -> list[Record]:
 def _instance_latency(spec: Spec) -> list[Record]:
     """ITL's p50/p95/p99 (the tail ratio needs all three) and TTFT's p95: the exporter's
     quantiles over the same window, under the names the rules and dashboards read."""
-    w = spec.w
+    w = spec.rate_name
     return [
         Record(f"instance:{ITL}:quantile_{w}", "inferwatch_inter_token_latency_window_seconds"),
         Record(
@@ -76,7 +76,7 @@ def _instance_latency(spec: Spec) -> list[Record]:
 
 def _model_latency(spec: Spec) -> list[Record]:
     """TTFT and ITL bucket rates across replicas and their p50/p95/p99."""
-    w, window, by = spec.w, spec.timing.window, _level(spec, MODEL)
+    w, window, by = spec.rate_name, spec.timing.window, _level(spec, MODEL)
     by_le = by.replace(")", ", le)")
     out = []
     for metric in (TTFT, ITL):
@@ -104,7 +104,7 @@ def _share(expr: str) -> str:
 def _queue_share(spec: Spec, level: str) -> Record:
     """Mean queue time over mean TTFT, in one rule (the means alone are only described)."""
     return Record(
-        f"{level}:{QUEUE}:{SHARE}_{spec.w}",
+        f"{level}:{QUEUE}:{SHARE}_{spec.rate_name}",
         _share(f"({_mean(spec, level, QUEUE)})\n  / ({_mean(spec, level, TTFT)})"),
     )
 
@@ -112,7 +112,7 @@ def _queue_share(spec: Spec, level: str) -> Record:
 def _counter_rules(spec: Spec, level: str) -> list[Record]:
     """Finished requests (all reasons); per instance also the token and preemption rates, per
     model the error and abort shares."""
-    w, window, by = spec.w, spec.timing.window, _level(spec, level)
+    w, window, by = spec.rate_name, spec.timing.window, _level(spec, level)
     finished = "inferwatch_requests_finished"
     by_reason = _level(spec, level, ", reason")
     if level == MODEL:  # from the instances' rule, evaluated just before
@@ -137,7 +137,7 @@ def _counter_rules(spec: Spec, level: str) -> list[Record]:
 
 def _instance_rules(spec: Spec) -> list[Record]:
     """Local signals: per instance only."""
-    w, window = spec.w, spec.timing.window
+    w, window = spec.rate_name, spec.timing.window
     return [
         # Judged per engine (a data-parallel pod's hung engine is not averaged away); the
         # instance's share is its worst engine's.

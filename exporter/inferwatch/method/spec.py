@@ -8,30 +8,23 @@ both they and the thresholds can be overridden in the config file (``thresholds:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from inferwatch.method.alerts import ALERTS, OUTSIDE_THE_SLIS, Alert
+from inferwatch.method.durations import is_duration, seconds
 from inferwatch.method.slo import SLOs, slos_from_config
 from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.settings import ConfigError, check_keys, non_negative_number
-
-_DURATION = re.compile(r"^(\d+)(ms|s|m|h)$")
 
 
 def duration(text: str) -> str:
     """A Prometheus duration such as ``30s`` or ``5m`` (one unit)."""
     text = str(text).strip()
-    if not _DURATION.match(text):
+    if not is_duration(text, ("ms", "s", "m", "h")):
         raise ConfigError(f"{text!r} is not a duration like 30s, 5m or 1h")
     return text
-
-
-def seconds(text: str) -> float:
-    value, unit = _DURATION.match(text).groups()
-    return int(value) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
 
 
 @dataclass(frozen=True)
@@ -73,11 +66,12 @@ class Spec:
         return seconds(self.timing.window)
 
     @property
-    def w(self) -> str:
+    def rate_name(self) -> str:
         """The rate window as it appears in recording-rule names: ``rate5m``."""
         return f"rate{self.timing.window}"
 
-    def t(self, name: str) -> float:
+    def threshold(self, name: str) -> float:
+        """The value of a threshold of :data:`~inferwatch.method.thresholds.THRESHOLDS`."""
         return self.thresholds[name]
 
     def severity(self, alert: Alert) -> str:

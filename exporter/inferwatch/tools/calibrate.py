@@ -165,8 +165,8 @@ def main(flags: Mapping[str, Any], config: Mapping[str, Any], config_name: str) 
     except sweep.SweepFailed as failed:
         return failed.code
     baseline = measured.baseline()
-    derived = thresholds_from(baseline, spec.t("regression_factor"), spec.window_seconds)
-    objectives = objectives_from(baseline, spec.t("regression_factor"))
+    derived = thresholds_from(baseline, spec.threshold("regression_factor"), spec.window_seconds)
+    objectives = objectives_from(baseline, spec.threshold("regression_factor"))
     text = config_text(baseline, baseline_path, derived, config, config_name, objectives)
     spec_from_config(yaml.safe_load(text))  # what was written reads back under the same rules
     sweep.write_file(baseline_path, to_yaml(baseline))

@@ -61,7 +61,7 @@ from typing import Any
 
 from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.method import slo
-from inferwatch.method.alerts import ALERTS, Alert, Cond, placeholders
+from inferwatch.method.alerts import ALERTS, Alert, Cond
 from inferwatch.method.findings import (
     SEVERITY_ORDER,
     Burn,
@@ -72,6 +72,7 @@ from inferwatch.method.findings import (
     phase_of,
 )
 from inferwatch.method.local import parse_page
+from inferwatch.method.rules import placeholders
 from inferwatch.method.signals import (
     SIGNALS,
 )
@@ -208,13 +209,14 @@ async def from_prometheus(url: str, spec: Spec, timeout: float = 10.0) -> Report
     values = placeholders(spec)
     try:
         rules = await _query(
-            upstream, f'count({{__name__="instance:inferwatch_requests_finished:{spec.w}"}})'
+            upstream,
+            f'count({{__name__="instance:inferwatch_requests_finished:{spec.rate_name}"}})',
         )
         if not rules:
             up = await _query(upstream, "count(inferwatch_backend_up)")
             raise SourceError(
                 f"{redact_url(url)} has no inferwatch recording rules "
-                f"(instance:inferwatch_requests_finished:{spec.w}): load "
+                f"(instance:inferwatch_requests_finished:{spec.rate_name}): load "
                 "alerts/inferwatch-rules.yaml there"
                 + ("" if up else ", and scrape inferwatch")
                 + ", or use --exporter"

@@ -4,6 +4,7 @@ Layout written (relative to ``--out``)::
 
     alerts/inferwatch-rules.yaml        recording + alerting rules
     alerts/alertmanager.example.yml     routing by severity, inhibitions, webhook receivers
+    alerts/contract.txt                 the alert contract: every alert's name, one a line
     alerts/runbooks/<Alert>.md          one runbook per alert
     dashboards/inferwatch-*.json        Grafana dashboards (triage, fleet)
     deploy/kubernetes/base/prometheusrule.yaml   the rules as a Prometheus Operator object
@@ -36,6 +37,7 @@ def artifacts(spec: Spec) -> dict[str, str]:
     files = {
         "alerts/inferwatch-rules.yaml": GENERATED + dump_yaml(rules_document(spec)),
         "alerts/alertmanager.example.yml": GENERATED + dump_yaml(alertmanager_document(spec)),
+        "alerts/contract.txt": contract(),
     }
     for alert in ALERTS.values():
         files[f"alerts/runbooks/{alert.name}.md"] = runbook_markdown(spec, alert)
@@ -45,6 +47,14 @@ def artifacts(spec: Spec) -> dict[str, str]:
         files[f"dashboards/{name}"] = json.dumps(board, indent=2, sort_keys=True) + "\n"
     files.update(kubernetes_artifacts(spec, files))
     return files
+
+
+def contract() -> str:
+    """The alert contract: the cause alerts in the rules file's order, then the SLO alerts.
+
+    Committed, so that adding, renaming or removing an alert shows in its diff.
+    """
+    return GENERATED + "".join(f"{name}\n" for name in (*ALERTS, *SLO_ALERTS))
 
 
 def kubernetes_artifacts(spec: Spec, files: dict[str, str]) -> dict[str, str]:

@@ -255,7 +255,7 @@ def main(flags: Mapping[str, Any], config: Mapping[str, Any]) -> int:
     values = resolve(OPTIONS, flags, {})
     plan = plan_from(values)
     previous = load_baseline(values["previous"]) if values["previous"] else None
-    factor = values["regression_factor"] or spec_from_config(config).t("regression_factor")
+    factor = values["regression_factor"] or spec_from_config(config).threshold("regression_factor")
     try:
         sweep, marks = measure(plan, previous, factor)
     except SweepFailed as failed:

@@ -1,0 +1,231 @@
+"""One ``PanelSpec`` as a grafanalib panel: targets, thresholds, overrides and links.
+
+The panel kinds (stat, table, time series, heatmap), a query's own unit, an ALERTS table's
+columns and runbook links, the panel links to the runbooks that cite it, and the data link
+from a series to another dashboard for its instance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attr
+from grafanalib.core import GridPos, Panel, Stat, Table, Target, TimeSeries
+
+from inferwatch.dashboards.queries import PanelSpec, Query
+from inferwatch.dashboards.variables import ADHOC, DATASOURCE, QUERY_VARIABLES
+from inferwatch.method.runbooks import RUNBOOKS
+
+# The columns of an ALERTS table, first in this order; Time, Value and __name__ dropped.
+ALERT_COLUMNS = ["alertname", "severity", "phase", "layer", "instance", "pod"]
+ALERT_HIDDEN = ["Time", "Value", "__name__", "alertstate"]
+
+
+@attr.s
+class _Heatmap(Panel):
+    """A heatmap panel (Grafana 9+): grafanalib's ``Heatmap`` is the legacy one; the options
+    come in ``extraJson``."""
+
+    def to_json_data(self) -> dict[str, Any]:
+        return self.panel_json({"type": "heatmap"})
+
+
+def runbook_url(base: str, alert: str) -> str:
+    """The runbook URL of ``alert``, as the alert rules' ``runbook_url`` annotation has it."""
+    return f"{base}{alert}.md"
+
+
+def runbook_alerts() -> dict[str, list[str]]:
+    """Panel title -> the alerts whose runbook cites the panel to confirm them (rules order)."""
+    cited: dict[str, list[str]] = {}
+    for alert, book in RUNBOOKS.items():
+        for panel, _ in book.confirm:
+            names = cited.setdefault(panel.value, [])
+            if alert not in names:
+                names.append(alert)
+    return cited
+
+
+def _runbook_links(spec: PanelSpec, runbook_url_base: str) -> list[dict[str, Any]]:
+    """Panel links "Runbook: <Alert>" for every alert whose runbook cites this panel."""
+    return [
+        {
+            "title": f"Runbook: {alert}",
+            "type": "link",
+            "url": runbook_url(runbook_url_base, alert),
+            "targetBlank": True,
+            "asDropdown": False,
+            "icon": "doc",
+            "includeVars": False,
+            "keepTime": False,
+            "tags": [],
+            "tooltip": f"How to confirm and fix {alert}",
+        }
+        for alert in runbook_alerts().get(spec.title, [])
+    ]
+
+
+def _drilldown_link(spec: PanelSpec, uid: str) -> dict[str, Any]:
+    """A data link from a series (a table row) to dashboard ``uid`` for its instance, with the
+    time range and every other variable."""
+    instance = "${__data.fields.instance}" if spec.kind == "table" else "${__field.labels.instance}"
+    others = ["datasource"] + [name for name, _, _ in QUERY_VARIABLES if name != "instance"]
+    params = "&".join(
+        [f"var-instance={instance}", "${__url_time_range}"]
+        + [f"${{{name}:queryparam}}" for name in [*others, ADHOC]]
+    )
+    return {"title": f"Open {uid} for {instance}", "url": f"/d/{uid}?{params}"}
+
+
+def _target(spec: PanelSpec, query: Query, ref: str) -> Target:
+    """One Prometheus query: instant for tables, buckets by ``le`` for heatmaps."""
+    instant = query.instant or query.table
+    if spec.kind == "heatmap":
+        fmt, legend = "heatmap", "{{le}}"
+    else:
+        fmt, legend = ("table" if query.table else "time_series"), query.legend
+    return Target(
+        expr=query.expr,
+        legendFormat=legend,
+        refId=ref,
+        instant=instant,
+        format=fmt,
+        datasource=DATASOURCE,
+    )
+
+
+def _overrides(spec: PanelSpec, runbook_url_base: str) -> list[dict[str, Any]]:
+    """Field overrides: a query's own unit on its series (its column, in a table) and the
+    runbook link on an ALERTS table's alert-name column."""
+    out: list[dict[str, Any]] = []
+    for i, query in enumerate(spec.queries):
+        if query.unit is None or spec.kind == "heatmap":
+            continue
+        ref = _ref_id(i)
+        if spec.kind == "table":  # merged into one frame: the column is "Value #<refId>"
+            name = f"Value #{ref}" if len(spec.queries) > 1 else "Value"
+            matcher = {"id": "byName", "options": name}
+        else:
+            matcher = {"id": "byFrameRefID", "options": ref}
+        out.append({"matcher": matcher, "properties": [{"id": "unit", "value": query.unit}]})
+    if spec.runbook_column:
+        link = {
+            "title": "Runbook: ${__value.raw}",
+            "url": runbook_url(runbook_url_base, "${__value.raw}"),
+            "targetBlank": True,
+        }
+        out.append(
+            {
+                "matcher": {"id": "byName", "options": spec.runbook_column},
+                "properties": [{"id": "links", "value": [link]}],
+            }
+        )
+    return out
+
+
+def _ref_id(index: int) -> str:
+    """The query's refId: A, B, C... in the panel's order."""
+    return chr(ord("A") + index)
+
+
+def _transformations(spec: PanelSpec) -> list[dict[str, Any]]:
+    """Tables: several queries merged into one table; an ALERTS table keeps its label columns,
+    alert name first, without Time, Value and __name__."""
+    out: list[dict[str, Any]] = []
+    if len(spec.queries) > 1:
+        out.append({"id": "merge", "options": {}})
+    if spec.runbook_column:
+        order = [spec.runbook_column] + [c for c in ALERT_COLUMNS if c != spec.runbook_column]
+        out.append(
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": dict.fromkeys(ALERT_HIDDEN, True),
+                    "indexByName": {name: i for i, name in enumerate(order)},
+                    "renameByName": {},
+                },
+            }
+        )
+    return out
+
+
+def _heatmap_options(spec: PanelSpec) -> dict[str, Any]:
+    """Prometheus buckets as they come (``calculate: false``), one row per ``le``."""
+    return {
+        "calculate": False,
+        "cellGap": 1,
+        "color": {
+            "mode": "scheme",
+            "scheme": "Oranges",
+            "fill": "dark-orange",
+            "scale": "exponential",
+            "exponent": 0.5,
+            "steps": 64,
+            "reverse": False,
+        },
+        "exemplars": {"color": "rgba(255,0,255,0.7)"},
+        "filterValues": {"le": 1e-9},
+        "legend": {"show": True},
+        "rowsFrame": {"layout": "auto"},
+        "showValue": "never",
+        "tooltip": {"mode": "single", "yHistogram": True, "showColorScale": False},
+        "yAxis": {"axisPlacement": "left", "reverse": False, "unit": spec.unit},
+    }
+
+
+def grafana_panel(
+    spec: PanelSpec, panel_id: int, position: dict[str, int], runbook_url_base: str
+) -> Panel:
+    """One panel of ``spec.kind`` with its targets, thresholds, links and overrides, at
+    ``position`` (h, w, x, y) on the grid; runbook links start with ``runbook_url_base``."""
+    targets = [_target(spec, q, _ref_id(i)) for i, q in enumerate(spec.queries)]
+    steps = [{"color": color, "value": value} for value, color in spec.thresholds] or [
+        {"color": "green", "value": None}
+    ]
+    common = {
+        "title": spec.title,
+        "description": spec.description,
+        "dataSource": DATASOURCE,
+        "targets": targets,
+        "id": panel_id,
+        "gridPos": GridPos(**position),
+        "thresholds": steps,
+        "links": _runbook_links(spec, runbook_url_base),
+    }
+    defaults: dict[str, Any] = {"noValue": spec.no_value}
+    if spec.drilldown:
+        defaults["links"] = [_drilldown_link(spec, spec.drilldown)]
+    field_config = {
+        "fieldConfig": {"defaults": defaults, "overrides": _overrides(spec, runbook_url_base)}
+    }
+    if spec.kind == "stat":
+        return Stat(
+            **common,
+            format=spec.unit,
+            reduceCalc="lastNotNull",
+            graphMode="area",
+            extraJson=field_config,
+        )
+    if spec.kind == "table":
+        table = {"transformations": _transformations(spec)}
+        return Table(**common, unit=spec.unit, extraJson={**field_config, **table})
+    if spec.kind == "heatmap":
+        defaults.update(
+            unit="short",  # observations per bucket and interval; the y axis has spec.unit
+            custom={
+                "hideFrom": {"legend": False, "tooltip": False, "viz": False},
+                "scaleDistribution": {"type": "linear"},
+            },
+        )
+        return _Heatmap(**common, extraJson={**field_config, "options": _heatmap_options(spec)})
+    return TimeSeries(
+        **common,
+        unit=spec.unit,
+        extraJson={**field_config, "options": {"legend": {"showLegend": True}}},
+        legendDisplayMode="table",
+        legendCalcs=["lastNotNull", "max"],
+        thresholdsStyleMode="dashed" if spec.thresholds else "off",
+        stacking={"mode": "normal", "group": "A"} if spec.stacked else {},
+        fillOpacity=20 if spec.stacked else 0,
+        tooltipMode="multi",
+    )

@@ -1,0 +1,207 @@
+"""The memory layer: decode against the memory-bandwidth floor, and the KV cache.
+
+Decode reads every weight and the KV cache each step: its floor is the weights' bytes over
+the GPU's memory bandwidth.
+"""
+
+from __future__ import annotations
+
+from inferwatch.method.alerts.alert import STEP_SPAN, Alert, Cond
+from inferwatch.method.alerts.annotations import (
+    INSTANCE_ITL,
+    INSTANCE_TTFT,
+    P95,
+    PLAIN_NUMBER,
+    value_of,
+    window_mean,
+)
+from inferwatch.method.scenario import (
+    SERVED_MODEL,
+    A,
+    B,
+    C,
+    Dist,
+    Scenario,
+    healthy,
+    instance_alert,
+)
+from inferwatch.method.signals import INSTANCE
+
+# ---------------------------------------------------------------------------------------
+# InferenceDecodeBottleneck
+
+DECODE_BOUND = Scenario(
+    # ITL in (0.15, 0.2] -> p95 197.5 ms, mean 170 ms = 35.4x the 4.8 ms floor; TTFT normal.
+    # Replica C decodes as slowly but its floor is 100 ms (a huge model): within 3x of the
+    # floor, so not a decode *inefficiency* (near miss).
+    "decode-bound: far above the hardware floor",
+    (
+        healthy(A, itl=Dist({0.2: 1.0}, 0.17), step_tokens=Dist({256: 1.0}, 256)),
+        healthy(C, itl=Dist({0.2: 1.0}, 0.17), step_tokens=Dist({256: 1.0}, 256), decode_floor=0.1),
+    ),
+    file="phase.yaml",
+    place=5,
+    fires={
+        "InferenceDecodeBottleneck": [
+            instance_alert(
+                "InferenceDecodeBottleneck",
+                A,
+                "warning",
+                "decode",
+                "memory",
+                "Inter-token latency p95 is 197.5ms (threshold 0.1s) while TTFT p95 is a normal "
+                "487.5ms; mean ITL over the hardware floor is 35.4x (n/a: floor unknown), with "
+                "256 tokens per engine step. Decode is slower than the memory bandwidth allows.",
+                f"Decode is the bottleneck on {A} ({SERVED_MODEL})",
+            )
+        ]
+    },
+    silent=(
+        "InferencePrefillBottleneck",
+        "InferenceQueueingDelay",
+        "InferenceDecodeAtHardwareFloor",
+    ),
+)
+
+DECODE_BOTTLENECK = Alert(
+    name="InferenceDecodeBottleneck",
+    order=5,
+    severity="warning",
+    level=INSTANCE,
+    phase="decode",
+    layer="memory",
+    for_default="5m",
+    summary="Decode is the bottleneck on {{ $labels.instance }} ({{ $labels.model }})",
+    description="Inter-token latency p95 is {{ $value | humanizeDuration }} (threshold "
+    "%(t.itl_p95_seconds)ss) while TTFT p95 is a normal "
+    + value_of(f"{INSTANCE_TTFT}:quantile_%(w)s{P95}", INSTANCE, "humanizeDuration")
+    + "; mean ITL over the hardware floor is "
+    + value_of(f"{INSTANCE_ITL}:mean_per_decode_floor_%(w)s", INSTANCE, PLAIN_NUMBER)
+    + "x (n/a: floor unknown), with "
+    + value_of(window_mean("inferwatch_engine_step_tokens"), INSTANCE)
+    + " tokens per engine step. Decode is slower than the memory bandwidth allows.",
+    when=(
+        Cond("itl_p95", ">", "itl_p95_seconds"),
+        Cond("ttft_p95", "<=", "ttft_p95_seconds"),
+        Cond("generation_rate", ">", "min_token_rate"),
+    ),
+    unless=(Cond("itl_over_floor", "<", "floor_factor_far"),),
+    evidence=(
+        f"Decode-only steps (`execute_context_0(0)_generation_<D>(<d>)`, {STEP_SPAN}) and "
+        "their durations: a step time that grows with D is the batch's memory traffic; "
+        "gaps between steps are host overhead (scheduling, sampling, detokenization: see "
+        "the API server's stacks)."
+    ),
+    scenarios=(DECODE_BOUND,),
+)
+
+# ---------------------------------------------------------------------------------------
+# InferenceDecodeAtHardwareFloor
+
+AT_THE_FLOOR = Scenario(
+    # Mean ITL 6 ms against a 4.8 ms floor: 1.25x, hardware-bound (info only).
+    "decode at the hardware floor",
+    (healthy(A, itl=Dist({0.01: 1.0}, 0.006)), healthy(B, itl=Dist({0.01: 1.0}, 0.009))),
+    file="phase.yaml",
+    place=6,
+    fires={
+        "InferenceDecodeAtHardwareFloor": [
+            instance_alert(
+                "InferenceDecodeAtHardwareFloor",
+                A,
+                "info",
+                "decode",
+                "memory",
+                f"Mean inter-token latency of {SERVED_MODEL} is 1.25x the floor of 4.8ms "
+                "(weight bytes / peak memory bandwidth). Decode is hardware-bound: only a "
+                "smaller or quantized model, or more GPUs, make it faster.",
+                f"Decode on {A} runs at the memory-bandwidth floor",
+            )
+        ]
+    },
+    # B runs at 1.875x the floor: neither at the floor nor a bottleneck (ITL p95 9.5 ms).
+    silent=("InferenceDecodeBottleneck",),
+)
+
+DECODE_AT_HARDWARE_FLOOR = Alert(
+    name="InferenceDecodeAtHardwareFloor",
+    order=6,
+    severity="info",
+    level=INSTANCE,
+    phase="decode",
+    layer="memory",
+    for_default="10m",
+    summary="Decode on {{ $labels.instance }} runs at the memory-bandwidth floor",
+    description='Mean inter-token latency of {{ $labels.model }} is {{ $value | printf "%%.3g" }}x '
+    "the floor of "
+    + value_of("inferwatch_decode_floor_seconds", INSTANCE, "humanizeDuration")
+    + " (weight bytes / peak memory bandwidth). Decode is hardware-bound: only a "
+    "smaller or quantized model, or more GPUs, make it faster.",
+    when=(
+        Cond("itl_over_floor", "<", "floor_factor_near"),
+        Cond("generation_rate", ">", "min_token_rate"),
+    ),
+    scenarios=(AT_THE_FLOOR,),
+)
+
+# ---------------------------------------------------------------------------------------
+# InferenceKVCachePressure
+
+
+def kv_pressure_on_a(kv_percent: int) -> dict:
+    """InferenceKVCachePressure on replica A, preempting 0.1 requests/s, KV use now
+    ``kv_percent`` % (the wave of KV values at 15m, sample 30)."""
+    return instance_alert(
+        "InferenceKVCachePressure",
+        A,
+        "warning",
+        "decode",
+        "memory",
+        f"KV-cache use now {kv_percent}% (threshold 90 % averaged over 5m) and the scheduler "
+        "preempted 0.1 requests/s (threshold 0.02/s). Preempted requests lose their "
+        "KV cache and are recomputed later.",
+        f"KV cache under pressure on {A} ({SERVED_MODEL})",
+    )
+
+
+KV_PRESSURE = Scenario(
+    # KV use ~97 % for the whole window and 0.1 preemptions/s on A; B at 85 % without
+    # preemptions (near miss).
+    "KV-cache pressure",
+    (
+        healthy(A, kv_usage=(0.96, 0.98, 0.99, 0.97), preemptions_per_s=0.1),
+        healthy(B, kv_usage=(0.83, 0.87, 0.85)),
+    ),
+    file="memory.yaml",
+    place=4,
+    fires={"InferenceKVCachePressure": [kv_pressure_on_a(99)]},
+)
+
+KV_CACHE_PRESSURE = Alert(
+    name="InferenceKVCachePressure",
+    order=7,
+    severity="warning",
+    level=INSTANCE,
+    phase="decode",
+    layer="memory",
+    for_default="5m",
+    summary="KV cache under pressure on {{ $labels.instance }} ({{ $labels.model }})",
+    description="KV-cache use now "
+    + value_of("inferwatch_kv_cache_usage_ratio", INSTANCE, "humanizePercentage")
+    + " (threshold %(pct.kv_usage_high)s averaged over %(window)s) and the scheduler "
+    "preempted "
+    + value_of("instance:inferwatch_preemptions:%(w)s", INSTANCE, PLAIN_NUMBER)
+    + " requests/s (threshold %(t.preemptions_per_second)s/s). Preempted requests lose "
+    "their KV cache and are recomputed later.",
+    any_of=(
+        Cond("kv_usage", ">", "kv_usage_high"),
+        Cond("preemption_rate", ">", "preemptions_per_second"),
+    ),
+    evidence=(
+        f"Steps ({STEP_SPAN}) whose decode count D drops and prefill count P jumps without new "
+        "requests are preempted requests being recomputed."
+    ),
+    scenarios=(KV_PRESSURE,),
+)
+
+ALERTS = (DECODE_BOTTLENECK, DECODE_AT_HARDWARE_FLOOR, KV_CACHE_PRESSURE)

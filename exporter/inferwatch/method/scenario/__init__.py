@@ -1,0 +1,53 @@
+"""The alerts' promtool scenarios: readable workloads, written as promtool unit tests.
+
+Each alert holds its scenarios (``Alert.scenarios``, in the layer modules of
+:mod:`inferwatch.method.alerts`): where it fires, its near misses, its cross-checks.
+``alerts/tests/scenarios.py`` (run by ``make generate``) writes them to alerts/tests/*.yaml.
+:mod:`~inferwatch.method.scenario.workload` turns replicas into series,
+:mod:`~inferwatch.method.scenario.expect` scenarios into test groups,
+:mod:`~inferwatch.method.scenario.slo` the SLO alerts' hours of traffic into series.
+"""
+
+from inferwatch.method.scenario.expect import (
+    RUNBOOK_BASE_URL,
+    Scenario,
+    instance_alert,
+    model_alert,
+    promtool_group,
+)
+from inferwatch.method.scenario.workload import (
+    CANARY_OK,
+    EVAL,
+    ITL_LE,
+    SERVED_MODEL,
+    STEP,
+    TTFT_LE,
+    A,
+    B,
+    C,
+    Dist,
+    Replica,
+    healthy,
+    input_series,
+)
+
+__all__ = [
+    "CANARY_OK",
+    "EVAL",
+    "ITL_LE",
+    "RUNBOOK_BASE_URL",
+    "SERVED_MODEL",
+    "STEP",
+    "TTFT_LE",
+    "A",
+    "B",
+    "C",
+    "Dist",
+    "Replica",
+    "Scenario",
+    "healthy",
+    "input_series",
+    "instance_alert",
+    "model_alert",
+    "promtool_group",
+]

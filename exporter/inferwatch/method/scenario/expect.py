@@ -1,0 +1,109 @@
+"""A promtool scenario: replicas, the alerts expected to fire (labels and annotations), the
+alerts that must stay silent; and its promtool test group.
+
+The expected annotations are written by hand next to each scenario: the numbers in them
+follow from the stated distributions (histogram_quantile interpolates linearly inside a
+bucket: all observations in (2.5, 5] give p95 = 2.5 + 0.95 * 2.5 = 4.875 s). Thresholds are
+the shipped defaults (see alerts/runbooks/*.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+
+from inferwatch.method.scenario.workload import EVAL, SERVED_MODEL, STEP, Replica, input_series
+
+RUNBOOK_BASE_URL = "https://github.com/inferwatch/inferwatch/blob/main/alerts/runbooks/"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a few replicas serve and what the cause alerts make of it.
+
+    ``file`` is the promtool test file under alerts/tests/ it is written to and ``place`` its
+    position there (a number no other scenario of that file has).
+    """
+
+    name: str
+    replicas: tuple[Replica, ...]
+    _: KW_ONLY
+    file: str
+    place: int
+    fires: dict[str, list[dict]]  # alert name -> expected alerts (labels + annotations)
+    silent: tuple[str, ...] = ()  # alerts that must not fire (near misses, cross-checks)
+    eval_time: str = EVAL
+
+
+def _expected(alertname: str, labels: dict, description: str, summary: str) -> dict:
+    return {
+        "exp_labels": labels,
+        "exp_annotations": {
+            "summary": summary,
+            "description": description,
+            "runbook_url": f"{RUNBOOK_BASE_URL}{alertname}.md",
+        },
+    }
+
+
+def instance_alert(
+    alertname: str,
+    instance: str,
+    severity: str,
+    phase: str,
+    layer: str,
+    description: str,
+    summary: str,
+    **extra: str,
+) -> dict:
+    """An alert of one instance; ``no_model=""`` for one without backend and model labels,
+    ``extra`` the alert's other labels."""
+    labels = {
+        "severity": severity,
+        "phase": phase,
+        "layer": layer,
+        "instance": instance,
+        "job": "inferwatch",
+    }
+    if "no_model" not in extra:
+        labels |= {"backend": "vllm", "model": SERVED_MODEL}
+    extra.pop("no_model", None)
+    labels |= extra
+    return _expected(alertname, labels, description, summary)
+
+
+def model_alert(
+    alertname: str, severity: str, phase: str, layer: str, description: str, summary: str
+) -> dict:
+    """An alert of the fleet rules: labelled by model, not by instance."""
+    labels = {"severity": severity, "phase": phase, "layer": layer}
+    return _expected(
+        alertname, labels | {"backend": "vllm", "model": SERVED_MODEL}, description, summary
+    )
+
+
+def promtool_group(s: Scenario) -> dict:
+    """The scenario as one promtool test: its series, each expectation, nothing else firing."""
+    series = [item for r in s.replicas for item in input_series(r)]
+    checks = [
+        {"eval_time": s.eval_time, "alertname": name, "exp_alerts": alerts}
+        for name, alerts in s.fires.items()
+    ]
+    checks += [{"eval_time": s.eval_time, "alertname": name} for name in s.silent]
+    firing = sorted(s.fires)
+    return {
+        "name": s.name,
+        "interval": f"{STEP}s",
+        "input_series": series,
+        "alert_rule_test": checks,
+        "promql_expr_test": [
+            {
+                # Nothing but the expected cause alerts fires (pending ones are not counted;
+                # the SLO alerts these errors and latencies burn are judged in slos-*.yaml).
+                "expr": 'count by (alertname) (ALERTS{alertstate="firing",layer!="slo"})',
+                "eval_time": s.eval_time,
+                "exp_samples": [
+                    {"labels": f'{{alertname="{a}"}}', "value": len(s.fires[a])} for a in firing
+                ],
+            }
+        ],
+    }

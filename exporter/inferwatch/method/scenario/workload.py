@@ -1,0 +1,296 @@
+"""What a few replicas of a model serve, as the input series of a promtool unit test.
+
+A :class:`Replica` says what one instance serves (request rate, where TTFT, queue time and
+inter-token latency fall in vLLM's own histogram buckets, KV use, GPU busy time...);
+:func:`input_series` turns it into realistic series: cumulative histogram buckets and
+counters growing at the stated rates, gauges that move.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from inferwatch.method.quantile import histogram_quantile
+from inferwatch.metrics import WINDOW_QUANTILES
+
+STEP = 30  # seconds between samples, the test's scrape interval
+SAMPLES = 40  # 20 minutes of data
+EVAL = "15m"  # every alert's `for` has elapsed by then
+
+# vLLM 0.32's default bucket bounds.
+# fmt: off
+TTFT_LE = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)
+ITL_LE = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+)
+LATENCY_LE = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+    240.0, 480.0, 960.0, 1920.0, 7680.0,
+)
+TOKENS_LE = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+STEP_TOKENS_LE = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+# fmt: on
+
+CANARY_RESULTS = ("ok", "http_error", "timeout", "connect_error", "bad_stream")
+CANARY_OK = {"ok": 1 / 15}  # a probe every 15 s, all answered
+SERVED_MODEL = "llama-3-8b"
+A, B, C = "10.0.0.1:10177", "10.0.0.2:10177", "10.0.0.3:10177"
+
+# An H100 SXM's links per direction: 18 NVLink links at 26.562 GB/s; PCIe 5.0 x16.
+NVLINK_PEAK = 18 * 26.562e9
+PCIE_PEAK = 16 * 32e9 * 128 / 130 / 8
+
+
+@dataclass(frozen=True)
+class Dist:
+    """Observations: ``{bucket upper bound: share}`` and their mean."""
+
+    shares: dict[float, float]
+    mean: float
+
+
+@dataclass(frozen=True)
+class Replica:
+    """What one instance serves; the defaults are a healthy replica."""
+
+    instance: str
+    requests_per_s: float = 2.0
+    error_share: float = 0.0
+    ttft: Dist = Dist({0.5: 1.0}, 0.4)  # p95 487.5 ms
+    queue: Dist = Dist({0.3: 1.0}, 0.02)
+    itl: Dist = Dist({0.05: 1.0}, 0.035)  # p95 48.75 ms
+    prompt_tokens: Dist = Dist({1000: 1.0}, 800)
+    step_tokens: Dist = Dist({64: 1.0}, 48)
+    steps_per_s: float = 40.0
+    generation_tokens_per_request: float = 200
+    prefix_hit_share: float = 0.25
+    running: tuple[float, ...] = (8, 10, 12, 11, 9)
+    waiting: tuple[float, ...] = (0, 1, 0, 2, 0)
+    kv_usage: tuple[float, ...] = (0.42, 0.55, 0.61, 0.48)
+    preemptions_per_s: float = 0.0
+    queued_while_idle_share: float = 0.0
+    frontend_cpu_cores: float = 0.3
+    decode_floor: float | None = 0.0048  # 16 GB of weights / 3.35 TB/s
+    gpu_busy: tuple[float, ...] | None = (0.85, 0.85)  # one share per GPU; None: no NVML
+    gpu_collector: str = "1x40"
+    throttled: dict[str, str] = field(default_factory=dict)  # {reason: values} on GPU 0
+    # GPU 0's busier direction as a share of its link's peak (the other direction and GPU 1
+    # carry a tenth of the peak); None: no such link.
+    nvlink_share: float | None = 0.3
+    pcie_share: float = 0.05
+    backend_up: str = "1x40"
+    scrape_duration: str = "0.004x40"
+    gpu_memory_total: str = "85899345920x40"  # '_' where the GPU's series are gone
+    baseline: tuple[float, float] | None = None  # TTFT p95, ITL p95 at concurrency 8
+    canary_gap: str | None = None  # the canary's TTFT gap (None: canary off)
+    canary_probes: dict[str, float] | None = None  # probes/s by result (None: canary off)
+
+
+def healthy(instance: str, **changes: object) -> Replica:
+    return dataclasses.replace(Replica(instance), **changes)
+
+
+def labels(**pairs: str) -> str:
+    """A series' label set as promtool writes it, names sorted."""
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(pairs.items())) + "}"
+
+
+def _counter(per_second: float) -> str:
+    return f"0+{per_second * STEP:g}x{SAMPLES}"
+
+
+def _gauge(values: tuple[float, ...]) -> str:
+    return " ".join(f"{values[i % len(values)]:g}" for i in range(SAMPLES + 1))
+
+
+def _series(metric: str, values: str, /, **pairs: str) -> dict:
+    return {"series": metric + labels(**pairs), "values": values}
+
+
+def _histogram(metric: str, target: dict, bounds: tuple, rate: float, dist: Dist) -> list[dict]:
+    series = []
+    for le in (*bounds, "+Inf"):
+        share = 1.0 if le == "+Inf" else sum(s for ub, s in dist.shares.items() if ub <= le)
+        series.append(_series(f"{metric}_bucket", _counter(rate * share), **target, le=str(le)))
+    series.append(_series(f"{metric}_sum", _counter(rate * dist.mean), **target))
+    series.append(_series(f"{metric}_count", _counter(rate), **target))
+    return series
+
+
+def _window(metric: str, pairs: dict, bounds: tuple, dist: Dist) -> list[dict]:
+    """The exporter's quantiles of a histogram over the rate window (collect/window.py):
+    those of the distribution, from the second sample on, as a rate has them."""
+    cumulative = [(le, sum(s for ub, s in dist.shares.items() if ub <= le)) for le in bounds]
+    buckets = [*cumulative, ("+Inf", 1.0)]
+    return [
+        _series(
+            metric,
+            f"_ {histogram_quantile(float(q), buckets):g}+0x{SAMPLES - 1}",
+            **pairs,
+            quantile=q,
+        )
+        for q in WINDOW_QUANTILES
+    ]
+
+
+def _target_series(r: Replica, target: dict) -> list[dict]:
+    """The scrape's own series and the sidecar's view of its backend and collectors."""
+    return [
+        _series("up", "1x40", **target),
+        _series("inferwatch_backend_up", r.backend_up, **target, backend="vllm"),
+        _series(
+            "inferwatch_backend_scrape_duration_seconds",
+            r.scrape_duration,
+            **target,
+            backend="vllm",
+        ),
+        _series("inferwatch_collector_success", r.gpu_collector, **target, collector="gpu"),
+    ]
+
+
+def _engine_series(r: Replica, engine: dict, backend: dict) -> list[dict]:
+    """The engine's gauges and counters, then the sidecar's per-backend counters."""
+    rate = r.requests_per_s
+    gauges = (
+        ("inferwatch_requests_running", r.running),
+        ("inferwatch_requests_waiting", r.waiting),
+        ("inferwatch_kv_cache_usage_ratio", r.kv_usage),
+    )
+    counters = (
+        ("inferwatch_preemptions_total", {}, r.preemptions_per_s),
+        ("inferwatch_engine_steps_total", {}, r.steps_per_s),
+        ("inferwatch_prompt_tokens_total", {}, rate * r.prompt_tokens.mean),
+        ("inferwatch_generation_tokens_total", {}, rate * r.generation_tokens_per_request),
+        ("inferwatch_prefix_cache_queries_total", {}, rate * r.prompt_tokens.mean),
+        (
+            "inferwatch_prefix_cache_hits_total",
+            {},
+            rate * r.prompt_tokens.mean * r.prefix_hit_share,
+        ),
+        ("inferwatch_requests_finished_total", {"reason": "stop"}, rate * (1 - r.error_share)),
+        ("inferwatch_requests_finished_total", {"reason": "error"}, rate * r.error_share),
+    )
+    out = [_series(name, _gauge(values), **engine) for name, values in gauges]
+    out += [_series(name, _counter(per_s), **engine, **extra) for name, extra, per_s in counters]
+    return [
+        *out,
+        _series(
+            "inferwatch_queued_while_idle_seconds_total",
+            _counter(r.queued_while_idle_share),
+            **backend,
+        ),
+        _series("inferwatch_frontend_cpu_seconds_total", _counter(r.frontend_cpu_cores), **backend),
+    ]
+
+
+def _histograms(r: Replica, engine: dict, backend: dict) -> list[dict]:
+    """The latency and size histograms, and the exporter's window quantiles of latency."""
+    rate = r.requests_per_s
+    tokens_per_s = rate * r.generation_tokens_per_request
+    return [
+        *_histogram("inferwatch_time_to_first_token_seconds", engine, TTFT_LE, rate, r.ttft),
+        *_histogram("inferwatch_request_queue_time_seconds", engine, LATENCY_LE, rate, r.queue),
+        *_histogram("inferwatch_inter_token_latency_seconds", engine, ITL_LE, tokens_per_s, r.itl),
+        *_window("inferwatch_time_to_first_token_window_seconds", backend, TTFT_LE, r.ttft),
+        *_window("inferwatch_inter_token_latency_window_seconds", backend, ITL_LE, r.itl),
+        *_histogram("inferwatch_request_prompt_tokens", engine, TOKENS_LE, rate, r.prompt_tokens),
+        *_histogram(
+            "inferwatch_engine_step_tokens", engine, STEP_TOKENS_LE, r.steps_per_s, r.step_tokens
+        ),
+    ]
+
+
+def _optional_series(r: Replica, backend: dict) -> list[dict]:
+    """The decode floor, the baseline and the canary, where the replica has them."""
+    out = []
+    if r.decode_floor is not None:
+        out.append(_series("inferwatch_decode_floor_seconds", f"{r.decode_floor:g}x40", **backend))
+    if r.baseline is not None:
+        cell = {"percentile": "95", "concurrency": "8", "prompt_tokens": "800"}
+        for metric, value in zip(
+            ("time_to_first_token", "inter_token_latency"), r.baseline, strict=True
+        ):
+            out.append(
+                _series(
+                    f"inferwatch_baseline_{metric}_seconds",
+                    f"{value:g}x40",
+                    **backend,
+                    **cell,
+                    output_tokens="200",
+                )
+            )
+    if r.canary_gap is not None:
+        out.append(_series("inferwatch_canary_ttft_gap_seconds", r.canary_gap, **backend))
+    for result in CANARY_RESULTS if r.canary_probes is not None else ():
+        probes = _counter(r.canary_probes.get(result, 0.0))
+        out.append(_series("inferwatch_canary_probes_total", probes, **backend, result=result))
+    return out
+
+
+def _gpu_series(r: Replica, target: dict) -> list[dict]:
+    """Each GPU's busy time, memory, throttling and links."""
+    out = []
+    for gpu, busy in enumerate(r.gpu_busy or ()):
+        pairs = {
+            **target,
+            "gpu": str(gpu),
+            "uuid": f"GPU-{r.instance[5]}{gpu}",
+            "name": "NVIDIA H100 80GB HBM3",
+        }
+        out.append(_series("inferwatch_gpu_busy_seconds_total", _counter(busy), **pairs))
+        out.append(_series("inferwatch_gpu_memory_total_bytes", r.gpu_memory_total, **pairs))
+        for reason in ("sw_power_cap", "hw_thermal_slowdown"):
+            values = r.throttled.get(reason, "0x40") if gpu == 0 else "0x40"
+            out.append(_series("inferwatch_gpu_clock_throttled", values, **pairs, reason=reason))
+        out += _links(r, gpu, pairs)
+    return out
+
+
+def _links(r: Replica, gpu: int, pairs: dict) -> list[dict]:
+    """The GPU's NVLink counters and PCIe gauges by direction, with their peaks."""
+    out = [_series("inferwatch_gpu_pcie_peak_bytes_per_second", _gauge((PCIE_PEAK,)), **pairs)]
+    for direction in ("tx", "rx"):
+        share = r.pcie_share if gpu == 0 and direction == "tx" else 0.1 * r.pcie_share
+        out.append(
+            _series(
+                "inferwatch_gpu_pcie_bytes_per_second",
+                _gauge((share * PCIE_PEAK,)),
+                **pairs,
+                direction=direction,
+            )
+        )
+    if r.nvlink_share is None:
+        return out
+    out.append(
+        _series("inferwatch_gpu_nvlink_peak_bytes_per_second", _gauge((NVLINK_PEAK,)), **pairs)
+    )
+    for direction in ("tx", "rx"):
+        share = r.nvlink_share if gpu == 0 and direction == "rx" else 0.1
+        out.append(
+            _series(
+                "inferwatch_gpu_nvlink_bytes_total",
+                _counter(share * NVLINK_PEAK),
+                **pairs,
+                direction=direction,
+            )
+        )
+    return out
+
+
+def input_series(r: Replica) -> list[dict]:
+    """Every series inferwatch would expose for one replica."""
+    target = {"instance": r.instance, "job": "inferwatch"}
+    backend = {**target, "backend": "vllm", "model": SERVED_MODEL}
+    engine = {**backend, "engine": "0"}
+    return [
+        *_target_series(r, target),
+        *_engine_series(r, engine, backend),
+        *_histograms(r, engine, backend),
+        *_optional_series(r, backend),
+        *_gpu_series(r, target),
+    ]

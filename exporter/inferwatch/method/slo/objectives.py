@@ -1,0 +1,76 @@
+"""What an objective is: its kind (what it measures, from which series), target and bound.
+
+``SLOs`` is the parsed ``slos:`` section (:mod:`inferwatch.method.slo.config`): the
+compliance window, the scope and the objectives of each group of models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferwatch.metrics import ALL
+
+
+@dataclass(frozen=True)
+class ObjectiveKind:
+    """What an objective of this kind measures, from which inferwatch series."""
+
+    name: str
+    title: str
+    events: str  # what one event is
+    histogram: str | None  # the latency histogram; None: finished requests by reason
+
+
+KINDS: dict[str, ObjectiveKind] = {
+    kind.name: kind
+    for kind in (
+        ObjectiveKind(
+            "ttft", "time to first token", "requests", ALL["time_to_first_token_seconds"].name
+        ),
+        ObjectiveKind(
+            "itl", "inter-token latency", "output tokens", ALL["inter_token_latency_seconds"].name
+        ),
+        ObjectiveKind(
+            "e2e", "end-to-end latency", "requests", ALL["request_duration_seconds"].name
+        ),
+        ObjectiveKind("errors", "server errors", "finished requests", None),
+    )
+}
+# What an ``errors`` objective counts: finished requests, by reason.
+FINISHED_REQUESTS = ALL["requests_finished"].name
+# Judge a model across its replicas, or each pod (``instance``) on its own.
+SCOPES = ("model", "instance")
+
+
+@dataclass(frozen=True)
+class Objective:
+    kind: str
+    target: float  # share of good events, e.g. 0.99
+    seconds: float | None = None  # the latency bound; None for errors
+
+    @property
+    def budget(self) -> float:
+        return 1 - self.target
+
+    def text(self) -> str:
+        """``99 % of requests within 0.5 s (time to first token)``."""
+        kind = KINDS[self.kind]
+        pct = f"{self.target * 100:g} %"
+        if self.kind == "errors":
+            return f"{pct} of {kind.events} end without a server error"
+        return f"{pct} of {kind.events} within {self.seconds:g} s ({kind.title})"
+
+
+@dataclass(frozen=True)
+class ModelObjectives:
+    """The objectives of some models; ``models`` empty: every model not named elsewhere."""
+
+    models: tuple[str, ...]
+    objectives: tuple[Objective, ...]
+
+
+@dataclass(frozen=True)
+class SLOs:
+    window: str = "28d"
+    scope: str = "model"
+    groups: tuple[ModelObjectives, ...] = (ModelObjectives((), (Objective("errors", 0.999),)),)
