@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from inferwatch import __version__
-from inferwatch.serve.command import DEFAULT_PORT
+from inferwatch.serve.options import DEFAULT_PORT
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker-compose.yml"
