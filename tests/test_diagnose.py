@@ -17,10 +17,11 @@ import sys
 import pytest
 from aiohttp import web
 
+from inferwatch.collect.textparse import read_page
 from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Burn, Finding, Report, evaluate
-from inferwatch.method.local import Window, parse_page
+from inferwatch.method.local import Window
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import spec_from_config
 from inferwatch.model import GpuSample
@@ -37,7 +38,7 @@ def page(fixture: str) -> str:
 
 DURING = page("vllm-0.32.0-cpu-loaded-kv-full.prom")
 AFTER = page("vllm-0.32.0-cpu-after-preemptions.prom")
-WINDOW = Window(parse_page(DURING), parse_page(AFTER), seconds=10.0)
+WINDOW = Window(read_page(DURING), read_page(AFTER), seconds=10.0)
 
 
 def value(signal: str) -> float | None:
@@ -173,7 +174,7 @@ def test_burning_objectives_are_ranked_worst_first_per_model() -> None:
 
 
 def test_a_quiet_window_is_healthy() -> None:
-    quiet = Window(parse_page(AFTER), parse_page(AFTER), seconds=10.0)
+    quiet = Window(read_page(AFTER), read_page(AFTER), seconds=10.0)
     spec = spec_from_config({})
     report = Report(
         "x", "10.0s", spec, {"ttft_p95": None, "itl_p95": None}, evaluate(quiet, spec, LABELS)
@@ -228,8 +229,8 @@ def test_cli_needs_exactly_one_source() -> None:
 def test_a_series_missing_from_the_first_page_has_no_increase() -> None:
     # The first page is a failed poll's (no backend series): the counters' whole values
     # are not the window's increase (PromQL's increase needs two samples too).
-    down = parse_page('inferwatch_backend_up{backend="vllm"} 0\n')
-    up = parse_page(
+    down = read_page('inferwatch_backend_up{backend="vllm"} 0\n')
+    up = read_page(
         'inferwatch_backend_up{backend="vllm"} 1\n'
         'inferwatch_preemptions_total{backend="vllm",model="tiny"} 5000\n'
         'inferwatch_frontend_cpu_seconds_total{backend="vllm",model="tiny"} 900\n'
@@ -237,7 +238,7 @@ def test_a_series_missing_from_the_first_page_has_no_increase() -> None:
     window = Window(down, up, 10.0)
     assert window.value(SIGNALS["preemption_rate"].local) is None
     assert window.value(SIGNALS["frontend_cpu"].local) is None
-    later = parse_page('inferwatch_preemptions_total{backend="vllm",model="tiny"} 5002\n')
+    later = read_page('inferwatch_preemptions_total{backend="vllm",model="tiny"} 5002\n')
     assert Window(up, later, 10.0).value(SIGNALS["preemption_rate"].local) == 0.2
 
 
@@ -255,7 +256,7 @@ def test_a_saturated_nvlink_is_the_communication_layer() -> None:
         )
         return exporter_page(fixture_text("vllm-0.32.0-cpu-after-preemptions.prom"), (gpu,))
 
-    window = Window(parse_page(nvlink_page(0.0)), parse_page(nvlink_page(9 * peak)), seconds=10.0)
+    window = Window(read_page(nvlink_page(0.0)), read_page(nvlink_page(9 * peak)), seconds=10.0)
     assert window.value(SIGNALS["nvlink_share"].local) == pytest.approx(0.9)
     spec = spec_from_config({})
     report = Report("x", "10.0s", spec, {}, evaluate(window, spec, LABELS))

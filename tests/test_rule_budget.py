@@ -12,8 +12,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from inferwatch.collect.textparse import read_page
 from inferwatch.collect.window import LatencyWindow
-from inferwatch.method.local import Samples, parse_page
+from inferwatch.method.local import Samples
 from inferwatch.method.rules import dump_yaml, rules_document
 from inferwatch.method.spec import spec_from_config
 from inferwatch.model import GpuSample
@@ -32,7 +33,7 @@ def page(capture: str, step: int, window: LatencyWindow) -> Samples:
         for k in (0, 1)
     )
     at = window.seconds * step
-    return parse_page(exporter_page(fixture_text(capture), gpus, (window, at)))
+    return read_page(exporter_page(fixture_text(capture), gpus, (window, at)))
 
 
 def test_one_replica_records_at_most_the_budget(tmp_path: Path) -> None:

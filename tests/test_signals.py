@@ -25,8 +25,9 @@ from typing import Any
 
 import pytest
 
+from inferwatch.collect.textparse import read_page
 from inferwatch.collect.window import SUMMARIZED, LatencyWindow
-from inferwatch.method.local import Samples, Window, parse_page
+from inferwatch.method.local import Samples, Window
 from inferwatch.method.rules import dump_yaml, placeholders, rules_document
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import spec_from_config
@@ -229,7 +230,7 @@ def snapshot(step: int) -> Snapshot:
     )
 
 
-PAGES: list[Samples] = [parse_page(render(snapshot(step)).decode()) for step in range(STEPS + 1)]
+PAGES: list[Samples] = [read_page(render(snapshot(step)).decode()) for step in range(STEPS + 1)]
 WINDOW = Window(PAGES[0], PAGES[-1], seconds=WINDOW_SECONDS)
 LOCAL = {name: WINDOW.value(s.local) for name, s in SIGNALS.items() if s.local is not None}
 

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from inferwatch.collect.textparse import ExpositionError, PageScanner, Scan, parse_labels, scan
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from inferwatch.collect.textparse import (
+    ExpositionError,
+    PageScanner,
+    Scan,
+    parse_labels,
+    read_page,
+    scan,
+)
 
 from conftest import FIXTURES, fixture_text, oracle_samples
 
@@ -109,3 +119,27 @@ def test_page_scanner_falls_back_to_lines_on_untyped_pages() -> None:
 def test_page_scanner_rejects_truncated_pages() -> None:
     with pytest.raises(ExpositionError, match="truncated"):
         PageScanner({"g"}).scan("# TYPE g gauge\ng 1")
+
+
+def _by_prometheus_client(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return out
+
+
+@pytest.mark.parametrize("golden", sorted((Path(__file__).parent / "golden").glob("*.prom")))
+def test_read_page_reads_every_served_page_as_prometheus_client_does(golden: Path) -> None:
+    text = golden.read_text()
+    mine, theirs = read_page(text), _by_prometheus_client(text)
+    assert mine.keys() == theirs.keys()
+    for name, samples in theirs.items():
+        assert [(labels, repr(v)) for labels, v in mine[name]] == [
+            (labels, repr(v)) for labels, v in samples
+        ], name
+
+
+def test_read_page_refuses_a_malformed_line_in_one_line() -> None:
+    with pytest.raises(ValueError, match=r"^not Prometheus text: value 'x' is not a number$"):
+        read_page('inferwatch_backend_up{backend="vllm"} x\n')

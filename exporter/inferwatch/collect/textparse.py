@@ -124,6 +124,36 @@ def scan(text: str, wanted: Collection[str], limit: float = math.inf) -> Scan:
     return found
 
 
+# Every sample of a page by its name on the wire: ``{name: [(labels, value), ...]}``.
+Page = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def read_page(text: str) -> Page:
+    """Every sample of a whole page, labels as dicts: how the verdict and ``diagnose
+    --exporter`` read an exporter's page (a tenth of prometheus_client's parse; the tests
+    compare the two). Samples of one label set share one dict: read it, never change it.
+
+    Raises ValueError (one line) on a malformed sample line.
+    """
+    out: Page = {}
+    labels_of: dict[str, dict[str, str]] = {}
+    for line in text.split("\n"):
+        if not line or line[0] == "#":
+            continue
+        match = _NAME.match(line)
+        if match is None:
+            continue
+        try:
+            label_text, value = _sample(line, match.end())
+            labels = labels_of.get(label_text)
+            if labels is None:
+                labels = labels_of[label_text] = dict(parse_labels(label_text))
+        except ExpositionError as exc:
+            raise ValueError(f"not Prometheus text: {exc}") from None
+        out.setdefault(match.group(1), []).append((labels, value))
+    return out
+
+
 def _truncated() -> ExpositionError:
     return ExpositionError("exposition truncated (last line has no newline)", "truncated")
 

@@ -20,6 +20,10 @@ absent until it has polled for :data:`MIN_SPAN` seconds (or the whole window, if
 a restarted sidecar does not judge a pod by its first few requests. The window's start
 moves in steps of 1/:data:`STEPS` of it, so the history is bounded whatever the poll
 interval.
+
+A poll pays only for what moved: a histogram the mapping reused unchanged (the same object
+as the last poll's) is not folded again, and while no total and no window start moved the
+last quantiles are returned as they are.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ class LatencyWindow:
         self._totals: dict[Key, Histogram] = {}  # what it observed since first seen
         self._past: deque[tuple[float, dict[Key, Histogram]]] = deque()
         self._since: float | None = None  # the first poll
+        self._version = 0  # bumped whenever a total changes
+        self._quantiles: tuple[tuple[int, float], dict[str, dict[Labels, float]]] | None = None
 
     def update(self, now: float, sample: BackendSample | None) -> dict[str, dict[Labels, float]]:
         """Fold in one poll; each window family's quantiles by backend, model (the series'
@@ -67,6 +73,14 @@ class LatencyWindow:
         start, then = self._past[0]
         if now <= start or now - self._since < min(MIN_SPAN, self.seconds):
             return {}
+        if self._quantiles is not None and self._quantiles[0] == (self._version, start):
+            return self._quantiles[1]
+        out = self._window_quantiles(then)
+        self._quantiles = ((self._version, start), out)
+        return out
+
+    def _window_quantiles(self, then: dict[Key, Histogram]) -> dict[str, dict[Labels, float]]:
+        """Each window family's quantiles over the growth of the totals since ``then``."""
         pooled: dict[tuple[str, Labels], list[tuple[str, float]]] = {}
         for (name, backend, labels), total in self._totals.items():
             before = then.get((name, backend, labels))
@@ -89,6 +103,9 @@ class LatencyWindow:
                 key = (name, sample.backend, labels)
                 seen.add(key)
                 last, total = self._last.get(key), self._totals.get(key)
+                if hist is last and total is not None:
+                    continue  # reused unchanged by the mapping: nothing observed
+                self._version += 1
                 if last is None or total is None:  # first seen: from its first poll
                     total = Histogram(tuple((le, 0.0) for le, _ in hist.buckets), 0.0, 0.0)
                 grown = increase(last, hist) if last is not None else total
@@ -102,6 +119,7 @@ class LatencyWindow:
         for key in [k for k in self._totals if k not in seen]:
             del self._totals[key], self._last[key]
             self._forget(key)
+            self._version += 1
 
     def _forget(self, key: Key) -> None:
         for _, past in self._past:

@@ -14,8 +14,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from inferwatch.method.alerts import ALERTS, Alert, Cond
 from inferwatch.method.quantile import histogram_quantile
 from inferwatch.method.signals import (
@@ -30,18 +28,8 @@ from inferwatch.method.signals import (
 )
 from inferwatch.method.spec import Spec
 
+# A page's samples by name (``inferwatch.collect.textparse.read_page`` reads one).
 Samples = dict[str, list[tuple[dict[str, str], float]]]
-
-
-def parse_page(text: str) -> Samples:
-    out: Samples = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-    except ValueError as exc:
-        raise ValueError(f"not Prometheus text: {exc}") from None
-    return out
 
 
 def _matches(labels: Mapping[str, str], where: Mapping[str, str]) -> bool:

@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferwatch.collect.poller import Poller
+from inferwatch.collect.textparse import read_page
 from inferwatch.logs import LogLimiter
 from inferwatch.method.alerts import Cond
 from inferwatch.method.findings import Finding, exporter_labels, exporter_report, fmt, phase_of
-from inferwatch.method.local import Samples, Window, parse_page
+from inferwatch.method.local import Samples, Window
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import Spec
 from inferwatch.model import Snapshot
@@ -163,6 +164,8 @@ class VerdictHistory:
         self.step = max(poller.settings.interval, DEFAULT_STEP) if step is None else step
         self._points: deque[Point] = deque(maxlen=max_points)
         self._last: tuple[Snapshot | None, Samples] = (None, {})  # newest recorded, parsed
+        # The window's first page, parsed: it moves once per step, not at every record.
+        self._first: tuple[Point | None, Samples] = (None, {})
         self._wall = wall
         self._lock = asyncio.Lock()
         self._bug_log = LogLimiter()
@@ -205,7 +208,7 @@ class VerdictHistory:
         self, snap: Snapshot, at: float, points: tuple[Point, ...], previous: Samples
     ) -> tuple[Point, Samples, Verdict]:
         text = render(snap)
-        page = parse_page(text.decode())
+        page = read_page(text.decode())
         values: dict[str, float | None] = dict.fromkeys(SERIES)
         if points and at > points[-1].at:
             window = Window(previous, page, at - points[-1].at)
@@ -217,8 +220,11 @@ class VerdictHistory:
         else:
             if first is points[-1]:
                 before = previous
+            elif first is self._first[0]:
+                before = self._first[1]
             else:
-                before = parse_page(zlib.decompress(first.page).decode())
+                before = read_page(zlib.decompress(first.page).decode())
+                self._first = (first, before)
             verdict = compute_verdict(before, page, at - first.at, self.spec)
         return point, page, Verdict(**{**verdict.__dict__, "updated": point.wall})
 

@@ -59,6 +59,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
+from inferwatch.collect.textparse import read_page
 from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS, Alert, Cond
@@ -71,7 +72,6 @@ from inferwatch.method.findings import (
     fmt,
     phase_of,
 )
-from inferwatch.method.local import parse_page
 from inferwatch.method.rules import placeholders
 from inferwatch.method.signals import (
     SIGNALS,
@@ -302,10 +302,10 @@ async def from_exporter(
 ) -> Report:
     upstream = Upstream(url, timeout=timeout, max_bytes=64 * 1024 * 1024)
     try:
-        first = parse_page(await upstream.get_exposition("/metrics"))
+        first = read_page(await upstream.get_exposition("/metrics"))
         started = time.monotonic()
         await asyncio.sleep(interval)
-        second = parse_page(await upstream.get_exposition("/metrics"))
+        second = read_page(await upstream.get_exposition("/metrics"))
         seconds = time.monotonic() - started
     except (UpstreamError, ValueError) as exc:
         raise SourceError(str(exc)) from None
