@@ -16,7 +16,7 @@ of one snapshot. Per render, it times:
 - ``prometheus_client OpenMetrics``: the same collector through
   ``prometheus_client.openmetrics.exposition.generate_latest``.
 - the ``process_*``/``python_*`` section (prometheus_client's Process/Platform/GC collectors
-  and encoders, :class:`inferwatch.serve.exposition.SelfMetrics`) that the exporter adds to
+  and encoders, :class:`inferwatch.serve.selfmetrics.SelfMetrics`) that the exporter adds to
   each page it renders, whichever renderer writes the rest.
 
 The snapshots are the exporter's own: the four real vLLM 0.32 captures in tests/fixtures,
@@ -72,6 +72,7 @@ from inferwatch.collect.upstream import Upstream  # noqa: E402
 from inferwatch.metrics import ALL, Kind  # noqa: E402
 from inferwatch.model import Histogram, Labels, Snapshot  # noqa: E402
 from inferwatch.serve import exposition  # noqa: E402
+from inferwatch.serve.selfmetrics import SelfMetrics  # noqa: E402
 
 from fake_nvml import FakeGpu, FakeNvml  # noqa: E402
 
@@ -256,7 +257,7 @@ def main() -> None:
         },
     )
     sizes = [len(exposition.render(s)) for s in snaps]
-    self_metrics = exposition.SelfMetrics()
+    self_metrics = SelfMetrics()
     section = self_metrics.section(openmetrics=False)
     print(f"python {platform.python_version()}, prometheus_client {version('prometheus_client')}")
     print(

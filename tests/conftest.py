@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from demo.stack import VllmServer
 from inferwatch.collect.backends import VLLM, Backend
-from inferwatch.collect.backends.base import LABEL_ORDER
+from inferwatch.collect.backends.relabel import LABEL_ORDER
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream

@@ -64,3 +64,19 @@ def test_the_server_with_most_lines_wins() -> None:
     # An SGLang page that also re-exports one vLLM-named line stays SGLang.
     page = fixture_text("sglang-0.3-docs-production_metrics.prom") + "vllm:num_requests_waiting 0\n"
     assert detect(page).name == "sglang"
+
+
+@pytest.mark.parametrize("fixture", CAPTURES)
+def test_detection_and_mapping_recognise_a_page_by_the_same_lines(fixture: str) -> None:
+    # ``--backend auto`` ranks by the lines each server's mapper would recognise the page by.
+    for backend in BACKENDS.values():
+        page = backend.readable(fixture_text(fixture))
+        assert backend.recognises(page) == (backend.signature_lines(page) > 0), backend.name
+
+
+def test_signature_lines_are_the_lines_a_prefix_begins() -> None:
+    vllm = BACKENDS["vllm"]
+    page = 'vllm:a 1\n# TYPE vllm:b gauge\nvllm:b{x="vllm:"} 2\nnot_vllm:c 3\n'
+    assert vllm.signature_lines(page) == 2 and vllm.recognises(page)
+    assert vllm.signature_lines("# TYPE vllm:b gauge\n") == 0
+    assert not vllm.recognises("# TYPE vllm:b gauge\n")

@@ -37,13 +37,8 @@ from inferwatch.model import (
     Histogram,
     Snapshot,
 )
-from inferwatch.serve.exposition import (
-    PROCESS_FAMILIES,
-    Renderer,
-    SelfMetrics,
-    render,
-    render_openmetrics,
-)
+from inferwatch.serve.exposition import Renderer, render, render_openmetrics
+from inferwatch.serve.selfmetrics import PROCESS_FAMILIES, SelfMetrics
 
 from conftest import FIXTURES, fixture_text, oracle_samples
 from fake_nvml import FakeGpu, FakeNvml
@@ -334,7 +329,7 @@ def test_a_failing_self_metrics_collector_is_left_out_and_logged_once(broken, ca
     polls = snapshots()
     snap = next(polls)
     renderer = Renderer(lambda: snap, SelfMetrics([broken, GCCollector(CollectorRegistry())]))
-    with caplog.at_level(logging.WARNING, logger="inferwatch.serve.exposition"):
+    with caplog.at_level(logging.WARNING, logger="inferwatch.serve.selfmetrics"):
         for _ in range(3):
             snap = next(polls)
             text = oracle_samples(renderer.render().decode())
@@ -354,7 +349,7 @@ def test_a_process_collector_that_cannot_read_its_files_logs_what_it_left_out(
     polls = snapshots()
     snap = next(polls)
     renderer = Renderer(lambda: snap, SelfMetrics([collector]))
-    with caplog.at_level(logging.WARNING, logger="inferwatch.serve.exposition"):
+    with caplog.at_level(logging.WARNING, logger="inferwatch.serve.selfmetrics"):
         for _ in range(2):
             snap = next(polls)
             text = oracle_samples(renderer.render().decode())

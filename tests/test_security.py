@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from demo.stack import Inferwatch, Process, StackError, free_port, http_get
-from inferwatch.serve import webconfig
+from inferwatch.serve import basic_auth, webconfig
 from inferwatch.serve.command import OPTIONS, ServeConfig
 from inferwatch.settings import ConfigError, header_line, read_secret, resolve
 
@@ -413,8 +413,8 @@ async def test_password_checks_are_cached(monkeypatch: pytest.MonkeyPatch) -> No
         calls.append(password)
         return real(password, hashed)
 
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", counting)
-    users = webconfig.BasicAuthUsers({"alice": bcrypt_hash(PASSWORD).encode()})
+    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", counting)
+    users = basic_auth.BasicAuthUsers({"alice": bcrypt_hash(PASSWORD).encode()})
     for _ in range(3):
         assert await users.check("alice", PASSWORD)
         assert not await users.check("alice", "wrong")
@@ -440,7 +440,7 @@ async def test_unknown_users_are_checked_at_the_highest_configured_cost(
         checked.append(hashed)
         return real(password, hashed)
 
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", recording)
+    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", recording)
     assert not await users.check("mallory", PASSWORD)
     assert not await users.check("bob", "wrong")
     assert [h[:7] for h in checked] == [b"$2b$06$", hashes["bob"][:7].encode()]

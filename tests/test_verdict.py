@@ -19,9 +19,10 @@ from inferwatch.collect.upstream import Upstream
 from inferwatch.method.findings import fmt
 from inferwatch.method.spec import spec_from_config
 from inferwatch.serve import verdict as verdict_module
+from inferwatch.serve.basic_auth import BasicAuthUsers
 from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.web import VERDICT
-from inferwatch.serve.webconfig import BasicAuthUsers, WebConfig
+from inferwatch.serve.webconfig import WebConfig
 
 from conftest import fixture_text
 

@@ -26,10 +26,12 @@ from aiohttp import web
 from demo.stack import Inferwatch, chromium
 from inferwatch.capture.capturer import CaptureSettings
 from inferwatch.capture.store import CaptureStore
-from inferwatch.serve import webconfig
+from inferwatch.serve import basic_auth
+from inferwatch.serve.basic_auth import CHECK_SLOTS, BasicAuthUsers
+from inferwatch.serve.request_checks import host_names
 from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.web import CAPTURER, RENDERER
-from inferwatch.serve.webconfig import CHECK_SLOTS, BasicAuthUsers, WebConfig, host_names
+from inferwatch.serve.webconfig import WebConfig
 
 from conftest import fixture_text
 
@@ -292,7 +294,7 @@ class GatedBcrypt:
 @pytest.fixture
 async def gated(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[GatedBcrypt]:
     gate = GatedBcrypt(asyncio.get_running_loop(), PASSWORD.encode())
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", gate.checkpw)
+    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", gate.checkpw)
     yield gate
     gate.release()  # even when the test failed: no thread is left waiting
 
@@ -348,7 +350,7 @@ async def test_wrong_passwords_do_not_push_a_scrapers_pass_out_of_the_cache(
         checked.append(password)
         return real(password, hashed)
 
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", counting)
+    monkeypatch.setattr(basic_auth.bcrypt, "checkpw", counting)
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4))
     web_config = WebConfig(users=BasicAuthUsers({"alice": hashed}))
     client = await aiohttp_client(
@@ -356,7 +358,7 @@ async def test_wrong_passwords_do_not_push_a_scrapers_pass_out_of_the_cache(
     )
     scraper = basic("alice", PASSWORD)
     assert (await client.get("/metrics", headers=scraper)).status == 200
-    for i in range(2 * webconfig._CACHE_SIZE):  # one at a time: never beyond the slots
+    for i in range(2 * basic_auth._CACHE_SIZE):  # one at a time: never beyond the slots
         assert (await client.get("/metrics", headers=basic("alice", f"guess {i}"))).status == 401
     assert (await client.get("/metrics", headers=scraper)).status == 200
     assert checked.count(PASSWORD.encode()) == 1  # the pass was still cached

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from inferwatch import __version__
-from inferwatch.capture import evidence, redact
+from inferwatch.capture import evidence, redact, stacks, trace
 from inferwatch.capture.evidence import FAILED, OK, Part
 from inferwatch.capture.store import Archive, CaptureStore, OverBound, Workdir
 from inferwatch.collect.poller import Poller
@@ -204,10 +204,10 @@ class Capturer:
             pid, why_not = (
                 (s.pid, "")
                 if s.pid
-                else await asyncio.to_thread(evidence.server_pid, poller.metrics_url())
+                else await asyncio.to_thread(stacks.server_pid, poller.metrics_url())
             )
             profiled, sampled = await asyncio.gather(
-                evidence.profile(
+                trace.profile(
                     self.upstream,
                     backend.profiler if backend is not None else None,
                     s.profiler_dir,
@@ -217,7 +217,7 @@ class Capturer:
                     steps=s.profiler_steps,
                     server_pid=pid,
                 ),
-                evidence.stacks(pid, why_not, duration, work),
+                stacks.stacks(pid, why_not, duration, work),
             )
             parts += [profiled, *sampled]
             parts += await self._pages(work, "after")

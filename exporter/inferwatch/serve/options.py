@@ -9,7 +9,7 @@ from pathlib import Path
 from inferwatch.collect.backends import BACKENDS
 from inferwatch.collect.poller import DEFAULT_MAX_SERIES
 from inferwatch.method.alerts import ALERTS
-from inferwatch.serve.webconfig import host_names
+from inferwatch.serve.request_checks import host_names
 from inferwatch.settings import (
     Option,
     bounded_float,

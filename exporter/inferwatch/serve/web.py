@@ -27,9 +27,10 @@ from inferwatch.capture.capturer import MANUAL, Capturer
 from inferwatch.collect.poller import Poller
 from inferwatch.logs import LogLimiter
 from inferwatch.serve.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Renderer
+from inferwatch.serve.request_checks import request_checks
 from inferwatch.serve.verdict import VerdictHistory
 from inferwatch.serve.verdict_page import render_page
-from inferwatch.serve.webconfig import WebConfig, request_checks
+from inferwatch.serve.webconfig import WebConfig
 from inferwatch.urls import redact_url
 
 log = logging.getLogger(__name__)
@@ -260,7 +261,7 @@ def http_app(
     the listener's business (``ssl_context`` in :func:`inferwatch.serve.command.run`).
     ``allowed_hosts`` (``--web.allowed-host``): the Host names answered (any when empty);
     state-changing requests from another origin are refused either way
-    (:func:`inferwatch.serve.webconfig.request_checks`). Without ``capturer`` the capture
+    (:func:`inferwatch.serve.request_checks.request_checks`). Without ``capturer`` the capture
     routes answer 404 with why.
     """
     security = web_config or WebConfig()

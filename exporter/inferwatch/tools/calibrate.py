@@ -93,9 +93,32 @@ def config_text(
     objectives: Mapping[str, tuple[dict, str]] | None = None,
 ) -> str:
     """The config file: header, ``baseline:``, the carried-over settings, every threshold."""
+    meta = baseline.metadata
+    text = _header(baseline, baseline_path, given_name)
+    text += "\n# serve: expose the comparable cell of the sweep as inferwatch_baseline_* gauges.\n"
+    text += yaml.safe_dump({"baseline": str(baseline_path)})
+    sections = ("baseline", "thresholds", "alerting", "slos")
+    carried = {k: v for k, v in given.items() if k not in sections}
+    if carried:
+        text += _carried(carried, given_name)
+    if "backend" not in given and meta.get("backend") in BACKENDS:
+        # serve needs no detection, and generate checks objectives against its buckets
+        text += f"\n# measured: the server swept\nbackend: {meta['backend']}\n"
+    text += _thresholds(derived, given.get("thresholds") or {}, given_name)
+    if given.get("alerting"):
+        text += _carried({"alerting": given["alerting"]}, given_name)
+    if given.get("slos"):
+        text += _carried({"slos": given["slos"]}, given_name)
+    elif objectives:
+        text += _proposed_objectives(objectives)
+    return text
+
+
+def _header(baseline: Baseline, baseline_path: Path, given_name: str) -> str:
+    """:data:`CONFIG_HEADER` for this sweep: what was measured, where, and how."""
     cells = baseline.cells
     meta = baseline.metadata
-    text = CONFIG_HEADER.format(
+    return CONFIG_HEADER.format(
         version=__version__,
         date=meta.get("date", "?"),
         backend=meta.get("backend", "unknown"),
@@ -110,17 +133,19 @@ def config_text(
         baseline=baseline_path,
         given=given_name,
     )
-    text += "\n# serve: expose the comparable cell of the sweep as inferwatch_baseline_* gauges.\n"
-    text += yaml.safe_dump({"baseline": str(baseline_path)})
-    sections = ("baseline", "thresholds", "alerting", "slos")
-    carried = {k: v for k, v in given.items() if k not in sections}
-    if carried:
-        text += f"\n# carried over from {given_name}\n" + yaml.safe_dump(carried, sort_keys=False)
-    if "backend" not in given and meta.get("backend") in BACKENDS:
-        # serve needs no detection, and generate checks objectives against its buckets
-        text += f"\n# measured: the server swept\nbackend: {meta['backend']}\n"
-    set_here = given.get("thresholds") or {}
-    text += "\nthresholds:\n"
+
+
+def _carried(doc: dict[str, Any], given_name: str) -> str:
+    """Settings of ``--config`` written back as they were given."""
+    return f"\n# carried over from {given_name}\n" + yaml.safe_dump(doc, sort_keys=False)
+
+
+def _thresholds(
+    derived: Mapping[str, Derived], set_here: Mapping[str, Any], given_name: str
+) -> str:
+    """``thresholds:``, each with a comment saying where its number comes from: set in
+    ``--config``, measured (the module's sample), or the default and why."""
+    text = "\nthresholds:\n"
     for name, threshold in THRESHOLDS.items():
         if name in set_here:
             value, why = float(set_here[name]), f"set in {given_name}"
@@ -129,21 +154,19 @@ def config_text(
         else:
             value, why = threshold.default, f"default: {threshold.why}"
         text += f"{_comment(why)}\n  {name}: {value:g}\n"
-    if given.get("alerting"):
-        text += f"\n# carried over from {given_name}\n"
-        text += yaml.safe_dump({"alerting": given["alerting"]}, sort_keys=False)
-    if given.get("slos"):
-        text += f"\n# carried over from {given_name}\n"
-        text += yaml.safe_dump({"slos": given["slos"]}, sort_keys=False)
-    elif objectives:
-        text += (
-            "\n# Proposed objectives: what this service can promise its users, to agree on "
-            "before\n# relying on them (the burn-rate alerts page on them; see README, SLOs).\n"
-            "slos:\n  window: 28d\n  objectives:\n"
-        )
-        for kind, (objective, why) in objectives.items():
-            text += f"{_comment(why)}\n".replace("  # ", "    # ")
-            text += f"    {kind}: {yaml.safe_dump(objective, default_flow_style=True).strip()}\n"
+    return text
+
+
+def _proposed_objectives(objectives: Mapping[str, tuple[dict, str]]) -> str:
+    """``slos:`` proposed from the sweep, each objective with why it can be promised."""
+    text = (
+        "\n# Proposed objectives: what this service can promise its users, to agree on "
+        "before\n# relying on them (the burn-rate alerts page on them; see README, SLOs).\n"
+        "slos:\n  window: 28d\n  objectives:\n"
+    )
+    for kind, (objective, why) in objectives.items():
+        text += f"{_comment(why)}\n".replace("  # ", "    # ")
+        text += f"    {kind}: {yaml.safe_dump(objective, default_flow_style=True).strip()}\n"
     return text
 
 

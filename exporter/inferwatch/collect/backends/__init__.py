@@ -1,19 +1,20 @@
 """Backends: one module per inference server, registered here.
 
 To add a server, write ``backends/<name>.py`` declaring a :class:`Backend` (a table of
-feeds, see ``base.py``), add it to ``BACKENDS`` below, and drop real ``/metrics`` captures
-into ``tests/fixtures/``.
+feeds, see ``table.py``; ``mapping.py`` maps a page with it), add it to ``BACKENDS`` below,
+and drop real ``/metrics`` captures into ``tests/fixtures/``.
 """
 
 from __future__ import annotations
 
-from inferwatch.collect.backends.base import Backend, Feed, Mapper, Source, feed
 from inferwatch.collect.backends.llamacpp import LLAMACPP
+from inferwatch.collect.backends.mapping import Backend, Mapper
 from inferwatch.collect.backends.sglang import SGLANG
+from inferwatch.collect.backends.table import Feed, Source, feed
 from inferwatch.collect.backends.tgi import TGI
 from inferwatch.collect.backends.triton import TRITON
 from inferwatch.collect.backends.vllm import VLLM
-from inferwatch.collect.textparse import BOM, ExpositionError
+from inferwatch.collect.textparse import ExpositionError
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (VLLM, TGI, SGLANG, LLAMACPP, TRITON)}
 
@@ -42,18 +43,16 @@ class UnknownBackend(ValueError):
 def detect(text: str) -> Backend:
     """The backend whose metric names appear on a page (for ``--backend auto``).
 
-    Each backend looks at the page as it would parse it (llama.cpp first decodes a body some
-    builds send JSON-escaped); the one with the most samples of its names wins.
+    Each backend looks at the page as its mapper would read it (:meth:`Backend.readable`:
+    llama.cpp first decodes a body some builds send JSON-escaped); the one with the most
+    samples of its names (:meth:`Backend.signature_lines`) wins.
     """
     counts = {}
-    text = text.removeprefix(BOM)
     for backend in BACKENDS.values():
         try:
-            page = backend.preprocess(text) if backend.preprocess else text
+            hits = backend.signature_lines(backend.readable(text))
         except ExpositionError:
             continue
-        hits = sum(page.count("\n" + prefix) for prefix in backend.signature)
-        hits += sum(1 for prefix in backend.signature if page.startswith(prefix))
         if hits:
             counts[backend.name] = hits
     ranked = sorted(counts, key=counts.__getitem__, reverse=True)

@@ -57,7 +57,8 @@ counter).
 
 import json
 
-from inferwatch.collect.backends.base import Backend, feed
+from inferwatch.collect.backends.mapping import Backend
+from inferwatch.collect.backends.table import feed
 from inferwatch.collect.textparse import ExpositionError
 
 

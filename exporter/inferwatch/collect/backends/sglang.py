@@ -80,14 +80,8 @@ settings ``spec_num_steps`` / ``spec_num_draft_tokens``; a rate cannot be summed
 counter).
 """
 
-from inferwatch.collect.backends.base import (
-    Backend,
-    Feed,
-    Profiler,
-    Source,
-    feed,
-    inference_api,
-)
+from inferwatch.collect.backends.mapping import Backend
+from inferwatch.collect.backends.table import Feed, Profiler, Source, feed, inference_api
 
 
 def _sglang(key: str, name: str, **where: str) -> Feed:

@@ -56,7 +56,8 @@ Absent, and why:
   ``tgi_request_failure{err}``), not HTTP status classes.
 """
 
-from inferwatch.collect.backends.base import Backend, feed
+from inferwatch.collect.backends.mapping import Backend
+from inferwatch.collect.backends.table import feed
 
 TGI = Backend(
     name="tgi",

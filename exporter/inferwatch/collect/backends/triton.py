@@ -53,7 +53,8 @@ status classes) are not exposed. There is no version endpoint on the
 metrics port, so ``backend_info`` carries no version.
 """
 
-from inferwatch.collect.backends.base import Backend, Source, feed
+from inferwatch.collect.backends.mapping import Backend
+from inferwatch.collect.backends.table import Source, feed
 
 
 def _trt(family: str, category: str, value: str) -> Source:

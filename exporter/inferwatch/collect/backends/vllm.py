@@ -37,14 +37,8 @@ and method for the inference API only (see ``inference_api``; vLLM itself alread
 ``/metrics``, ``/health``, ``/load``, ``/ping``, ``/version`` and ``/server_info``).
 """
 
-from inferwatch.collect.backends.base import (
-    Backend,
-    Profiler,
-    Source,
-    feed,
-    inference_api,
-    info,
-)
+from inferwatch.collect.backends.mapping import Backend
+from inferwatch.collect.backends.table import Profiler, Source, feed, inference_api, info
 
 # vLLM's inference routes outside /v1/: SageMaker's /invocations and the pooling, scoring
 # and rerank routes.

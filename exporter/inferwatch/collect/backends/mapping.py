@@ -1,0 +1,241 @@
+"""A server's :class:`Backend` (its table) and the :class:`Mapper` that maps its pages.
+
+The mapper reads only the families the table names (:mod:`.table`), each from the first of
+its sources present on the page (:mod:`.families`), and gives the page's
+:class:`~inferwatch.model.BackendSample`: every series under contract labels and the page's
+model. With vLLM's table::
+
+    vllm:num_requests_waiting{engine="0",model_name="tiny"} 20.0
+
+is ``values["requests_waiting"] == {(("model", "tiny"), ("engine", "0")): 20.0}``; a series
+without a model label (an unlabelled server's, the process CPU) gets the page's model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from inferwatch.collect.backends import families
+from inferwatch.collect.backends.relabel import Relabeler
+from inferwatch.collect.backends.table import Feed, Profiler, Source
+from inferwatch.collect.textparse import BOM, ExpositionError, PageScanner, Samples, Scan
+from inferwatch.metrics import Kind
+from inferwatch.model import BackendSample, Dropped, HistogramValues, Labels, SeriesValues
+
+# The contract keys the poll loop derives its signals from (queued-while-idle) and reads the
+# page's model from: a page where one of these is malformed is rejected, not trimmed.
+SIGNAL_KEYS = frozenset(
+    {"requests_waiting", "requests_running", "engine_steps", "scheduler_idle_seconds"}
+)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How to read one kind of inference server.
+
+    ``labels`` maps the server's label names onto contract labels (``model_name`` ->
+    ``model``); every other label is dropped, and series that then coincide are merged
+    (gauges: max, counters and histograms: sum). ``signature`` holds metric-name prefixes
+    that identify the server for ``--backend auto``. A server whose series carry no model
+    label names its model in a JSON document instead: ``model_path`` and ``model_field``
+    (a dotted path such as ``data.0.id``), read once per connection like the version.
+    """
+
+    name: str
+    feeds: tuple[Feed, ...]
+    signature: tuple[str, ...]
+    labels: Mapping[str, str]
+    metrics_path: str = "/metrics"
+    version_path: str | None = None
+    version_field: str = "version"
+    model_path: str | None = None
+    model_field: str = "model"
+    # Rewrites the raw body before parsing (a server that escapes its own output).
+    preprocess: Callable[[str], str] | None = None
+    # Its own profiler's endpoints, where it has them (evidence capture).
+    profiler: Profiler | None = None
+
+    @property
+    def wanted(self) -> frozenset[str]:
+        """Every sample name the feeds read."""
+        return frozenset(n for f in self.feeds for s in f.sources for n in s.sample_names(f.kind))
+
+    def readable(self, text: str) -> str:
+        """The page as this server's mapping reads it: a leading byte-order mark skipped,
+        then :attr:`preprocess` applied (which raises ExpositionError for a body it cannot
+        decode)."""
+        text = text.removeprefix(BOM)
+        return text if self.preprocess is None else self.preprocess(text)
+
+    def signature_lines(self, page: str) -> int:
+        """How many lines of the page start with one of the :attr:`signature` prefixes."""
+        return sum(1 for _ in self._signature_line_starts(page))
+
+    def recognises(self, page: str) -> bool:
+        """Whether the page holds this server's metric names (it stops at the first)."""
+        return next(self._signature_line_starts(page), None) is not None
+
+    def _signature_line_starts(self, page: str) -> Iterator[int]:
+        """Where each line that starts with a signature prefix begins, prefix by prefix."""
+        for prefix in self.signature:
+            if page.startswith(prefix):
+                yield 0
+            at = page.find(f"\n{prefix}")
+            while at >= 0:
+                yield at + 1
+                at = page.find(f"\n{prefix}", at + 1)
+
+    def normalize(
+        self, text: str, model_hint: str = "", max_series: float = math.inf
+    ) -> BackendSample:
+        """Map one page with a fresh :class:`Mapper` (for one-off callers; a poller keeps
+        its own mapper, whose caches make the next page of the same server cheap)."""
+        return Mapper(self).normalize(text, model_hint, max_series)
+
+    def hint_no_metrics(self) -> str:
+        return f"expected names starting with {' or '.join(self.signature)}"
+
+
+class Mapper:
+    """Maps one server's pages onto the contract, for one owner (a poller, a sweep).
+
+    It holds what makes the next page of the same server cheap: the scanner's per-block
+    cache, the relabeler's memo and histograms reused while their lines are unchanged. Not
+    shared between owners and not for concurrent use: each poll maps one page at a time.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._relabel = Relabeler(backend.labels)
+        self._scanner = PageScanner(backend.wanted)
+        self._histogram_memo: dict[str, tuple] = {}
+
+    def normalize(
+        self, text: str, model_hint: str = "", max_series: float = math.inf
+    ) -> BackendSample:
+        """Map one page onto the contract; raises ExpositionError for a page to reject.
+
+        A leading byte-order mark is skipped. A page is rejected when it is cut short, is
+        not this server's, holds more than ``max_series`` samples of the families mapped
+        here, or when a family the poll loop needs (:data:`SIGNAL_KEYS`) is malformed. Any
+        other malformed family is left out, and so are series with a value their kind cannot
+        take (a negative or NaN counter, a ratio outside [0, 1]) and repeats of a series (the
+        first is kept, as Prometheus does); the sample's ``dropped`` says what and why.
+        """
+        page = self.backend.readable(text)
+        if not self.backend.recognises(page):
+            raise ExpositionError(
+                f"no {self.backend.name} metrics on the page ({self.backend.hint_no_metrics()})",
+                "not this server",
+            )
+        found = self._scanner.scan(page, max_series)
+        dropped: list[Dropped] = []
+        values: dict[str, SeriesValues] = {}
+        histograms: dict[str, HistogramValues] = {}
+        for f in self.backend.feeds:
+            source = next((s for s in f.sources if _present(found, s, f.kind)), None)
+            if source is None:
+                continue
+            series = self._read(found, f, source, dropped)
+            if series:  # a family whose `where` keeps nothing leaves the key absent
+                (histograms if f.kind is Kind.HISTOGRAM else values)[f.key] = series
+        return self._sample(values, histograms, model_hint, dropped)
+
+    def _read(
+        self, found: Scan, feed: Feed, source: Source, dropped: list[Dropped]
+    ) -> SeriesValues | HistogramValues:
+        """The feed's series from ``source``; none when its family is malformed, which
+        rejects the page for a signal key and is said in ``dropped`` for any other."""
+        try:
+            return self._family(found, feed, source, dropped)
+        except ExpositionError as exc:
+            if feed.key in SIGNAL_KEYS:
+                raise ExpositionError(f"{source.name}: {exc}") from None
+            detail = f"{source.name}: {exc}; family left out"
+            dropped.append(Dropped(source.name, exc.kind, detail))
+            return MappingProxyType({})
+
+    def _family(
+        self, found: Scan, feed: Feed, source: Source, dropped: list[Dropped]
+    ) -> SeriesValues | HistogramValues:
+        """The feed's series from ``source``; ExpositionError when its family is malformed."""
+        names = source.sample_names(feed.kind)
+        malformed = [found.malformed[n] for n in names if n in found.malformed]
+        if malformed:
+            raise ExpositionError(malformed[0])
+        if feed.kind is Kind.HISTOGRAM:
+            return self._histograms(found.samples, source, dropped)
+        series = families.scalars(found.samples[source.name], source, feed, self._relabel, dropped)
+        if source.times is None:
+            return series
+        other = found.samples.get(source.times.name, [])
+        factors = families.scalars(other, source.times, feed, self._relabel, dropped)
+        return families.product(series, factors, source, feed, dropped)
+
+    def _histograms(
+        self, samples: Samples, source: Source, dropped: list[Dropped]
+    ) -> HistogramValues:
+        """Histograms of one source; reused as is while its lines are unchanged."""
+        lines = tuple(samples.get(source.name + s) for s in ("_bucket", "_sum", "_count"))
+        memo = self._histogram_memo.get(source.name)
+        if memo is None or not all(a is b for a, b in zip(memo[0], lines, strict=True)):
+            left_out: list[Dropped] = []
+            memo = (lines, families.histograms(samples, source, self._relabel, left_out), left_out)
+            self._histogram_memo[source.name] = memo
+        dropped.extend(memo[2])
+        return memo[1]
+
+    def _sample(
+        self,
+        values: Mapping[str, SeriesValues],
+        histograms: Mapping[str, HistogramValues],
+        model_hint: str,
+        dropped: list[Dropped],
+    ) -> BackendSample:
+        """The page's sample, every series under the page's model: a signal's model label,
+        else ``model_hint``, else any series' model label."""
+        signals = {k: v for k, v in values.items() if k in SIGNAL_KEYS}
+        model = (
+            _first_model(signals)
+            or model_hint
+            or _first_model(values)
+            or _first_model(histograms)
+            or "unknown"
+        )
+        return BackendSample(
+            backend=self.backend.name,
+            model=model,
+            values=MappingProxyType({k: _with_model(v, model) for k, v in values.items()}),
+            histograms=MappingProxyType({k: _with_model(v, model) for k, v in histograms.items()}),
+            dropped=tuple(dropped),
+        )
+
+
+def _present(found: Scan, source: Source, kind: Kind) -> bool:
+    """Whether the page holds the source's family (read or malformed)."""
+    name = source.name + "_bucket" if kind is Kind.HISTOGRAM else source.name
+    return name in found.samples or name in found.malformed
+
+
+def _first_model(values: Mapping[str, Mapping[Labels, object]]) -> str:
+    """The model label of the first series that has one."""
+    for series in values.values():
+        for labels in series:
+            if labels and labels[0][0] == "model":
+                return labels[0][1]
+    return ""
+
+
+def _with_model(series: Mapping[Labels, object], model: str) -> Mapping:
+    """Series without a model label (process CPU, unlabelled servers) get the page's model."""
+    if all(labels and labels[0][0] == "model" for labels in series):
+        return series
+    return MappingProxyType(
+        {
+            (labels if labels and labels[0][0] == "model" else (("model", model), *labels)): v
+            for labels, v in series.items()
+        }
+    )

@@ -1,0 +1,112 @@
+"""The exporter's own ``process_*`` and ``python_*`` series, for the end of ``/metrics``.
+
+prometheus_client's collectors measure this process and its encoders write them, in the
+format of the page they end (sample of the text format)::
+
+    # HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.
+    # TYPE process_cpu_seconds_total counter
+    process_cpu_seconds_total 0.11
+    # HELP python_info Python platform information
+    # TYPE python_info gauge
+    python_info{implementation="CPython",major="3",minor="11",patchlevel="7",version="3.11.7"} 1.0
+    # HELP python_gc_objects_collected_total Objects collected during gc
+    # TYPE python_gc_objects_collected_total counter
+    python_gc_objects_collected_total{generation="0"} 512.0
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+
+from prometheus_client import exposition as text_format
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.openmetrics import exposition as openmetrics_format
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector, CollectorRegistry
+
+log = logging.getLogger(__name__)
+
+
+# What ProcessCollector gives on Linux (family names: counters without _total).
+PROCESS_FAMILIES = frozenset(
+    {
+        "process_cpu_seconds",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_start_time_seconds",
+        "process_open_fds",
+        "process_max_fds",
+    }
+)
+
+
+class _Families:
+    """Metric families already collected, in the shape prometheus_client's encoders take."""
+
+    def __init__(self, families: list) -> None:
+        self._families = families
+
+    def collect(self) -> list:
+        return self._families
+
+
+class SelfMetrics:
+    """The exporter's own ``process_*`` (CPU, memory, file descriptors, start time; Linux
+    only) and ``python_info``/``python_gc_*`` series, from prometheus_client's collectors,
+    encoded by its encoders (16 samples; their cost per render is in ``bench/exposition.py``).
+
+    They are collected when a page is rendered, i.e. once per poll (at the first scrape
+    after it), not at every scrape: the page is rendered once per poll and served, gzip
+    included, from cache until the next one, and these values move slowly against a poll
+    interval, so they are at most one poll interval old (plus the backend timeout while a
+    poll waits on a hung backend). A collector that raises, or whose output an encoder
+    refuses, is left out of the page (the rest is served) and logged once; so is a
+    ProcessCollector that leaves some of its series out (it swallows read errors).
+    """
+
+    def __init__(self, collectors: Iterable[Collector] | None = None) -> None:
+        if collectors is None:
+            own = CollectorRegistry()  # not the global REGISTRY; each is encoded on its own
+            collectors = (
+                ProcessCollector(registry=own),
+                PlatformCollector(registry=own),
+                GCCollector(registry=own),
+            )
+        self._collectors = tuple(collectors)
+        self._logged: set[tuple[int, str]] = set()
+
+    def section(self, openmetrics: bool) -> str:
+        """Their families in that format (no ``# EOF``); never raises."""
+        parts = []
+        for n, collector in enumerate(self._collectors):
+            try:
+                families = list(collector.collect())
+                if openmetrics:
+                    text = openmetrics_format.generate_latest(_Families(families)).decode()
+                    text = text.removesuffix("# EOF\n")
+                else:
+                    text = text_format.generate_latest(_Families(families)).decode()
+            except Exception as exc:
+                self._once(
+                    n,
+                    "failed",
+                    "%s left out of /metrics: %s: %s",
+                    collector,
+                    type(exc).__name__,
+                    exc,
+                )
+                continue
+            if isinstance(collector, ProcessCollector) and os.path.exists("/proc/self/stat"):
+                missing = PROCESS_FAMILIES - {f.name for f in families}
+                if missing:
+                    self._once(n, "missing", "%s could not read %s", collector, sorted(missing))
+            parts.append(text)
+        return "".join(parts)
+
+    def _once(self, n: int, what: str, message: str, collector: Collector, *args) -> None:
+        if (n, what) not in self._logged:
+            self._logged.add((n, what))
+            log.warning(message, type(collector).__name__, *args)
