@@ -7,8 +7,8 @@
 #                  server, none of the tests marked slow
 #   make demo      a real vLLM on CPU + inferwatch + Prometheus + Alertmanager, driven through
 #                  fault scenarios, with a live terminal view
-#   make generate  rewrite alerts/, dashboards/ and the README's metric table from the spec
-#   make bench     print the exporter's cost figures
+#   make generate  rewrite alerts/, dashboards/ and the docs' generated tables from the spec
+#   make bench     measure the exporter's cost; its figures go into docs/performance.md
 
 PYTHON ?= python3
 VENV := .venv
@@ -106,13 +106,13 @@ check: $(VENV)/.installed $(K8S_VALIDATOR) $(GRAFANA_SCHEMA) debs lint
 generate: $(VENV)/.installed
 	$(VENV)/bin/inferwatch generate --out . >/dev/null
 	$(PY) alerts/tests/scenarios.py
-	$(PY) -m inferwatch.tools.readme README.md
+	$(PY) -m inferwatch.tools.docs . >/dev/null
 
 demo: $(VENV)/.installed $(VLLM_VENV)/.installed debs
 	$(PY) demo/run.py
 
 bench: $(VENV)/.installed $(VLLM_VENV)/.installed
-	$(PY) bench/exporter.py --vllm
+	$(PY) bench/exporter.py --vllm --write-docs
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(TRITON_VENV) .cache tests/k8s/node_modules \

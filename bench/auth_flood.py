@@ -1,13 +1,14 @@
 """Authenticated ``/metrics`` latency under a flood of wrong passwords (prints figures; not a
 test).
 
-A real ``inferwatch serve`` process with basic auth at bcrypt cost 12 (the README's example
-hash cost), polling a loopback backend that serves a real vLLM capture. One scraper with the
-right password (its check cached after the first scrape) asks for ``/metrics`` every 100 ms:
-first with no flood, then while the security issue's flood runs, 240 requests with distinct
-wrong passwords at concurrency 120, repeated back to back for ``--seconds``. Printed: the
-scraper's p50/p99 latency in both phases, measured in the same run, and what the flood got
-(401: its password was checked; 503: every check slot was taken).
+A real ``inferwatch serve`` process with basic auth at bcrypt cost 12 (docs/security.md,
+"Password checks under a flood"), polling a loopback backend that serves a real vLLM
+capture. One scraper with the right password (its check cached after the first scrape) asks
+for ``/metrics`` every 100 ms: first with no flood, then while the security issue's flood
+runs, 240 requests with distinct wrong passwords at concurrency 120, repeated back to back
+for ``--seconds``. Printed: the scraper's p50/p99 latency in both phases, measured in the
+same run, and what the flood got (401: its password was checked; 503: every check slot was
+taken).
 
     .venv/bin/python bench/auth_flood.py [--seconds 10]
 """

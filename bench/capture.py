@@ -69,7 +69,7 @@ def main() -> None:
         workdir = Path(tmp)
         traces = workdir / "traces"
         traces.mkdir()
-        profiler = {  # as the README advises: Python stacks off
+        profiler = {  # as docs/capture.md advises: Python stacks off
             "profiler": "torch",
             "torch_profiler_dir": str(traces),
             "torch_profiler_with_stack": False,

@@ -19,7 +19,11 @@
    mapped family, with the default ``--backend-max-series`` (the page is refused) and with a
    budget raised above it (the page is mapped, off the event loop), and the RSS after.
 
-    .venv/bin/python bench/exporter.py [--seconds 20] [--vllm]
+With ``--write-docs`` (``make bench`` passes it) the figures it printed, with the date and
+the machine (cores, CPU model), also replace the generated region of docs/performance.md:
+the only place they are written down.
+
+    .venv/bin/python bench/exporter.py [--seconds 20] [--vllm] [--write-docs]
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ import argparse
 import asyncio
 import contextlib
 import os
+import platform
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import aiohttp
@@ -46,8 +52,45 @@ from inferwatch.collect.backends import VLLM, Mapper  # noqa: E402
 from inferwatch.collect.poller import Poller, PollSettings  # noqa: E402
 from inferwatch.collect.upstream import Upstream  # noqa: E402
 from inferwatch.serve.exposition import Renderer, render  # noqa: E402
+from inferwatch.tools.docs import PERFORMANCE, write_performance  # noqa: E402
 
 CAPTURES = sorted((REPO / "tests" / "fixtures").glob("vllm-0.32.0-cpu-*.prom"))
+
+
+class Report:
+    """Prints each figure as it is measured and keeps it, in order, for docs/performance.md."""
+
+    def __init__(self) -> None:
+        self.figures: dict[str, str] = {}
+
+    def __call__(self, name: str, value: str) -> None:
+        self.figures[name] = value
+        print(f"{name}: {value}", flush=True)
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (x86 ``model name``, Arm ``Model``)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+            return value.strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def machine(args: argparse.Namespace) -> dict[str, str]:
+    """Where and when the figures were measured, and with which options."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
+    options = f"--seconds {args.seconds:g}" + (" --vllm" if args.vllm else "")
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "cores (nproc)": str(len(os.sched_getaffinity(0))),
+        "CPU": cpu_model(cpuinfo),
+        "Python": platform.python_version(),
+        "options": options,
+    }
 
 
 def big_page(series: int = 100_000) -> str:
@@ -245,7 +288,7 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-def healthz_while_polling_a_big_page(workdir: Path) -> None:
+def healthz_while_polling_a_big_page(workdir: Path, report: Report) -> None:
     """Figure 5: /healthz latency and RSS of `inferwatch serve` polling :func:`big_page`."""
     port = free_port()
     argv = [sys.executable, __file__, "--serve-big-page", str(port)]
@@ -262,10 +305,10 @@ def healthz_while_polling_a_big_page(workdir: Path) -> None:
                 lat = asyncio.run(
                     scrape_latency(f"http://127.0.0.1:{at}/healthz", 10.0, period=0.1)
                 )
-                print(
-                    f"/healthz while polling a 6.4 MB page of 100,000 series ({label}): "
+                report(
+                    f"/healthz while polling a 6.4 MB page of 100,000 series ({label})",
                     f"p50 {percentile(lat, 50):.2f} ms, p99 {percentile(lat, 99):.2f} ms; "
-                    f"RSS after: {rss_mib(str(proc.pid)):.1f} MiB"
+                    f"RSS after: {rss_mib(str(proc.pid)):.1f} MiB",
                 )
     finally:
         backend.stop()
@@ -275,6 +318,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of the 10 Hz run")
     parser.add_argument("--vllm", action="store_true", help="also measure against a real vLLM")
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help=f"also write the figures into {PERFORMANCE} (make bench)",
+    )
     parser.add_argument("--serve-capture", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-big-page", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -282,6 +330,7 @@ def main() -> None:
         serve_capture(args.serve_capture or args.serve_big_page, big=bool(args.serve_big_page))
         return
     workdir = Path("/tmp/inferwatch-bench")
+    report = Report()
     port = free_port()
     argv = [sys.executable, __file__, "--serve-capture", str(port)]
     backend = Process("capture", argv, workdir / "capture.log").start()
@@ -290,44 +339,54 @@ def main() -> None:
         url = f"http://127.0.0.1:{port}"
         cost = asyncio.run(per_poll(url, 2000))
         names = ", ".join(c.name for c in CAPTURES)
-        print(f"captures in rotation: {names} (~{cost['bytes'] / 1024:.0f} KiB each)")
-        print(f"CPU per poll (fetch + normalize + derive):  {cost['poll']:.3f} ms")
-        print(f"  of which loopback HTTP fetch:             {cost['fetch']:.3f} ms")
-        print(f"  of which normalize (the whole page):      {cost['normalize']:.3f} ms")
-        print(f"rendering a poll's /metrics page (once):    {cost['render']:.3f} ms")
-        print(
-            f"reference, prometheus_client full parse:    {cost['reference']:.3f} ms "
-            f"({cost['reference'] / cost['normalize']:.1f}x normalize)"
+        report("captures in rotation", f"{names} (~{cost['bytes'] / 1024:.0f} KiB each)")
+        report("CPU per poll (fetch + normalize + derive)", f"{cost['poll']:.3f} ms")
+        report("  of which loopback HTTP fetch", f"{cost['fetch']:.3f} ms")
+        report("  of which normalize (the whole page)", f"{cost['normalize']:.3f} ms")
+        report("rendering a poll's /metrics page (once per poll)", f"{cost['render']:.3f} ms")
+        report(
+            "reference: prometheus_client's full parser on the same page",
+            f"{cost['reference']:.3f} ms ({cost['reference'] / cost['normalize']:.1f}x normalize)",
         )
         share = serve_share(url, args.seconds, workdir)
         floor = asyncio.run(idle_loop_share(args.seconds))
-        print(
-            f"CPU share of `inferwatch serve` at 10 Hz, rotating captures: {share * 100:.2f} % "
-            f"of one core (an empty asyncio loop waking at 10 Hz: {floor * 100:.2f} %)"
+        report(
+            "CPU share of `inferwatch serve` polling at 10 Hz, rotating captures",
+            f"{share * 100:.2f} % of one core (an empty asyncio loop waking at 10 Hz: "
+            f"{floor * 100:.2f} %)",
         )
         with exporter_polling(url, workdir) as (exporter, ex_port):
             base = f"http://127.0.0.1:{ex_port}"
             for label, period in (("every 100 ms, together", 0.1), ("back to back", 0.0)):
                 lat = asyncio.run(scrape_latency(f"{base}/metrics", 10.0, period=period))
                 ref = asyncio.run(scrape_latency(f"{base}/healthz", 10.0, period=period))
-                print(
-                    f"/metrics latency, 8 scrapers {label}: p50 {percentile(lat, 50):.2f} ms, "
-                    f"p99 {percentile(lat, 99):.2f} ms ({len(lat)} scrapes in 10 s, "
-                    f"polling at 10 Hz; /healthz the same way: p50 {percentile(ref, 50):.2f} ms, "
-                    f"p99 {percentile(ref, 99):.2f} ms)"
+                report(
+                    f"/metrics latency, 8 scrapers {label}, polling at 10 Hz",
+                    f"p50 {percentile(lat, 50):.2f} ms, p99 {percentile(lat, 99):.2f} ms "
+                    f"({len(lat)} scrapes in 10 s; /healthz the same way: "
+                    f"p50 {percentile(ref, 50):.2f} ms, p99 {percentile(ref, 99):.2f} ms)",
                 )
-            print(f"RSS of that process after the scrapes: {rss_mib(str(exporter.pid)):.1f} MiB")
+            report(
+                "RSS of that `inferwatch serve` after the scrapes",
+                f"{rss_mib(str(exporter.pid)):.1f} MiB",
+            )
         rss = asyncio.run(rss_after_polls(url))
-        print("RSS of an in-process poller: " + ", ".join(f"{n} polls {m:.1f} MiB" for n, m in rss))
+        report(
+            "RSS of an in-process poller",
+            ", ".join(f"{n} polls {m:.1f} MiB" for n, m in rss),
+        )
     finally:
         backend.stop()
-    healthz_while_polling_a_big_page(workdir)
+    healthz_while_polling_a_big_page(workdir, report)
     if args.vllm:
         share, requests = vllm_share(args.seconds, workdir)
-        print(
-            f"CPU share of `inferwatch serve` at 10 Hz, real vLLM (CPU) under load: "
-            f"{share * 100:.2f} % of one core ({requests} requests completed meanwhile)"
+        report(
+            "CPU share of `inferwatch serve` polling at 10 Hz, real vLLM (CPU) under load",
+            f"{share * 100:.2f} % of one core ({requests} requests completed meanwhile)",
         )
+    if args.write_docs:
+        write_performance(REPO / PERFORMANCE, report.figures, machine(args))
+        print(f"wrote the figures into {PERFORMANCE}")
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ its condition becoming true in Prometheus (the pending spell that fired), no ale
 set may arrive, and everything clears before the next scenario. While the alert fires,
 ``inferwatch diagnose --prometheus`` must name the same cause first. Thresholds and fault
 sizes come from ``inferwatch calibrate`` and measurements of the same vLLM at the start
-(``demo/calibration.py``). The measured times from fault onset are printed (the README's
-table comes from them); when the alert never comes, so does each of its conditions over the
-scenario, as Prometheus evaluated them.
+(``demo/calibration.py``). The measured times from fault onset are printed (docs/demo.md
+says what they are; no page copies them); when the alert never comes, so does each of its
+conditions over the scenario, as Prometheus evaluated them.
 """
 
 from __future__ import annotations

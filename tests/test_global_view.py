@@ -1,8 +1,8 @@
-"""The global view of README's "Towards a fleet": two clusters, one global Prometheus.
+"""The global view of docs/deployment.md's "Towards a fleet": two clusters, one global Prometheus.
 
 Each cluster has its own Prometheus (``external_labels: {cluster: a|b}``) scraping two
 replicas and evaluating the generated rules; a third, global Prometheus federates from both
-what the README recommends (the ``instance:``/``model:`` recording rules, ``ALERTS`` and the
+what the docs recommend (the ``instance:``/``model:`` recording rules, ``ALERTS`` and the
 few raw series the fleet dashboard reads per instance), with ``honor_labels: true``.
 
 The replicas serve inferwatch's own page (normalize + render of a real vLLM capture) with
@@ -40,7 +40,7 @@ from inferwatch.tools.generate import write
 
 from conftest import exporter_page, fixture_text
 
-README = Path(__file__).parents[1] / "README.md"
+DEPLOYMENT = Path(__file__).parents[1] / "docs" / "deployment.md"
 CLUSTERS = ("a", "b")
 SPEC = spec_from_config(
     {
@@ -52,7 +52,7 @@ SPEC = spec_from_config(
         }
     }
 )
-# What the global Prometheus federates: README, "Towards a fleet".
+# What the global Prometheus federates: docs/deployment.md, "Towards a fleet".
 FEDERATE = (
     '{__name__=~"model:.+|instance:.+"}',
     "ALERTS",
@@ -323,10 +323,9 @@ def test_global_prometheus_serves_the_fleet_dashboard_and_both_clusters_alerts(f
     print(firing, errors)
 
 
-def test_the_readme_recommends_what_the_global_view_federates() -> None:
-    text = README.read_text()
-    section = text[text.index("### Towards a fleet") :]
-    section = section[: section.index("\n## ")]
+def test_the_deployment_page_recommends_what_the_global_view_federates() -> None:
+    text = DEPLOYMENT.read_text()
+    section = text[text.index("## Towards a fleet\n") :].partition("\n## ")[0]
     for name in ("honor_labels", "ALERTS", "external_labels", "fleet_labels"):
         assert name in section
     for name in re.findall(r"inferwatch_\w+", FEDERATE[2]):

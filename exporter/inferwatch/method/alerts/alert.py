@@ -82,7 +82,7 @@ class Alert:
     percentage), ``%(w)s`` (``rate5m``), ``%(window)s`` (``5m``), ``%(for)s``; Go-template
     ``{{ }}`` is written as it is.
 
-    ``order`` is the alert's place in the rules file (and so in the README's table and the
+    ``order`` is the alert's place in the rules file (and so in docs/alerts.md's table and the
     dashboards' runbook links): a number no other alert has. ``scenarios`` are its promtool
     tests (:class:`~inferwatch.method.scenario.Scenario`): where it fires, its near misses,
     and the cross-checks its ``unless`` conditions exist for.
