@@ -18,6 +18,7 @@ from prometheus_client.openmetrics.parser import (
 
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.gpu import GpuSource
+from inferwatch.serve.selfmetrics import MAX_AGE as SELF_METRICS_MAX_AGE
 from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.web import wants_openmetrics
 
@@ -388,6 +389,7 @@ async def test_process_series_are_present_plausible_and_fresh_each_poll(
     assert 0 < collections <= gc.get_stats()[0]["collections"]  # this process's, read then
     before = value("process_cpu_seconds_total")
     sum(i * i for i in range(2_000_000))  # some CPU to account for
+    await asyncio.sleep(SELF_METRICS_MAX_AGE)  # they are read again once they are this old
     await poller.poll_once()  # a new poll: a new page, with the process read again
     page = (await (await client.get("/metrics")).read()).decode()
     assert value("process_cpu_seconds_total") > before

@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as parse_openmetrics,
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 from test_hostile_pages import hostile_pages, poll_and_render
 
 from inferwatch.baseline import parse as parse_baseline
@@ -375,3 +377,22 @@ def test_a_render_bug_still_serves_a_valid_page_with_the_backend_down(caplog) ->
     assert [r.getMessage() for r in caplog.records] == [
         "rendering /metrics failed; serving it with the backend down"
     ]
+
+
+def test_process_series_are_read_at_most_once_a_max_age() -> None:
+    """At 10 Hz a page is rendered ten times a second; /proc is read once."""
+    now = [0.0]
+    reads = []
+
+    class Counting(Collector):
+        def collect(self):
+            reads.append(now[0])
+            yield GaugeMetricFamily("process_thing", "a process value", value=len(reads))
+
+    metrics = SelfMetrics([Counting()], clock=lambda: now[0])
+    pages = []
+    for step in range(25):
+        now[0] = step * 0.1
+        pages.append(metrics.section(openmetrics=False))
+    assert reads == [0.0, 1.0, 2.0]
+    assert pages[9].endswith("process_thing 1.0\n") and pages[10].endswith("process_thing 2.0\n")

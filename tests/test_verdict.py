@@ -211,10 +211,10 @@ async def test_a_failing_verdict_never_reaches_the_request(exporter, monkeypatch
     await poll(exporter, AFTER, AFTER)
     _, before = await get(client)
 
-    def broken(snap):
+    def broken(text):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(verdict_module, "render", broken)
+    monkeypatch.setattr(verdict_module, "read_page", broken)
     await poll(exporter, KV_FULL)
     _page, doc = await get(client)
     assert doc["state"] == before["state"] == "healthy"  # the last good verdict stays

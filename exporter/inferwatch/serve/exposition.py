@@ -345,12 +345,18 @@ class Renderer:
         return body if self._current() is rendered_for else None
 
     def render(self, openmetrics: bool = False) -> bytes:
+        """The current snapshot's page in that format (rendered once per snapshot)."""
+        return self.page_of(self._current(), openmetrics)
+
+    def page_of(self, snap: Snapshot, openmetrics: bool = False) -> bytes:
+        """``snap``'s page: the very bytes ``/metrics`` serves while it is the current
+        snapshot (the verdict records it, not a render of its own)."""
         with self._lock:
-            snap = self._current()
             rendered_for, body = self._pages[openmetrics]
             if snap is not rendered_for:
                 body = self._render(snap, openmetrics)
-                self._pages[openmetrics] = (snap, body)
+                if snap is self._current():
+                    self._pages[openmetrics] = (snap, body)
             return body
 
     def _render(self, snap: Snapshot, openmetrics: bool) -> bytes:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 from prometheus_client import exposition as text_format
 from prometheus_client.gc_collector import GCCollector
@@ -28,6 +29,9 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
 log = logging.getLogger(__name__)
+
+# Seconds the process and runtime series are kept before they are collected again.
+MAX_AGE = 1.0
 
 
 # What ProcessCollector gives on Linux (family names: counters without _total).
@@ -58,16 +62,20 @@ class SelfMetrics:
     only) and ``python_info``/``python_gc_*`` series, from prometheus_client's collectors,
     encoded by its encoders (16 samples; their cost per render is in ``bench/exposition.py``).
 
-    They are collected when a page is rendered, i.e. once per poll (at the first scrape
-    after it), not at every scrape: the page is rendered once per poll and served, gzip
-    included, from cache until the next one, and these values move slowly against a poll
-    interval, so they are at most one poll interval old (plus the backend timeout while a
-    poll waits on a hung backend). A collector that raises, or whose output an encoder
+    They are collected at most once every :data:`MAX_AGE` seconds whatever the poll
+    interval (reading ``/proc`` and encoding them cost more than the rest of a page), when a
+    page is rendered: once per poll at most, at the first scrape after it. They move slowly,
+    so they are at most ``MAX_AGE`` plus one poll interval old (plus the backend timeout
+    while a poll waits on a hung backend). A collector that raises, or whose output an encoder
     refuses, is left out of the page (the rest is served) and logged once; so is a
     ProcessCollector that leaves some of its series out (it swallows read errors).
     """
 
-    def __init__(self, collectors: Iterable[Collector] | None = None) -> None:
+    def __init__(
+        self,
+        collectors: Iterable[Collector] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if collectors is None:
             own = CollectorRegistry()  # not the global REGISTRY; each is encoded on its own
             collectors = (
@@ -77,9 +85,21 @@ class SelfMetrics:
             )
         self._collectors = tuple(collectors)
         self._logged: set[tuple[int, str]] = set()
+        self._clock = clock
+        self._sections: dict[bool, tuple[float, str]] = {}  # format -> (collected at, text)
 
     def section(self, openmetrics: bool) -> str:
-        """Their families in that format (no ``# EOF``); never raises."""
+        """Their families in that format (no ``# EOF``), at most ``MAX_AGE`` old; never
+        raises."""
+        now = self._clock()
+        collected = self._sections.get(openmetrics)
+        if collected is not None and now - collected[0] < MAX_AGE:
+            return collected[1]
+        text = self._collect(openmetrics)
+        self._sections[openmetrics] = (now, text)
+        return text
+
+    def _collect(self, openmetrics: bool) -> str:
         parts = []
         for n, collector in enumerate(self._collectors):
             try:

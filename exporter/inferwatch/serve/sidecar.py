@@ -48,7 +48,7 @@ def make_app(
     """
     spec = spec_from_config({}) if spec is None else spec
     renderer = Renderer(lambda: poller.snapshot)
-    verdict = VerdictHistory(poller, spec)
+    verdict = VerdictHistory(poller, spec, page=renderer.page_of)
     capturer = None
     if capture is not None:
         upstream = poller.upstream

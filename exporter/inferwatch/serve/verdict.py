@@ -1,9 +1,9 @@
 """The live verdict: the method evaluated by the exporter over its own recent polls.
 
 :class:`VerdictHistory` keeps a bounded ring (the last 15 minutes, at most ``max_points``)
-of the pages the exporter serves, one per new snapshot at most every ``step`` seconds,
-rendered and read back exactly as ``diagnose --exporter`` reads ``/metrics``. Each new page
-yields:
+of the pages the exporter serves (the very bytes of ``/metrics``), one per new snapshot at
+most every ``step`` seconds, read back exactly as ``diagnose --exporter`` reads them. Each
+new page yields:
 
 - the verdict, over the spec's rate window (the rules' ``5m`` unless the config says
   otherwise; less while the exporter has not polled that long): every signal of
@@ -156,6 +156,7 @@ class VerdictHistory:
         max_points: int = MAX_POINTS,
         step: float | None = None,
         wall: Callable[[], float] = time.time,
+        page: Callable[[Snapshot], bytes] = render,
     ) -> None:
         self.poller = poller
         self.spec = spec
@@ -167,6 +168,7 @@ class VerdictHistory:
         # The window's first page, parsed: it moves once per step, not at every record.
         self._first: tuple[Point | None, Samples] = (None, {})
         self._wall = wall
+        self._page = page  # a snapshot's /metrics page (the renderer's, in the sidecar)
         self._lock = asyncio.Lock()
         self._bug_log = LogLimiter()
         self.verdict = COLLECTING
@@ -207,7 +209,7 @@ class VerdictHistory:
     def _compute(
         self, snap: Snapshot, at: float, points: tuple[Point, ...], previous: Samples
     ) -> tuple[Point, Samples, Verdict]:
-        text = render(snap)
+        text = self._page(snap)
         page = read_page(text.decode())
         values: dict[str, float | None] = dict.fromkeys(SERIES)
         if points and at > points[-1].at:
