@@ -123,7 +123,8 @@ class Calibration:
         measured = GAP_MARGIN * max(gaps)
         if measured <= self.spec.threshold("client_gap_seconds"):
             return replace(
-                self, faults=replace(self.faults, client_gap=self.spec.threshold("client_gap_seconds"))
+                self,
+                faults=replace(self.faults, client_gap=self.spec.threshold("client_gap_seconds")),
             )
         text = self.config.read_text()
         line = re.search(r"^  client_gap_seconds: .*$", text, re.M)
