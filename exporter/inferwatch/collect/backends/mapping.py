@@ -103,15 +103,17 @@ class Mapper:
     """Maps one server's pages onto the contract, for one owner (a poller, a sweep).
 
     It holds what makes the next page of the same server cheap: the scanner's per-block
-    cache, the relabeler's memo and histograms reused while their lines are unchanged. Not
-    shared between owners and not for concurrent use: each poll maps one page at a time.
+    cache, the relabeler's memo and each feed's series, reused as they are (the same
+    objects) while the lines they were read from are unchanged. Not shared between owners
+    and not for concurrent use: each poll maps one page at a time.
     """
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._relabel = Relabeler(backend.labels)
         self._scanner = PageScanner(backend.wanted)
-        self._histogram_memo: dict[str, tuple] = {}
+        # feed key -> (its source, the sample lists read, its series, what was left out)
+        self._memo: dict[str, tuple[Source, tuple, Mapping, list[Dropped]]] = {}
 
     def normalize(
         self, text: str, model_hint: str = "", max_series: float = math.inf
@@ -166,27 +168,28 @@ class Mapper:
         malformed = [found.malformed[n] for n in names if n in found.malformed]
         if malformed:
             raise ExpositionError(malformed[0])
+        lines = tuple(found.samples.get(n) for n in names)
+        memo = self._memo.get(feed.key)
+        unchanged = memo is not None and memo[0] is source and _same(memo[1], lines)
+        if memo is None or not unchanged:
+            left_out: list[Dropped] = []
+            memo = (source, lines, self._map(found.samples, feed, source, left_out), left_out)
+            self._memo[feed.key] = memo
+        dropped.extend(memo[3])
+        return memo[2]
+
+    def _map(
+        self, samples: Samples, feed: Feed, source: Source, dropped: list[Dropped]
+    ) -> SeriesValues | HistogramValues:
+        """The feed's series from its source's samples."""
         if feed.kind is Kind.HISTOGRAM:
-            return self._histograms(found.samples, source, dropped)
-        series = families.scalars(found.samples[source.name], source, feed, self._relabel, dropped)
+            return families.histograms(samples, source, self._relabel, dropped)
+        series = families.scalars(samples[source.name], source, feed, self._relabel, dropped)
         if source.times is None:
             return series
-        other = found.samples.get(source.times.name, [])
+        other = samples.get(source.times.name, [])
         factors = families.scalars(other, source.times, feed, self._relabel, dropped)
         return families.product(series, factors, source, feed, dropped)
-
-    def _histograms(
-        self, samples: Samples, source: Source, dropped: list[Dropped]
-    ) -> HistogramValues:
-        """Histograms of one source; reused as is while its lines are unchanged."""
-        lines = tuple(samples.get(source.name + s) for s in ("_bucket", "_sum", "_count"))
-        memo = self._histogram_memo.get(source.name)
-        if memo is None or not all(a is b for a, b in zip(memo[0], lines, strict=True)):
-            left_out: list[Dropped] = []
-            memo = (lines, families.histograms(samples, source, self._relabel, left_out), left_out)
-            self._histogram_memo[source.name] = memo
-        dropped.extend(memo[2])
-        return memo[1]
 
     def _sample(
         self,
@@ -212,6 +215,11 @@ class Mapper:
             histograms=MappingProxyType({k: _with_model(v, model) for k, v in histograms.items()}),
             dropped=tuple(dropped),
         )
+
+
+def _same(before: tuple, now: tuple) -> bool:
+    """Whether every sample list is the very one read before (the scanner's, unchanged)."""
+    return all(a is b for a, b in zip(before, now, strict=True))
 
 
 def _present(found: Scan, source: Source, kind: Kind) -> bool:
