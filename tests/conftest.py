@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from demo.stack import VllmServer
@@ -312,6 +313,20 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
     server = VllmServer(tmp_path_factory.mktemp("vllm"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+async def backend_url(aiohttp_server) -> str:
+    """A loopback vLLM whose /metrics answers a real capture (its KV cache full)."""
+    page = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=page, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    server = await aiohttp_server(app)
+    return str(server.make_url("")).rstrip("/")
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import bcrypt
 import pytest
-from aiohttp import encode_basic_auth, web
+from aiohttp import encode_basic_auth
 
 from demo.stack import Inferwatch, http_json
 from inferwatch.capture.capturer import CaptureSettings
@@ -35,17 +35,6 @@ from conftest import fixture_text, page_value
 
 CAPTURE = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
 STALL = "InferenceQueuedWhileIdle"
-
-
-@pytest.fixture
-async def backend_url(aiohttp_server) -> str:
-    async def metrics(request: web.Request) -> web.Response:
-        return web.Response(text=CAPTURE, content_type="text/plain")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    server = await aiohttp_server(app)
-    return str(server.make_url("")).rstrip("/")
 
 
 def settings(tmp_path: Path, **overrides: object) -> CaptureSettings:

@@ -46,17 +46,6 @@ def basic(user: str, password: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def backend_url(aiohttp_server) -> str:
-    async def metrics(request: web.Request) -> web.Response:
-        return web.Response(text=CAPTURE, content_type="text/plain")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    server = await aiohttp_server(app)
-    return str(server.make_url("")).rstrip("/")
-
-
-@pytest.fixture
 def capture(tmp_path: Path) -> CaptureSettings:
     settings = CaptureSettings(directory=tmp_path / "captures", seconds=1.0, min_interval=0.0)
     CaptureStore(settings.directory, settings.max_bytes).open()
