@@ -165,8 +165,6 @@ class VerdictHistory:
         self.step = max(poller.settings.interval, DEFAULT_STEP) if step is None else step
         self._points: deque[Point] = deque(maxlen=max_points)
         self._last: tuple[Snapshot | None, Samples] = (None, {})  # newest recorded, parsed
-        # The window's first page, parsed: it moves once per step, not at every record.
-        self._first: tuple[Point | None, Samples] = (None, {})
         self._wall = wall
         self._page = page  # a snapshot's /metrics page (the renderer's, in the sidecar)
         self._lock = asyncio.Lock()
@@ -222,11 +220,8 @@ class VerdictHistory:
         else:
             if first is points[-1]:
                 before = previous
-            elif first is self._first[0]:
-                before = self._first[1]
             else:
                 before = read_page(zlib.decompress(first.page).decode())
-                self._first = (first, before)
             verdict = compute_verdict(before, page, at - first.at, self.spec)
         return point, page, Verdict(**{**verdict.__dict__, "updated": point.wall})
 

@@ -169,12 +169,12 @@ class Mapper:
         if malformed:
             raise ExpositionError(malformed[0])
         lines = tuple(found.samples.get(n) for n in names)
-        memo = self._memo.get(feed.key)
-        unchanged = memo is not None and memo[0] is source and _same(memo[1], lines)
-        if memo is None or not unchanged:
+        memo = self._memo.pop(feed.key, None)
+        if memo is None or memo[0] is not source or not _same(memo[1], lines):
+            memo = None  # the stale series are not held while the family is mapped anew
             left_out: list[Dropped] = []
             memo = (source, lines, self._map(found.samples, feed, source, left_out), left_out)
-            self._memo[feed.key] = memo
+        self._memo[feed.key] = memo
         dropped.extend(memo[3])
         return memo[2]
 
