@@ -141,7 +141,7 @@ class Calibration:
 
     def summary(self) -> list[str]:
         """The calibration as the demo's first screen shows it."""
-        t, f = self.spec.t, self.faults
+        t, f = self.spec.threshold, self.faults
         return [
             f"calibrated on this machine ({self.config}):",
             f"  TTFT p95 threshold {t('ttft_p95_seconds') * 1000:.1f} ms, ITL p95 "
