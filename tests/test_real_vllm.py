@@ -135,12 +135,19 @@ def test_engine_stall_with_a_queue_counts_queued_while_idle_seconds(
             burst(vllm_server.url, Burst(requests=24, max_tokens=300), salt=2)
         )
         deadline = time.monotonic() + GIVE_UP
-        # Act the moment the server itself reports a queue (the burst is over in seconds).
-        while await asyncio.to_thread(vllm_server.metric, "vllm:num_requests_waiting") <= 0:
+        # Act the moment the server itself reports a queue (the burst is over in seconds),
+        # noting when its engine last stepped: a long step just before the stop is stalled
+        # time too, as far as any poll can tell.
+        steps, last_step_at = -1.0, time.monotonic()
+        while True:
+            page = (await asyncio.to_thread(http_get, f"{vllm_server.url}/metrics"))[1].decode()
+            if (now_steps := metric_value(page, "vllm:iteration_tokens_total_count")) != steps:
+                steps, last_step_at = now_steps, time.monotonic()
+            if metric_value(page, "vllm:num_requests_waiting") > 0:
+                break
             assert time.monotonic() < deadline, "the burst never queued"
             await asyncio.sleep(0.005)
         os.kill(engine, signal.SIGSTOP)
-        stopped_at = time.monotonic()
         try:
             # Stopped until the sidecar has raised the flag and counted 2 s of the stall.
             await asyncio.to_thread(
@@ -153,17 +160,17 @@ def test_engine_stall_with_a_queue_counts_queued_while_idle_seconds(
         await asyncio.to_thread(
             wait_until, lambda: flag() == 0.0, "queued_while_idle stayed raised after the stall"
         )
-        seen = time.monotonic() - stopped_at
+        seen = time.monotonic() - last_step_at
         await task
         return seen
 
     seen = asyncio.run(scenario())
     seen_after(vllm_server, sidecar, tokens)
     grew = counted()
-    # Counted from the last poll that saw the engine step before the stop (a poll interval
-    # earlier at most, two for a poll late under the burst's load) to the last before the
-    # sidecar saw it step again; nothing after that.
-    assert 2.0 <= grew <= seen + 2 * POLL, f"stall seen for {seen:.2f} s, counted {grew:.2f} s"
+    # Counted from the last poll that saw the engine step before the stop (at most a poll
+    # interval after its last step, two for a poll late under the burst's load) to the last
+    # before the sidecar saw it step again; nothing after that.
+    assert 2.0 <= grew <= seen + 2 * POLL, f"no step for {seen:.2f} s, counted {grew:.2f} s"
 
 
 def test_dead_server_flips_backend_up_while_metrics_keeps_answering(
