@@ -26,7 +26,7 @@ import pytest
 
 from demo.stack import VLLM_ARGS, Inferwatch, VllmServer, http_json
 from demo.traffic import complete, complete_many
-from inferwatch.collect.derive import ENGINE_STALL_MIN
+from inferwatch.collect.steps import STEP_FLOOR
 
 pytestmark = pytest.mark.vllm
 
@@ -155,7 +155,7 @@ async def stall_until_captured(server: VllmServer, sidecar: Inferwatch) -> Fault
     has sampled its whole duration. It runs for a measured completion's time between pauses
     of three times that, and at least twice what the sidecar counts as a stall."""
     run = max(0.25, await step_seconds(server.url))
-    fault = Fault(pause=max(3 * run, 2 * ENGINE_STALL_MIN))
+    fault = Fault(pause=max(3 * run, 2 * STEP_FLOOR))
     engine = server.engine_core_pid()
     stop = asyncio.Event()
     load = asyncio.create_task(

@@ -11,6 +11,7 @@ from inferwatch.collect.backends import SGLANG, VLLM
 from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor, weights_bytes_in
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.poller import Poller, PollSettings
+from inferwatch.collect.steps import RECURRENCE, STEP_FLOOR, STEP_MEMORY
 from inferwatch.collect.upstream import Upstream
 from inferwatch.model import BackendSample, GpuSample
 from inferwatch.serve.exposition import render
@@ -59,6 +60,61 @@ def test_one_long_engine_step_is_not_a_stall() -> None:
     steps = [10, 20, 20, 30, 40]
     polls = [(i * 0.5, page(waiting=5, steps=s), None) for i, s in enumerate(steps)]
     assert run(QueuedWhileIdle(), polls)[-1] == 0.0
+
+
+def long_steps(start: float, count: int, seconds: float, steps: float) -> tuple[list, float]:
+    """Polls every 0.1 s of ``count`` steps of ``seconds`` each with requests waiting (the
+    recompute of preempted requests, as measured on vLLM on CPU); the steps count after."""
+    polls, t = [], start
+    for _ in range(count):
+        for _ in range(round(seconds / 0.1)):
+            polls.append((t, page(waiting=16, steps=steps), None))
+            t += 0.1
+        steps += 1
+    polls.append((t, page(waiting=16, steps=steps), None))
+    return polls, steps
+
+
+def test_a_loads_recurring_long_steps_stop_counting_once_they_recur() -> None:
+    # Ten steps of 1.8 s: the first RECURRENCE outlast the floor and count; from then on the
+    # engine's own record says such a step is no stall.
+    qwi = QueuedWhileIdle()
+    polls, _ = long_steps(0.0, 10, 1.8, 10)
+    totals = run(qwi, polls)
+    per_step = round(1.8 / 0.1)
+    counted = [totals[(i + 1) * per_step] - totals[i * per_step] for i in range(10)]
+    assert all(c > STEP_FLOOR for c in counted[:RECURRENCE])
+    assert counted[RECURRENCE:] == [0.0] * (10 - RECURRENCE)
+
+
+def test_one_stall_does_not_raise_the_bar_for_the_next() -> None:
+    # A 20 s stall, resumed, then another: the second counts from its start as the first did.
+    qwi = QueuedWhileIdle()
+    first, steps = long_steps(0.0, 1, 20.0, 10)
+    second, _ = long_steps(first[-1][0] + 0.1, 1, 20.0, steps + 5)
+    totals = run(qwi, [*first, *second])
+    assert totals[len(first) - 1] == pytest.approx(20.0, abs=0.15)
+    assert totals[-1] - totals[len(first)] == pytest.approx(19.9, abs=0.25)
+
+
+def test_long_steps_are_forgotten_after_the_memory() -> None:
+    qwi = QueuedWhileIdle()
+    polls, steps = long_steps(0.0, RECURRENCE, 1.8, 10)
+    run(qwi, polls)
+    later, _ = long_steps(polls[-1][0] + STEP_MEMORY + 1, 1, 1.8, steps + 1)
+    totals = run(qwi, later)
+    assert totals[-1] - totals[0] > STEP_FLOOR
+
+
+def test_a_stretch_without_work_is_not_a_step() -> None:
+    # Nothing running or waiting for 5 s, then a burst: an idle engine takes no long step.
+    qwi = QueuedWhileIdle()
+    for i in range(4 * RECURRENCE):
+        base = i * 6.0
+        run(qwi, [(base + j * 0.5, page(waiting=0, steps=10 + i), None) for j in range(10)])
+    polls, _ = long_steps(4 * RECURRENCE * 6.0, 1, 1.8, 100)
+    totals = run(qwi, polls)
+    assert totals[-1] - totals[0] > STEP_FLOOR
 
 
 def test_busy_engine_with_queue_is_not_counted() -> None:

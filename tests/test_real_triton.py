@@ -21,8 +21,8 @@ import pytest
 
 from demo.stack import Process, free_port
 from inferwatch.collect.backends import TRITON
-from inferwatch.collect.derive import ENGINE_STALL_MIN
 from inferwatch.collect.poller import Poller
+from inferwatch.collect.steps import STEP_FLOOR
 
 from conftest import auto_poller, page_value
 
@@ -137,8 +137,8 @@ async def test_stalled_model_with_a_queue_is_queued_while_idle(triton_server, po
             triton_server.stall_model(False)
         assert await requests == [200] * 4
     assert states[-1] is True and states.count(True) >= 5
-    # Counted from the stall's start once it outlasted ENGINE_STALL_MIN, on the poll's clock.
-    assert ENGINE_STALL_MIN < stalled_seconds <= snapshot_at - stall_began
+    # Counted from the stall's start once it outlasted STEP_FLOOR, on the poll's clock.
+    assert STEP_FLOOR < stalled_seconds <= snapshot_at - stall_began
     for _ in range(3):  # resumed and drained: nothing more is counted
         snapshot = await poller.poll_once()
     assert snapshot.derived.queued_while_idle[key] is False

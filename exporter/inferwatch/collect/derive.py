@@ -18,8 +18,9 @@ while the accelerator sits idle. At each poll, for each engine:
 
 When both hold, the interval since the previous poll is added to
 ``inferwatch_queued_while_idle_seconds_total``; with NVML a stall is therefore counted by the
-next poll. Judged from engine progress, a stall counts once it has lasted longer than
-:data:`ENGINE_STALL_MIN` (one long scheduler step is not a stall), and then from its start.
+next poll. Judged from engine progress, a stall counts once it has lasted longer than the
+engine's own long steps (:mod:`inferwatch.collect.steps`: one long scheduler step is not a
+stall), and then from its start.
 Busy time (the queue draining while the GPU works) is never counted. The series of an engine
 or model the page no longer shows are dropped (a model renamed every poll leaves nothing
 behind); while the backend is down they are kept, with the state 0.
@@ -49,17 +50,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from inferwatch.collect.steps import StepRecord
 from inferwatch.model import BackendSample, Derived, GpuSample, Labels
 
 # SGLang adds to its idle counter at most once a second (a scheduler loop that finds
 # nothing to do reports the idle time since its last report); two seconds cover one report
 # however the polls fall.
 IDLE_REPORT_WINDOW = 2.0
-
-# Judged from engine progress alone, a stall must last longer than this before it counts
-# (from its start): one scheduler step of a large model over a big prefill chunk can outlast
-# a poll.
-ENGINE_STALL_MIN = 1.0
 
 
 def engines(sample: BackendSample) -> list[Labels]:
@@ -133,6 +130,7 @@ class QueuedWhileIdle:
     _state: dict[Labels, bool] = field(default_factory=dict)
     _idle_reported_at: dict[Labels, float] = field(default_factory=dict)
     _stall_since: dict[Labels, float] = field(default_factory=dict)
+    _steps: StepRecord = field(default_factory=StepRecord)
 
     def update(
         self, now: float, sample: BackendSample | None, gpus: Sequence[GpuSample] | None
@@ -158,6 +156,7 @@ class QueuedWhileIdle:
         for unit in units:
             key = _series_key(sample, unit)
             self._seconds.setdefault(key, 0.0)
+            self._steps.observe(now, key, _stepped(sample, previous, unit), _working(sample, unit))
             state[key] = (
                 previous is not None
                 and previous_at is not None
@@ -168,6 +167,7 @@ class QueuedWhileIdle:
         self._seconds = {k: v for k, v in self._seconds.items() if k in state}
         self._stall_since = {k: v for k, v in self._stall_since.items() if k in state}
         self._idle_reported_at = {k: v for k, v in self._idle_reported_at.items() if k in state}
+        self._steps.keep(set(state))
         self._previous, self._previous_at = sample, now
         return dict(state), dict(self._seconds)
 
@@ -186,16 +186,17 @@ class QueuedWhileIdle:
         waiting = (sample.values.get("requests_waiting") or {}).get(unit, 0.0)
         believed = now - self._idle_reported_at.get(key, -math.inf) > IDLE_REPORT_WINDOW
         gpu_idle = self._gpus_idle(gpus, gpus_of.get(unit))
-        idle = gpu_idle if gpu_idle is not None else _engine_stalled(sample, previous, unit)
+        idle = gpu_idle if gpu_idle is not None else _stepped(sample, previous, unit) is False
         if not (waiting > 0 and believed and idle):
             self._stall_since.pop(key, None)
             return False
         since = self._stall_since.setdefault(key, previous_at)
         # Without a GPU verdict, no step between two polls may be one long step (a big
-        # prefill chunk): it counts once it has lasted ENGINE_STALL_MIN, from its start.
+        # prefill chunk): it counts once it has outlasted the engine's long steps, from its
+        # start.
         # A backend that reports its idle time gets the time to report it: a report in
         # the meantime proves the queue gauge stale and ends the stall uncounted.
-        wait = ENGINE_STALL_MIN if gpu_idle is None else 0.0
+        wait = self._steps.stall_min(now, key) if gpu_idle is None else 0.0
         if sample.values.get("scheduler_idle_seconds"):
             wait = max(wait, IDLE_REPORT_WINDOW)
         if now - since <= wait:
@@ -230,11 +231,21 @@ class QueuedWhileIdle:
                 self._idle_reported_at[_series_key(sample, labels)] = now
 
 
-def _engine_stalled(sample: BackendSample, previous: BackendSample, unit: Labels) -> bool:
-    """True when engine ``unit`` made no step since the last poll (as far as it says)."""
+def _stepped(sample: BackendSample, previous: BackendSample | None, unit: Labels) -> bool | None:
+    """Whether engine ``unit`` made a step since the last poll; None if it cannot tell."""
     steps = sample.values.get("engine_steps") or {}
-    before = previous.values.get("engine_steps") or {}
-    return unit in steps and unit in before and steps[unit] == before[unit]
+    before = (previous.values.get("engine_steps") or {}) if previous else {}
+    if unit not in steps or unit not in before:
+        return None
+    return steps[unit] != before[unit]
+
+
+def _working(sample: BackendSample, unit: Labels) -> bool:
+    """Whether engine ``unit`` has requests running or waiting."""
+    return any(
+        (sample.values.get(name) or {}).get(unit, 0.0) > 0
+        for name in ("requests_running", "requests_waiting")
+    )
 
 
 def decode_floor(
