@@ -16,6 +16,12 @@ measurements of the same server, never from a constant that assumes a CPU's spee
 - **slow path**: the proxy in front of the server holds each request twice the client-gap
   threshold, itself raised to what the canary measures through that proxy under normal
   traffic (:meth:`Calibration.with_client_gap`).
+
+The server's longest step is measured too: one burst of the KV fault's size (its biggest
+batch, with the recompute of preempted requests) while its page is read every
+:data:`STEP_POLL` seconds; the longest stretch without a step while requests run or wait
+becomes ``engine_step_seconds``, so that without NVML inferwatch knows a long step from a
+stall (measured here: 1.2-1.9 s on 2 cores).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from pathlib import Path
 import aiohttp
 
 from demo.stack import MODEL_NAME, VLLM_ARGS, StackError, VllmServer, http_get
-from demo.traffic import complete, complete_many, prompt
+from demo.traffic import Burst, burst, complete, complete_many, prompt
 from inferwatch.collect.textparse import parse_labels, scan
 from inferwatch.method.quantile import histogram_quantile
 from inferwatch.method.spec import Spec, spec_from_config
@@ -65,6 +71,8 @@ GAP_MARGIN = 2.0
 PREFILL_MULTIPLE = 2.0
 LONG_PROMPT_OUTPUT = 8
 PROBES_PER_LENGTH = 3
+# The server's page is read this often while its longest step is measured.
+STEP_POLL = 0.05
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,7 @@ class Calibration:
     config: Path  # written by `inferwatch calibrate`
     spec: Spec
     faults: FaultSizes
+    engine_step: float | None = None  # the server's longest step, once measured
 
     def with_client_gap(self, gaps: list[float]) -> Calibration:
         """The client-gap threshold raised to :data:`GAP_MARGIN` x the largest gap the
@@ -139,6 +148,17 @@ class Calibration:
         spec = spec_from_config(load_config_file(self.config))
         return replace(self, spec=spec, faults=replace(self.faults, client_gap=measured))
 
+    def with_engine_step(self, seconds: float) -> Calibration:
+        """The config with the server's longest step, measured (:func:`longest_step`)."""
+        why = (
+            "# measured by the demo: the longest stretch without an engine step while one "
+            "burst of the KV fault's size ran\n"
+        )
+        self.config.write_text(
+            self.config.read_text() + why + f"engine_step_seconds: {seconds:.4g}\n"
+        )
+        return replace(self, engine_step=seconds)
+
     def summary(self) -> list[str]:
         """The calibration as the demo's first screen shows it."""
         t, f = self.spec.threshold, self.faults
@@ -154,6 +174,7 @@ class Calibration:
             f"{f.kv_requests} x {f.kv_request_tokens} tokens on {f.kv_tokens}; slow path "
             f"+{f.path_delay * 1000:.0f} ms (client-gap threshold "
             f"{t('client_gap_seconds') * 1000:.0f} ms)",
+            f"  longest engine step {self.engine_step or 0:.2f} s (a burst of the KV fault)",
         ]
 
 
@@ -179,7 +200,36 @@ def calibrate(vllm: VllmServer, base_config: Path, workdir: Path) -> Calibration
         raise StackError(f"inferwatch calibrate failed ({done.returncode}):\n{done.stderr}")
     spec = spec_from_config(load_config_file(out))
     faults = asyncio.run(_size_faults(vllm, spec, per_word))
-    return Calibration(out, spec, faults)
+    step = asyncio.run(longest_step(vllm.url, faults))
+    return Calibration(out, spec, faults).with_engine_step(step)
+
+
+async def longest_step(url: str, faults: FaultSizes) -> float:
+    """The longest stretch without an engine step while requests run or wait, over one burst
+    of the KV fault's size (vLLM's ``iteration_tokens_total`` counts its steps)."""
+    names = {
+        "vllm:iteration_tokens_total_count",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+    }
+    spec = Burst(faults.kv_requests, faults.kv_prompt_words, faults.kv_output_tokens)
+    load = asyncio.create_task(burst(url, spec, salt=9_000_000))
+    longest, since, steps = 0.0, None, None
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        while not load.done():
+            async with session.get(f"{url}/metrics") as resp:
+                page = scan(await resp.text(), names).samples
+            now = asyncio.get_running_loop().time()
+            value = {name: sum(v for _, v in page.get(name, [])) for name in names}
+            working = value["vllm:num_requests_running"] + value["vllm:num_requests_waiting"] > 0
+            count = value["vllm:iteration_tokens_total_count"]
+            if count != steps or not working:
+                if since is not None and count != steps and working:
+                    longest = max(longest, now - since)
+                since, steps = now, count
+            await asyncio.sleep(STEP_POLL)
+    await load
+    return longest
 
 
 async def tokens_per_word(url: str) -> float:

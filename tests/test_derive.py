@@ -11,7 +11,7 @@ from inferwatch.collect.backends import SGLANG, VLLM
 from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor, weights_bytes_in
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.poller import Poller, PollSettings
-from inferwatch.collect.steps import RECURRENCE, STEP_FLOOR, STEP_MEMORY
+from inferwatch.collect.steps import RECURRENCE, STEP_FLOOR, STEP_MEMORY, StepRecord
 from inferwatch.collect.upstream import Upstream
 from inferwatch.model import BackendSample, GpuSample
 from inferwatch.serve.exposition import render
@@ -85,6 +85,16 @@ def test_a_loads_recurring_long_steps_stop_counting_once_they_recur() -> None:
     counted = [totals[(i + 1) * per_step] - totals[i * per_step] for i in range(10)]
     assert all(c > STEP_FLOOR for c in counted[:RECURRENCE])
     assert counted[RECURRENCE:] == [0.0] * (10 - RECURRENCE)
+
+
+def test_steps_as_long_as_the_operator_says_never_count() -> None:
+    # --engine-step-seconds 1.9: the first 1.8 s steps are known for what they are.
+    qwi = QueuedWhileIdle(steps=StepRecord(known_step=1.9))
+    polls, steps = long_steps(0.0, 5, 1.8, 10)
+    assert run(qwi, polls)[-1] == 0.0
+    stall, _ = long_steps(polls[-1][0] + 0.1, 1, 6.0, steps + 5)  # over twice the step
+    totals = run(qwi, stall)
+    assert totals[-1] - totals[0] == pytest.approx(5.9, abs=0.25)
 
 
 def test_one_stall_does_not_raise_the_bar_for_the_next() -> None:

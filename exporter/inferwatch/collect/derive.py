@@ -124,13 +124,13 @@ class QueuedWhileIdle:
 
     idle_threshold: float = 0.1
     layout: EngineLayout = field(default_factory=EngineLayout)
+    steps: StepRecord = field(default_factory=StepRecord)
     _previous: BackendSample | None = None
     _previous_at: float | None = None
     _seconds: dict[Labels, float] = field(default_factory=dict)
     _state: dict[Labels, bool] = field(default_factory=dict)
     _idle_reported_at: dict[Labels, float] = field(default_factory=dict)
     _stall_since: dict[Labels, float] = field(default_factory=dict)
-    _steps: StepRecord = field(default_factory=StepRecord)
 
     def update(
         self, now: float, sample: BackendSample | None, gpus: Sequence[GpuSample] | None
@@ -156,7 +156,7 @@ class QueuedWhileIdle:
         for unit in units:
             key = _series_key(sample, unit)
             self._seconds.setdefault(key, 0.0)
-            self._steps.observe(now, key, _stepped(sample, previous, unit), _working(sample, unit))
+            self.steps.observe(now, key, _stepped(sample, previous, unit), _working(sample, unit))
             state[key] = (
                 previous is not None
                 and previous_at is not None
@@ -167,7 +167,7 @@ class QueuedWhileIdle:
         self._seconds = {k: v for k, v in self._seconds.items() if k in state}
         self._stall_since = {k: v for k, v in self._stall_since.items() if k in state}
         self._idle_reported_at = {k: v for k, v in self._idle_reported_at.items() if k in state}
-        self._steps.keep(set(state))
+        self.steps.keep(set(state))
         self._previous, self._previous_at = sample, now
         return dict(state), dict(self._seconds)
 
@@ -196,7 +196,7 @@ class QueuedWhileIdle:
         # start.
         # A backend that reports its idle time gets the time to report it: a report in
         # the meantime proves the queue gauge stale and ends the stall uncounted.
-        wait = self._steps.stall_min(now, key) if gpu_idle is None else 0.0
+        wait = self.steps.stall_min(now, key) if gpu_idle is None else 0.0
         if sample.values.get("scheduler_idle_seconds"):
             wait = max(wait, IDLE_REPORT_WINDOW)
         if now - since <= wait:

@@ -22,6 +22,7 @@ from inferwatch.baseline import Baseline
 from inferwatch.baseline import series as baseline_series
 from inferwatch.collect.backends import Backend, Mapper, UnknownBackend, detect
 from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor, derived
+from inferwatch.collect.steps import STEP_FLOOR, STEP_MARGIN, StepRecord
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.collect.upstream import Upstream, UpstreamError
@@ -72,6 +73,8 @@ class _Registered(Generic[SampleT]):
 class PollSettings:
     interval: float = 0.5
     idle_threshold: float = 0.1
+    # The longest step the engine is known to take (collect/steps.py).
+    engine_step_seconds: float = STEP_FLOOR / STEP_MARGIN
     model_weights_bytes: float | None = None
     peak_memory_bandwidth: float | None = None
     tensor_parallel_size: int | None = None
@@ -101,7 +104,9 @@ class Poller:
         self.settings = settings
         self._clock = clock
         self._layout = EngineLayout(settings.tensor_parallel_size)
-        self._qwi = QueuedWhileIdle(settings.idle_threshold, self._layout)
+        self._qwi = QueuedWhileIdle(
+            settings.idle_threshold, self._layout, StepRecord(settings.engine_step_seconds)
+        )
         self._latency = LatencyWindow(settings.latency_window)
         self._version = ""
         self._model_hint = ""  # the model a server without model labels names elsewhere

@@ -4,11 +4,12 @@ Judged from engine progress alone, an engine that made no step since the last po
 stalled, or busy with one long step: a big prefill batch, or the recompute of requests the
 scheduler preempted (measured on vLLM on CPU: 1.2-1.9 s per such step on 2 cores, where its
 decode steps take a few ms). How long a step may take depends on the hardware and the
-load, so the engine's own record says: every stretch without progress while it had work
-(requests running or waiting) that ended with progress, and outlasted the floor
+load. The operator may say (``--engine-step-seconds``: the longest step at the server's
+biggest batch), and the engine's own record says: every stretch without progress while it
+had work (requests running or waiting) that ended with progress, and outlasted the floor
 :data:`STEP_FLOOR`, is remembered for :data:`STEP_MEMORY` seconds. A stall is then a stretch
-without progress longer than :data:`STEP_MARGIN` x the :data:`RECURRENCE`-th longest
-remembered one (and than the floor).
+without progress longer than :data:`STEP_MARGIN` x the longer of the step given and the
+:data:`RECURRENCE`-th longest remembered stretch, and at least the floor.
 
 The rank, not the longest: a load's long steps recur, a stall is one stretch. A single
 stall, however long, never raises the bar for the next; the first long steps of a new load
@@ -36,8 +37,10 @@ REMEMBERED = 32
 
 @dataclass
 class StepRecord:
-    """Per engine: the long steps it completed recently, and the stretch in progress."""
+    """Per engine: the long steps it completed recently, and the stretch in progress;
+    ``known_step``: the longest step the operator says the engine takes."""
 
+    known_step: float = STEP_FLOOR / STEP_MARGIN
     _progress_at: dict[Labels, float] = field(default_factory=dict)
     _worked: dict[Labels, bool] = field(default_factory=dict)
     _long: dict[Labels, deque[tuple[float, float]]] = field(default_factory=dict)
@@ -61,9 +64,9 @@ class StepRecord:
         recent = sorted(
             (s for at, s in self._long.get(key, ()) if now - at <= STEP_MEMORY), reverse=True
         )
-        if len(recent) < RECURRENCE:
-            return STEP_FLOOR
-        return max(STEP_FLOOR, STEP_MARGIN * recent[RECURRENCE - 1])
+        learned = recent[RECURRENCE - 1] if len(recent) >= RECURRENCE else 0.0
+        longest = max(self.known_step, learned)
+        return max(STEP_FLOOR, STEP_MARGIN * longest)
 
     def keep(self, keys: set[Labels]) -> None:
         """Forget the engines the page no longer shows."""

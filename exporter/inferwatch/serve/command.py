@@ -63,6 +63,7 @@ def build_poller(config: ServeConfig, latency_window: float = 300.0) -> Poller:
     settings = PollSettings(
         interval=config.poll_interval,
         idle_threshold=config.idle_threshold,
+        engine_step_seconds=config.engine_step_seconds,
         model_weights_bytes=weight_bytes,
         peak_memory_bandwidth=config.peak_memory_bandwidth,
         tensor_parallel_size=config.tensor_parallel_size,

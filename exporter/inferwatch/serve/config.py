@@ -45,6 +45,7 @@ class ServeConfig:
     poll_interval: float
     gpu: str
     idle_threshold: float
+    engine_step_seconds: float
     model_weights_bytes: int | None
     model_path: Path | None
     peak_memory_bandwidth: float | None

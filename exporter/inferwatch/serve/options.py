@@ -131,6 +131,15 @@ OPTIONS = (
         metavar="RATIO",
     ),
     Option(
+        "--engine-step-seconds",
+        positive_float,
+        0.5,
+        "the longest scheduler step the engine takes (its biggest batch); without NVML, an "
+        "engine that makes no step for over twice this (or its own recurring long steps) "
+        "with requests waiting is stalled",
+        metavar="SECONDS",
+    ),
+    Option(
         "--model-weights-bytes",
         positive_int,
         None,
