@@ -22,8 +22,8 @@ from inferwatch.baseline import Baseline
 from inferwatch.baseline import series as baseline_series
 from inferwatch.collect.backends import Backend, Mapper, UnknownBackend, detect
 from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor, derived
-from inferwatch.collect.steps import STEP_FLOOR, STEP_MARGIN, StepRecord
 from inferwatch.collect.gpu import GpuSource
+from inferwatch.collect.steps import STEP_FLOOR, STEP_MARGIN, StepRecord
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.collect.window import LatencyWindow
