@@ -105,17 +105,20 @@ class FaultSizes:
 
     @property
     def kv_request_tokens(self) -> int:
-        """Tokens per request (half prompt, half output) so that a full batch holds twice
-        the KV cache: the scheduler must preempt."""
+        """Tokens per request so that a full batch holds twice the KV cache: the scheduler
+        must preempt."""
         return math.ceil(2 * self.kv_tokens / self.batch)
 
     @property
     def kv_prompt_words(self) -> int:
-        return max(1, round(self.kv_request_tokens / 2 / self.tokens_per_word))
+        """The normal traffic's short prompts: the cache fills while the batch decodes (a
+        long prompt would make each burst's first step a long prefill, the prefill layer's
+        cause, not this one's)."""
+        return NORMAL_WORDS
 
     @property
     def kv_output_tokens(self) -> int:
-        return self.kv_request_tokens // 2
+        return self.kv_request_tokens - math.ceil(NORMAL_WORDS * self.tokens_per_word)
 
 
 @dataclass(frozen=True)
