@@ -25,7 +25,8 @@ from inferwatch.method.local import Window
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import spec_from_config
 from inferwatch.model import GpuSample
-from inferwatch.tools.diagnose import EXIT_UNREADABLE, render, report_json
+from inferwatch.tools.diagnose import EXIT_UNREADABLE
+from inferwatch.tools.report import render, report_json
 
 from conftest import exporter_page, fixture_text
 
@@ -79,7 +80,7 @@ def test_same_conditions_as_the_rules_with_config_thresholds() -> None:
     assert names == {"InferenceKVCachePressure", "InferenceQueueingDelay"}
 
 
-def test_findings_alertmanager_inhibits_are_ranked_after_their_cause() -> None:
+def test_a_finding_alertmanager_inhibits_is_listed_under_its_cause() -> None:
     spec = spec_from_config({})
     queueing = [
         Finding(ALERTS["InferenceQueueingDelay"], {"backend": "vllm", "model": m})
@@ -88,9 +89,9 @@ def test_findings_alertmanager_inhibits_are_ranked_after_their_cause() -> None:
     stall = Finding(ALERTS["InferenceQueuedWhileIdle"], {"instance": "a:10177", "model": "tiny"})
     report = Report("x", "5m", spec, {"ttft_p95": None, "itl_p95": None}, [*queueing, stall])
     assert [(f.alert.name, f.labels["model"], f.explained_by) for f in report.findings] == [
-        ("InferenceQueuedWhileIdle", "tiny", None),
         ("InferenceQueueingDelay", "other", None),  # another model: not the stall's doing
-        ("InferenceQueueingDelay", "tiny", "InferenceQueuedWhileIdle"),  # listed first, ranked last
+        ("InferenceQueuedWhileIdle", "tiny", None),
+        ("InferenceQueueingDelay", "tiny", "InferenceQueuedWhileIdle"),  # right under it
     ]
     assert "explained by InferenceQueuedWhileIdle (inhibited in Alertmanager)" in render(report)
     assert [f["explained_by"] for f in report_json(report)["findings"]] == [
@@ -120,7 +121,7 @@ def test_a_burning_slo_without_a_cause_says_so_and_counts_for_the_exit_status() 
     other = Finding(ALERTS["InferenceKVCachePressure"], {"instance": "b:10177", "model": "other"})
     report = Report("x", "5m", spec, {"ttft_p95": None, "itl_p95": None}, [other], [errors])
     text = render(report)
-    assert text.split("\n")[2:7] == [
+    assert text.split("\n")[3:8] == [
         "SLO burning: backend=vllm model=tiny namespace=prod",
         "WARNING  InferenceSLOSlowBurn  errors (server errors)",
         "         burn rate n/a over 1h, n/a over 6h; error budget remaining n/a",

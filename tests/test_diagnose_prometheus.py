@@ -24,6 +24,8 @@ from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Report
 from inferwatch.method.spec import spec_from_config
 from inferwatch.tools import diagnose
+from inferwatch.tools.report import render as report_text
+from inferwatch.tools.report import evidence_text, report_json
 
 SPEC = spec_from_config({})
 
@@ -64,7 +66,7 @@ def test_a_firing_alert_is_listed_even_when_its_condition_no_longer_holds(tmp_pa
     assert finding.labels == {"instance": "pod-a:10177"}
     assert (finding.firing, finding.holds) == (True, False)
     assert report.exit_code() == 4
-    text = diagnose.render(report)
+    text = report_text(report)
     assert "CRITICAL InferenceBackendDown" in text
     assert "firing in Prometheus; its condition no longer holds now" in text
     assert "layer: availability" in text
@@ -166,9 +168,10 @@ def test_a_burning_slo_comes_first_with_the_causes_of_its_model_under_it(
     assert (burn.kind, burn.labels, burn.alerts) == ("ttft", TINY, [slo.FAST])
     assert burn.burn_rates == {"1h": 15, "6h": 6, "1d": 2, "3d": 0.8}
     assert burn.budget_remaining == 0.72
-    text = diagnose.render(report)
+    text = report_text(report)
     assert text.startswith(
         f"inferwatch diagnose: {report.source} (window 5m)\n"
+        "judged with the built-in defaults\n"
         "\n"
         "SLO burning: backend=vllm model=tiny namespace=prod\n"
         "CRITICAL InferenceSLOFastBurn  ttft (time to first token)\n"
@@ -190,7 +193,7 @@ def test_a_burning_slo_comes_first_with_the_causes_of_its_model_under_it(
     assert [text.index(line) for line in order] == sorted(text.index(line) for line in order)
     assert all(text.count(f"{name}  ") == 1 for name, _ in CAUSES)  # each finding once
     assert report.exit_code() == 4
-    (section,) = diagnose.report_json(report)["slos"]
+    (section,) = report_json(report)["slos"]
     assert section == {
         "labels": TINY,
         "objectives": [
@@ -215,12 +218,13 @@ def test_without_a_burning_slo_the_output_is_as_before(tmp_path: Path) -> None:
     report = diagnose_once_firing(tmp_path, rules_file, firing=1)
     assert report.burns == []
     evidence = "; ".join(
-        diagnose._evidence_text(f.alert, c, v, SLO_SPEC)
+        evidence_text(f.alert, c, v, SLO_SPEC)
         for f in report.findings
         for c, v in f.evidence
     )
-    assert diagnose.render(report) == (
+    assert report_text(report) == (
         f"inferwatch diagnose: {report.source} (window 5m)\n"
+        "judged with the built-in defaults\n"
         "\n"
         "phase: neither (latency within thresholds)  (TTFT p95 n/a <= 2 s; ITL p95 n/a <= 100 ms)\n"
         "layer: compute\n"
@@ -232,4 +236,4 @@ def test_without_a_burning_slo_the_output_is_as_before(tmp_path: Path) -> None:
         "         runbook: alerts/runbooks/InferencePrefillBottleneck.md"
     )
     assert report.exit_code() == 3
-    assert diagnose.report_json(report)["slos"] == []
+    assert report_json(report)["slos"] == []

@@ -7,6 +7,7 @@ import base64
 import re
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import bcrypt
 import pytest
@@ -16,13 +17,17 @@ from demo.stack import chromium
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
-from inferwatch.method.findings import fmt
+from inferwatch.method.findings import Report, fmt
 from inferwatch.method.spec import spec_from_config
 from inferwatch.serve import verdict as verdict_module
 from inferwatch.serve.basic_auth import BasicAuthUsers
 from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.web import VERDICT
 from inferwatch.serve.webconfig import WebConfig
+from inferwatch.tools import diagnose
+from inferwatch.tools.credentials import Credentials
+from inferwatch.tools.report import render as report_text
+from inferwatch.tools.report import report_json
 
 from conftest import fixture_text
 
@@ -98,7 +103,7 @@ async def get(client, path: str = "/", **kwargs) -> tuple[str, dict]:
 
 
 def finding_html(page: str, alert: str) -> str:
-    match = re.search(rf'<div class="finding [a-z]+" data-alert="{alert}">(.*?)</div>', page)
+    match = re.search(rf'<div class="finding [a-z]+" data-alert="{alert}"[^>]*>(.*?)</div>', page)
     assert match, f"no finding {alert} on the page"
     return match.group(1)
 
@@ -252,6 +257,71 @@ async def test_the_spec_given_is_the_verdicts(exporter) -> None:
         "InferenceKVCachePressure": "https://runbooks.example/InferenceKVCachePressure.md",
         "InferenceQueueingDelay": "https://runbooks.example/InferenceQueueingDelay.md",
     }
+
+
+async def judged_by_diagnose(exporter, client, **kwargs) -> Report:
+    """``diagnose --exporter`` against the app, with the second poll between its scrapes."""
+    url = str(client.make_url("")).rstrip("/")
+    await poll(exporter, KV_FULL)
+
+    async def second_poll() -> None:
+        await asyncio.sleep(0.5)
+        await poll(exporter, AFTER)
+
+    report, _ = await asyncio.gather(
+        diagnose.from_exporter(url, interval=1.0, **kwargs), second_poll()
+    )
+    return report
+
+
+async def test_diagnose_without_a_config_judges_with_the_exporters_spec(exporter) -> None:
+    # A calibrated config (queue share 30 %): the built-in defaults (50 %) would not see the
+    # queueing; diagnose, given no --config, judges as the verdict page does.
+    spec = spec_from_config(
+        {"backend": "vllm", "thresholds": {"queue_share_high": 0.3, "ttft_p95_seconds": 0.5}}
+    )
+    client = await exporter[3](spec=spec)
+    report = await judged_by_diagnose(exporter, client)
+    _, doc = await get(client)
+    served = [(f["alert"], f["explained_by"]) for f in doc["findings"]]
+    assert [(f.alert.name, f.explained_by) for f in report.findings] == served
+    assert served == [
+        ("InferenceKVCachePressure", None),
+        ("InferenceQueueingDelay", "InferenceKVCachePressure"),
+    ]
+    assert report.spec == spec
+    assert report.judged_with.startswith("the exporter's own spec (http://127.0.0.1:")
+    assert report_json(report)["phase"] == {"phase": doc["phase"], "detail": ANY}
+    assert report_text(report).split("\n")[1].startswith("judged with the exporter's own")
+
+
+async def test_the_spec_served_reads_back_as_the_spec(exporter) -> None:
+    spec = spec_from_config(
+        {
+            "backend": "vllm",
+            "thresholds": {"queue_share_high": 0.3},
+            "alerting": {"for": {"InferenceKVCachePressure": "2m"}, "fleet_labels": ["cluster"]},
+            "slos": {"objectives": {"ttft": {"target": 0.99, "seconds": 0.5}}},
+        }
+    )
+    client = await exporter[3](spec=spec)
+    answer = await client.get("/spec.json")
+    assert answer.status == 200
+    assert spec_from_config(await answer.json()) == spec
+
+
+async def test_diagnose_reads_a_protected_exporter_with_the_captures_credentials(
+    exporter,
+) -> None:
+    users = BasicAuthUsers({"alice": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))})
+    client = await exporter[3](web_config=WebConfig(users=users))
+    assert (await client.get("/spec.json")).status == 401
+    url = str(client.make_url("")).rstrip("/")
+    with pytest.raises(diagnose.SourceError, match="HTTP 401"):
+        await diagnose.from_exporter(url, interval=1.0)
+    alice = Credentials(basic("alice", "s3cret")["Authorization"])
+    report = await judged_by_diagnose(exporter, client, credentials=alice)
+    assert [f.alert.name for f in report.findings] == ["InferenceKVCachePressure"]
 
 
 async def test_the_running_app_records_polls_without_requests(aiohttp_server, aiohttp_client):

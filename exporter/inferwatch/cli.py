@@ -35,7 +35,6 @@ from inferwatch.settings import (
     load_config_file,
     positive_float,
     positive_int,
-    read_secret,
     resolve,
 )
 
@@ -154,6 +153,8 @@ def _add_timeout_flag(parser: argparse.ArgumentParser, default: float) -> None:
 
 
 def _add_diagnose_parser(commands: argparse._SubParsersAction) -> None:
+    from inferwatch.tools import credentials
+
     d = commands.add_parser(
         "diagnose",
         help=_SUMMARIES["diagnose"],
@@ -183,9 +184,12 @@ def _add_diagnose_parser(commands: argparse._SubParsersAction) -> None:
     _add_timeout_flag(d, 10.0)
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_config_flag(d)
+    credentials.add_flags(d)
 
 
 def _add_capture_parser(commands: argparse._SubParsersAction) -> None:
+    from inferwatch.tools import credentials
+
     c = commands.add_parser(
         "capture",
         help=_SUMMARIES["capture"],
@@ -225,22 +229,13 @@ def _add_capture_parser(commands: argparse._SubParsersAction) -> None:
         help="largest archive downloaded; a bigger one is an error and nothing is saved "
         "(default: 1 GiB)",
     )
-    c.add_argument("--user", help="basic auth user (the exporter's web config)")
-    c.add_argument(
-        "--password-file", type=flag_type(existing_file), help="file with the basic auth password"
-    )
+    credentials.add_flags(c)
 
 
 def _capture(args: argparse.Namespace) -> int:
-    import aiohttp
+    from inferwatch.tools import capture, credentials
 
-    from inferwatch.tools import capture
-
-    if (args.user is None) != (args.password_file is None):
-        raise ConfigError("give --user and --password-file together")
-    authorization = None
-    if args.user is not None:
-        authorization = aiohttp.encode_basic_auth(args.user, read_secret(args.password_file))
+    access = credentials.from_args(args)
     if not args.out.is_dir():
         raise ConfigError(f"--out {args.out}: not a directory")
     try:
@@ -252,7 +247,7 @@ def _capture(args: argparse.Namespace) -> int:
                 wait=args.wait,
                 timeout=args.timeout,
                 max_bytes=args.max_bytes,
-                authorization=authorization,
+                credentials=access,
             )
         )
     except capture.CaptureError as exc:
@@ -261,22 +256,32 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _diagnose(args: argparse.Namespace, config: dict) -> int:
-    from inferwatch.tools import diagnose
+    from inferwatch.tools import credentials, diagnose
+    from inferwatch.tools import report as output
 
+    path = _config_path(args)
     spec = spec_from_config(config)
     try:
         if args.prometheus:
-            report = asyncio.run(diagnose.from_prometheus(args.prometheus, spec, args.timeout))
-        else:
+            judged_with = f"--config {path}" if path else "the built-in defaults"
             report = asyncio.run(
-                diagnose.from_exporter(args.exporter, spec, args.interval, args.timeout)
+                diagnose.from_prometheus(args.prometheus, spec, args.timeout, judged_with)
+            )
+        else:
+            # The exporter's own spec unless a config file is given (then it overrides).
+            report = asyncio.run(
+                diagnose.from_exporter(
+                    args.exporter,
+                    (spec, f"--config {path}") if path else None,
+                    args.interval,
+                    args.timeout,
+                    credentials.from_args(args),
+                )
             )
     except diagnose.SourceError as exc:
         print(f"inferwatch: error: {exc}", file=sys.stderr)
         return diagnose.EXIT_UNREADABLE
-    print(
-        json.dumps(diagnose.report_json(report), indent=2) if args.json else diagnose.render(report)
-    )
+    print(json.dumps(output.report_json(report), indent=2) if args.json else output.render(report))
     return report.exit_code()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
@@ -24,9 +25,10 @@ class UpstreamError(Exception):
     that logs can be rate limited by kind whatever the text (a 500 and a 503 are one kind).
     """
 
-    def __init__(self, cause: str, kind: str) -> None:
+    def __init__(self, cause: str, kind: str, status: int | None = None) -> None:
         super().__init__(cause)
         self.kind = kind
+        self.status = status  # the HTTP status of an answer that was not 200
 
 
 class Upstream:
@@ -42,8 +44,10 @@ class Upstream:
         timeout: float,
         max_bytes: int,
         headers: Mapping[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.ssl_context = ssl_context  # None: the system's trust store
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.headers = dict(headers or {})  # the caller's (may hold a secret; never logged)
@@ -62,7 +66,11 @@ class Upstream:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
-                connector=aiohttp.TCPConnector(limit=2, force_close=False),
+                connector=aiohttp.TCPConnector(
+                    limit=2,
+                    force_close=False,
+                    ssl=self.ssl_context if self.ssl_context is not None else True,
+                ),
                 auto_decompress=True,
             )
         return self._session
@@ -82,7 +90,9 @@ class Upstream:
         async with self._failures(url), request as resp:
             _refuse_redirect(url, resp)
             if resp.status != 200:
-                raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}", "http status")
+                raise UpstreamError(
+                    f"HTTP {resp.status} from {redact_url(url)}", "http status", resp.status
+                )
             ctype = resp.content_type if "Content-Type" in resp.headers else ""
             if exposition and ctype not in _TEXT_TYPES:
                 raise UpstreamError(

@@ -2,9 +2,11 @@
 
 The report model shared by ``inferwatch diagnose`` (over Prometheus or two scrapes of an
 exporter) and the exporter's own verdict page: a :class:`Finding` per alert that holds with
-its evidence, a :class:`Burn` per burning objective, and a :class:`Report` that applies the
-Alertmanager inhibitions (a cause explains what it causes) and ranks by severity. Also the
-phase verdict (prefill or decode) and how a signal's value is written.
+its evidence, a :class:`Burn` per burning objective, and a :class:`Report` that orders them
+by the method's causal graph (:data:`~inferwatch.method.alerts.RELATIONS`): a finding another
+one explains is listed right under it, never above; findings no relation orders go by
+severity, then by how far past its threshold their evidence is (:func:`strength`).
+Also the phase verdict (prefill or decode) and how a signal's value is written.
 """
 
 from __future__ import annotations
@@ -14,14 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from inferwatch.method import slo
-from inferwatch.method.alerts import INHIBITIONS, Alert, Cond
+from inferwatch.method.alerts import RELATIONS, Alert, Cond
 from inferwatch.method.local import Samples, Window, holding, signal_values
-from inferwatch.method.spec import Spec
+from inferwatch.method.spec import SEVERITY_ORDER, Spec
 
 EXIT = {"none": 0, "info": 1, "warning": 3, "critical": 4}
-
-
-SEVERITY_ORDER = ("critical", "warning", "info")
 
 
 @dataclass
@@ -31,26 +30,15 @@ class Finding:
     alert: Alert
     labels: Mapping[str, str]
     evidence: list[tuple[Cond, float | None]] = field(default_factory=list)
-    explained_by: str | None = None  # the finding that inhibits it in Alertmanager
+    explained_by: str | None = None  # the finding it is listed under (its nearest cause)
+    inhibited: bool = False  # and Alertmanager inhibits it while that one fires
+    depth: int = 0  # how many causes above it
     holds: bool = True  # its condition holds now
     firing: bool = False  # Prometheus holds it as firing (``--prometheus`` only)
     severity: str = ""  # as the rules label it (Spec.severity); the alert's own when empty
 
     def __post_init__(self) -> None:
         self.severity = self.severity or self.alert.severity
-
-    @property
-    def rank(self) -> tuple[bool, int, bool, bool, str]:
-        """What users see (a symptom alert) after the causes, then severity, then causes
-        before what they explain, then a regression against the baseline (what got worse)
-        after the causes (why), then the name."""
-        return (
-            self.alert.symptom,
-            SEVERITY_ORDER.index(self.severity),
-            bool(self.explained_by),
-            self.alert.layer == "baseline",
-            self.alert.name,
-        )
 
 
 @dataclass
@@ -92,16 +80,10 @@ class Report:
     phase_signals: dict[str, float | None]
     findings: list[Finding]
     burns: list[Burn] = field(default_factory=list)
+    judged_with: str = "the built-in defaults"  # which spec: a config file, the exporter's
 
     def __post_init__(self) -> None:
-        for source, targets, equal in INHIBITIONS:
-            for cause in (f for f in self.findings if f.alert.name == source):
-                for finding in self.findings:
-                    if finding.alert.name in targets and all(
-                        finding.labels.get(k) == cause.labels.get(k) for k in equal
-                    ):
-                        finding.explained_by = source
-        self.findings.sort(key=lambda f: f.rank)
+        self.findings = ordered(self.findings, self.spec)
         self.burns.sort(key=lambda b: b.rank)
 
     def burning(self) -> list[tuple[dict[str, str], list[Burn], list[Finding]]]:
@@ -125,6 +107,79 @@ class Report:
 
     def exit_code(self) -> int:
         return EXIT[self.worst()]
+
+
+def strength(finding: Finding, spec: Spec) -> float:
+    """How far past its threshold a finding's evidence is, as a ratio (1: just at it): the
+    weakest of the conditions that must all hold, the strongest of ``any_of``'s. A condition
+    against zero (more than none) is a gate, not a margin."""
+    ratios = []
+    for cond, value in finding.evidence:
+        if cond in finding.alert.unless or value is None or not math.isfinite(value):
+            continue
+        bound = cond.bound(spec)
+        if bound > 0 and value > 0:
+            ratio = value / bound if cond.op in (">", ">=") else bound / value
+            if ratio >= 1:
+                ratios.append(ratio)
+    if not ratios:
+        return 1.0
+    return max(ratios) if finding.alert.any_of else min(ratios)
+
+
+def rank(finding: Finding, spec: Spec) -> tuple[bool, int, float]:
+    """Among findings no relation orders: what users see (a symptom alert) after the
+    causes, then severity, then the stronger evidence first; never the name."""
+    return (
+        finding.alert.symptom,
+        SEVERITY_ORDER.index(finding.severity),
+        -strength(finding, spec),
+    )
+
+
+def ordered(findings: list[Finding], spec: Spec) -> list[Finding]:
+    """Each finding under the nearest cause that explains it (the deepest one: a stall the
+    CPU explains is nearer to the queueing than the CPU is), causes in :attr:`Finding.rank`
+    order, each followed by what it explains."""
+    causes: dict[int, list[Finding]] = {id(f): [] for f in findings}
+    for source, targets, equal in RELATIONS:
+        for cause in (f for f in findings if f.alert.name == source):
+            for finding in findings:
+                if (
+                    finding is not cause
+                    and finding.alert.name in targets
+                    and all(finding.labels.get(k) == cause.labels.get(k) for k in equal)
+                ):
+                    causes[id(finding)].append(cause)
+    depth: dict[int, int] = {}
+
+    def depth_of(finding: Finding) -> int:
+        if id(finding) not in depth:
+            depth[id(finding)] = 1 + max((depth_of(c) for c in causes[id(finding)]), default=-1)
+        return depth[id(finding)]
+
+    children: dict[int, list[Finding]] = {id(f): [] for f in findings}
+    roots = []
+    for finding in findings:
+        finding.depth = depth_of(finding)
+        if not causes[id(finding)]:
+            finding.explained_by, finding.inhibited = None, False
+            roots.append(finding)
+            continue
+        parent = min(causes[id(finding)], key=lambda c: (-depth_of(c), rank(c, spec)))
+        finding.explained_by = parent.alert.name
+        finding.inhibited = spec.inhibits(parent.alert, finding.alert)
+        children[id(parent)].append(finding)
+    out: list[Finding] = []
+
+    def visit(finding: Finding) -> None:
+        out.append(finding)
+        for child in sorted(children[id(finding)], key=lambda f: rank(f, spec)):
+            visit(child)
+
+    for root in sorted(roots, key=lambda f: rank(f, spec)):
+        visit(root)
+    return out
 
 
 def fmt(value: float | None, unit: str) -> str:
@@ -173,11 +228,16 @@ def exporter_labels(page: Samples) -> dict[str, str]:
 
 
 def exporter_report(
-    source: str, before: Samples, after: Samples, seconds: float, spec: Spec
+    source: str,
+    before: Samples,
+    after: Samples,
+    seconds: float,
+    spec: Spec,
+    judged_with: str = "the exporter's own spec",
 ) -> Report:
     """The report over two pages of one exporter ``seconds`` apart: ``diagnose --exporter``
     and the exporter's own verdict page."""
     window = Window(before, after, seconds)
     phase = {name: window.signal(name) for name in ("ttft_p95", "itl_p95")}
     findings = evaluate(window, spec, exporter_labels(after))
-    return Report(source, f"{seconds:.1f}s", spec, phase, findings)
+    return Report(source, f"{seconds:.1f}s", spec, phase, findings, judged_with=judged_with)

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from inferwatch.method.alerts import ALERTS, INHIBITIONS, Alert
+from inferwatch.method.alerts import ALERTS, RELATIONS, Alert
 from inferwatch.method.recording import recording_rules
 from inferwatch.method.runbooks import RUNBOOKS
 from inferwatch.method.slo import BURNS, FAST, SLOW
@@ -114,13 +114,23 @@ def alertmanager_document(
         "inhibit_rules": [
             {
                 "source_matchers": [f'alertname="{source}"'],
-                "target_matchers": [f'alertname=~"{"|".join(targets)}"'],
+                "target_matchers": [f'alertname=~"{"|".join(silenced)}"'],
                 "equal": list(equal),
             }
-            for source, targets, equal in INHIBITIONS
+            for source, targets, equal in RELATIONS
+            for silenced in [_silenced(spec, source, targets)]
+            if silenced
         ],
         "receivers": [receiver("page"), receiver("ticket"), receiver("info")],
     }
+
+
+def _silenced(spec: Spec, source: str, targets: tuple[str, ...]) -> list[str]:
+    """The targets a cause inhibits: those no more severe than it (a ticket never silences
+    a page); every one for a source outside the alert table (the SLO page over its ticket)."""
+    if source not in ALERTS:
+        return list(targets)
+    return [t for t in targets if spec.inhibits(ALERTS[source], ALERTS[t])]
 
 
 def _evidence(alert: Alert) -> list[str]:

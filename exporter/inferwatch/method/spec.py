@@ -14,9 +14,12 @@ from typing import Any
 
 from inferwatch.method.alerts import ALERTS, OUTSIDE_THE_SLIS, Alert
 from inferwatch.method.durations import is_duration, seconds
-from inferwatch.method.slo import SLOs, slos_from_config
+from inferwatch.method.slo import SLOs, slos_document, slos_from_config
 from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.settings import ConfigError, check_keys, non_negative_number
+
+# Most urgent first.
+SEVERITY_ORDER = ("critical", "warning", "info")
 
 
 def duration(text: str) -> str:
@@ -60,6 +63,8 @@ class Spec:
     # Selects the exporter's own scrape job (its `up` series).
     exporter_selector: str = 'job=~".*inferwatch.*"'
     runbook_url_base: str = "https://github.com/inferwatch/inferwatch/blob/main/alerts/runbooks/"
+    # The server the objectives' bucket bounds were checked against (the config's backend).
+    backend: str = "auto"
 
     @property
     def window_seconds(self) -> float:
@@ -80,6 +85,12 @@ class Spec:
         if self.paging == "slo" and alert.severity == "critical":
             return "critical" if alert.name in OUTSIDE_THE_SLIS else "warning"
         return alert.severity
+
+    def inhibits(self, cause: Alert, effect: Alert) -> bool:
+        """Whether Alertmanager inhibits ``effect`` while ``cause`` (which explains it)
+        fires: only where the cause is at least as severe (a ticket never silences a page)."""
+        order = SEVERITY_ORDER.index
+        return order(self.severity(cause)) <= order(self.severity(effect))
 
 
 _ALERTING_KEYS = {
@@ -143,4 +154,28 @@ def spec_from_config(
         paging=paging,
         exporter_selector=str(alerting.get("exporter_selector", Spec.exporter_selector)),
         runbook_url_base=str(alerting.get("runbook_url_base", Spec.runbook_url_base)),
+        backend=str(config.get("backend", Spec.backend)),
     )
+
+
+def spec_document(spec: Spec) -> dict[str, Any]:
+    """The spec as a config file's sections, which :func:`spec_from_config` reads back to an
+    equal spec: what the exporter serves at ``/spec.json``, so that ``diagnose --exporter``
+    judges with what the exporter judges with. No path and no secret: what a baseline file
+    gave is in ``thresholds``."""
+    timing = spec.timing
+    return {
+        "backend": spec.backend,
+        "thresholds": dict(spec.thresholds),
+        "alerting": {
+            "rate_window": timing.window,
+            "evaluation_interval": timing.evaluation_interval,
+            "gpu_lost_lookback": timing.gpu_lost_lookback,
+            "for": dict(timing.for_),
+            "fleet_labels": list(spec.fleet_labels),
+            "paging": spec.paging,
+            "exporter_selector": spec.exporter_selector,
+            "runbook_url_base": spec.runbook_url_base,
+        },
+        "slos": slos_document(spec.slos),
+    }

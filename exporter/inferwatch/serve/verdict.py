@@ -263,6 +263,8 @@ class VerdictHistory:
                     "layer": f.alert.layer,
                     "for": spec.timing.for_alert(f.alert),
                     "explained_by": f.explained_by,
+                    "inhibited": f.inhibited,
+                    "depth": f.depth,
                     "evidence": evidence(f, spec),
                     "runbook": f"{spec.runbook_url_base}{f.alert.name}.md",
                 }

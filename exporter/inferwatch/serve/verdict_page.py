@@ -75,10 +75,14 @@ def _finding(f: Mapping[str, Any]) -> str:
         for e in f["evidence"]
     )
     explained = (
-        f"<br><small>explained by {_e(f['explained_by'])}</small>" if f["explained_by"] else ""
+        f"<br><small>explained by {_e(f['explained_by'])}"
+        f"{' (inhibited in Alertmanager)' if f['inhibited'] else ''}</small>"
+        if f["explained_by"]
+        else ""
     )
+    indent = f' style="margin-left: {2 * f["depth"]}em"' if f["depth"] else ""
     return (
-        f'<div class="finding {_e(f["severity"])}" data-alert="{_e(f["alert"])}">'
+        f'<div class="finding {_e(f["severity"])}" data-alert="{_e(f["alert"])}"{indent}>'
         f"<b>{_e(f['severity'].upper())} {_e(f['alert'])}</b> "
         f"<span class='muted'>{_e(f['phase'])} / {_e(f['layer'])}</span>{explained}"
         "<table><tr><th></th><th>signal</th><th>measured</th><th></th><th>threshold</th>"

@@ -26,6 +26,7 @@ from inferwatch import __version__
 from inferwatch.capture.capturer import MANUAL, Capturer
 from inferwatch.collect.poller import Poller
 from inferwatch.logs import LogLimiter
+from inferwatch.method.spec import spec_document
 from inferwatch.serve.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Renderer
 from inferwatch.serve.request_checks import request_checks
 from inferwatch.serve.verdict import VerdictHistory
@@ -245,6 +246,13 @@ async def verdict_json(request: web.Request) -> web.Response:
     return web.json_response(history.document(), dumps=json.dumps, headers=_NO_STORE)
 
 
+async def spec_json(request: web.Request) -> web.Response:
+    """What the exporter judges with (thresholds, windows, ``for``s, objectives), as config
+    sections: ``diagnose --exporter`` reads it to judge alike."""
+    doc = spec_document(request.app[VERDICT].spec)
+    return web.json_response(doc, dumps=json.dumps, headers=_NO_STORE)
+
+
 def http_app(
     poller: Poller,
     renderer: Renderer,
@@ -282,6 +290,7 @@ def http_app(
     app.router.add_get("/captures/{name}", download_capture)
     app.router.add_get("/", landing)
     app.router.add_get("/verdict.json", verdict_json)
+    app.router.add_get("/spec.json", spec_json)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     return app

@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from inferwatch.tools.credentials import Credentials
 from inferwatch.urls import redact_url
 
 EXIT_INCOMPLETE = 1
@@ -42,14 +43,16 @@ async def capture(
     wait: float,
     timeout: float,
     max_bytes: int,
-    authorization: str | None = None,
+    credentials: Credentials | None = None,
 ) -> int:
-    """``authorization``: an Authorization header value (basic auth), sent with every call;
+    """``credentials``: basic auth (sent with every call) and TLS verification;
     ``max_bytes``: the largest archive downloaded."""
     base = exporter.rstrip("/")
     client_timeout = aiohttp.ClientTimeout(total=timeout)
-    headers = {"Authorization": authorization} if authorization else {}
-    async with aiohttp.ClientSession(timeout=client_timeout, headers=headers) as session:
+    access = credentials or Credentials()
+    async with aiohttp.ClientSession(
+        timeout=client_timeout, headers=access.headers, connector=access.connector()
+    ) as session:
         params = {"seconds": f"{seconds:g}"} if seconds else {}
         status, doc = await _call(session, "POST", f"{base}/capture", params)
         if status == 404:

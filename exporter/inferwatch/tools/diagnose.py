@@ -2,10 +2,10 @@
 
 Phase first (is TTFT or per-token latency the one that is high?), then layer (which alert
 conditions hold: scheduling, compute, memory, system...), then the evidence (each condition's
-measured value against its threshold), ranked by severity, with the runbook to open. A
-finding that Alertmanager would inhibit (the example config's inhibitions: a stall explains
-the queueing it causes, a dead backend its pod's latency) is ranked after the finding that
-explains it and says so.
+measured value against its threshold), in the method's causal order, with the runbook to
+open: a finding another one explains (a stall the queueing it causes, a dead backend its
+pod's latency) is listed right under it, and says whether Alertmanager inhibits it. The
+text and JSON are written by :mod:`inferwatch.tools.report`.
 
 With ``--prometheus``, an SLO whose burn-rate alert fires (``InferenceSLOFastBurn``,
 ``InferenceSLOSlowBurn``) comes first: per model, the burning objectives (what users feel:
@@ -23,11 +23,13 @@ Two sources:
   reads "nothing holds" next to a page.
 - ``--exporter URL``: one inferwatch, scraped twice ``--interval`` seconds apart; every
   signal is computed from the two pages (the window is the interval) and the same
-  conditions are checked.
+  conditions are checked, with the spec the exporter judges with (its ``/spec.json``:
+  a ``--config`` given overrides it).
 
 Sample::
 
     inferwatch diagnose: http://prometheus:9090 (window 5m)
+    judged with --config inferwatch.yaml
 
     SLO burning: backend=vllm model=llama-3-8b namespace=prod
     CRITICAL InferenceSLOFastBurn  ttft (time to first token)
@@ -57,30 +59,28 @@ import math
 import time
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
 
 from inferwatch.collect.textparse import read_page
 from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.method import slo
-from inferwatch.method.alerts import ALERTS, Alert, Cond
+from inferwatch.method.alerts import ALERTS, Alert
 from inferwatch.method.findings import (
     SEVERITY_ORDER,
     Burn,
     Finding,
     Report,
     exporter_report,
-    fmt,
-    phase_of,
 )
 from inferwatch.method.rules import placeholders
 from inferwatch.method.signals import (
     SIGNALS,
 )
-from inferwatch.method.spec import Spec
+from inferwatch.method.spec import Spec, spec_from_config
+from inferwatch.settings import ConfigError
+from inferwatch.tools.credentials import Credentials
 from inferwatch.urls import redact_url
 
 EXIT_UNREADABLE = 5
-RUNBOOKS = "alerts/runbooks/"
 # The burn-rate alerts (slo.UNMEASURED says nothing burns) and the long windows of their
 # conditions, in slo.BURNS order: 1h, 6h (the page), 1d, 3d (the ticket).
 BURN_ALERTS = (slo.FAST, slo.SLOW)
@@ -89,89 +89,6 @@ BURN_WINDOWS = tuple(dict.fromkeys(b.long for b in slo.BURNS))
 
 class SourceError(Exception):
     """The source cannot be read or does not hold inferwatch data; str() is one line."""
-
-
-# --- formatting ----------------------------------------------------------------------------
-
-
-def _evidence_text(alert: Alert, cond: Cond, value: float | None, spec: Spec) -> str:
-    signal = SIGNALS[cond.signal]
-    keyword = "unless " if cond in alert.unless else ("or " if cond in alert.any_of[1:] else "")
-    bound = fmt(cond.bound(spec), signal.unit)
-    return f"{keyword}{signal.label} {fmt(value, signal.unit)} {cond.op} {bound}"
-
-
-def phase_verdict(report: Report) -> str:
-    """Prefill or decode: which of TTFT and per-token latency is above its threshold."""
-    phase, detail = phase_of(
-        report.phase_signals.get("ttft_p95"), report.phase_signals.get("itl_p95"), report.spec
-    )
-    return f"phase: {phase}  ({detail})"
-
-
-def _where(labels: Mapping[str, str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(labels.items()))
-
-
-def _finding_lines(finding: Finding, spec: Spec) -> list[str]:
-    alert = finding.alert
-    lines = [
-        f"{finding.severity.upper():8} {alert.name}  {alert.phase} / {alert.layer}  "
-        f"{_where(finding.labels)}".rstrip()
-    ]
-    evidence = "; ".join(_evidence_text(alert, c, v, spec) for c, v in finding.evidence)
-    lines.append(f"         {evidence}")
-    if finding.firing and not finding.holds:
-        lines.append("         firing in Prometheus; its condition no longer holds now")
-    if finding.explained_by:
-        lines.append(f"         explained by {finding.explained_by} (inhibited in Alertmanager)")
-    lines.append(f"         runbook: {RUNBOOKS}{alert.name}.md")
-    return lines
-
-
-def _burn_lines(burn: Burn) -> list[str]:
-    kind = slo.KINDS.get(burn.kind)
-    rates = ", ".join(f"{fmt(v, 'factor')} over {w}" for w, v in burn.burn_rates.items())
-    return [
-        f"{burn.severity.upper():8} {', '.join(burn.alerts)}  {burn.kind}"
-        + (f" ({kind.title})" if kind else ""),
-        f"         burn rate {rates or 'n/a'}; error budget remaining "
-        + fmt(burn.budget_remaining, "ratio"),
-        f"         runbook: {RUNBOOKS}{burn.alerts[0]}.md",
-    ]
-
-
-def render(report: Report) -> str:
-    lines = [f"inferwatch diagnose: {report.source} (window {report.window})", ""]
-    # What users feel first, then why: each model's burning objectives, its findings under them.
-    for labels, burns, causes in report.burning():
-        lines.append(f"SLO burning: {_where(labels)}")
-        for burn in burns:
-            lines += _burn_lines(burn)
-        if causes:
-            lines.append("  causes, most likely first:")
-            for finding in causes:
-                lines += ["  " + line for line in _finding_lines(finding, report.spec)]
-        else:
-            lines.append(
-                "  causes: no alert condition of the heuristics spec holds for this model "
-                "(see the triage dashboard)"
-            )
-        lines.append("")
-    lines.append(phase_verdict(report))
-    layers = []
-    for finding in report.findings:
-        if finding.explained_by is None and finding.alert.layer not in layers:
-            layers.append(finding.alert.layer)
-    lines.append("layer: " + (", ".join(layers) if layers else "no alert condition holds"))
-    others = report.others()
-    if others or not report.burns:
-        lines.append("")
-    for finding in others:
-        lines += _finding_lines(finding, report.spec)
-    if not report.findings and not report.burns:
-        lines.append("healthy: no alert condition of the heuristics spec holds")
-    return "\n".join(lines)
 
 
 # --- from Prometheus -----------------------------------------------------------------------
@@ -204,7 +121,9 @@ def _covers(series: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(series[k] == labels[k] for k in keys if k in series and k in labels)
 
 
-async def from_prometheus(url: str, spec: Spec, timeout: float = 10.0) -> Report:
+async def from_prometheus(
+    url: str, spec: Spec, timeout: float = 10.0, judged_with: str = "the built-in defaults"
+) -> Report:
     upstream = Upstream(url, timeout=timeout, max_bytes=64 * 1024 * 1024)
     values = placeholders(spec)
     try:
@@ -258,7 +177,7 @@ async def from_prometheus(url: str, spec: Spec, timeout: float = 10.0) -> Report
         burns = await _burns(upstream, spec)
     finally:
         await upstream.close()
-    return Report(redact_url(url), spec.timing.window, spec, phase, findings, burns)
+    return Report(redact_url(url), spec.timing.window, spec, phase, findings, burns, judged_with)
 
 
 async def _burns(upstream: Upstream, spec: Spec) -> list[Burn]:
@@ -298,10 +217,25 @@ async def _burns(upstream: Upstream, spec: Spec) -> list[Burn]:
 
 
 async def from_exporter(
-    url: str, spec: Spec, interval: float = 5.0, timeout: float = 10.0
+    url: str,
+    given: tuple[Spec, str] | None = None,
+    interval: float = 5.0,
+    timeout: float = 10.0,
+    credentials: Credentials | None = None,
 ) -> Report:
-    upstream = Upstream(url, timeout=timeout, max_bytes=64 * 1024 * 1024)
+    """Two scrapes of the exporter ``interval`` apart, judged with the spec it serves
+    (``/spec.json``, the one its verdict page judges with) unless ``given`` (a spec and where
+    it came from, for the report)."""
+    access = credentials or Credentials()
+    upstream = Upstream(
+        url,
+        timeout=timeout,
+        max_bytes=64 * 1024 * 1024,
+        headers=access.headers,
+        ssl_context=access.ssl,
+    )
     try:
+        spec, judged_with = given or await _served_spec(upstream)
         first = read_page(await upstream.get_exposition("/metrics"))
         started = time.monotonic()
         await asyncio.sleep(interval)
@@ -315,53 +249,22 @@ async def from_exporter(
         raise SourceError(
             f"{redact_url(url)} is not an inferwatch exporter (no inferwatch_build_info)"
         )
-    return exporter_report(redact_url(url), first, second, seconds, spec)
+    return exporter_report(redact_url(url), first, second, seconds, spec, judged_with)
 
 
-def _number(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) else value
-
-
-def report_json(report: Report) -> dict[str, Any]:
-    """The report as JSON (for scripts). ``slos``: one entry per model with a burning SLO,
-    worst first, always present (empty when none burns); its ``causes`` are findings of
-    ``findings``, which lists every finding as without SLOs."""
-    return {
-        "source": report.source,
-        "window": report.window,
-        "worst": report.worst(),
-        "phase_signals": report.phase_signals,
-        "slos": [
-            {
-                "labels": labels,
-                "objectives": [
-                    {
-                        "slo": b.kind,
-                        "severity": b.severity,
-                        "alerts": list(b.alerts),
-                        "burn_rates": {w: _number(v) for w, v in b.burn_rates.items()},
-                        "error_budget_remaining": _number(b.budget_remaining),
-                        "runbook": f"{RUNBOOKS}{b.alerts[0]}.md",
-                    }
-                    for b in burns
-                ],
-                "causes": [{"alert": f.alert.name, "labels": dict(f.labels)} for f in causes],
-            }
-            for labels, burns, causes in report.burning()
-        ],
-        "findings": [
-            {
-                "alert": f.alert.name,
-                "severity": f.severity,
-                "phase": f.alert.phase,
-                "layer": f.alert.layer,
-                "labels": dict(f.labels),
-                "evidence": {c.signal: v for c, v in f.evidence},
-                "runbook": f"{RUNBOOKS}{f.alert.name}.md",
-                "explained_by": f.explained_by,
-                "holds": f.holds,
-                "firing": f.firing,
-            }
-            for f in report.findings
-        ],
-    }
+async def _served_spec(upstream: Upstream) -> tuple[Spec, str]:
+    """The spec the exporter judges with; the built-in defaults from one that serves none
+    (a release before /spec.json)."""
+    where = redact_url(upstream.origin() + "/spec.json")
+    try:
+        doc = json.loads(await upstream.get_body("/spec.json"))
+    except UpstreamError as exc:
+        if exc.status == 404:
+            return spec_from_config({}), f"the built-in defaults ({where}: none served)"
+        raise
+    except ValueError:
+        raise SourceError(f"{where} is not JSON") from None
+    try:
+        return spec_from_config(doc), f"the exporter's own spec ({where})"
+    except (ConfigError, AttributeError, TypeError) as exc:
+        raise SourceError(f"{where} is not a spec inferwatch reads: {exc}") from None

@@ -18,16 +18,17 @@ from inferwatch.method.alerts import (
     scheduling,
     system,
 )
-from inferwatch.method.alerts.alert import STEP_SPAN, Alert, Cond
+from inferwatch.method.alerts.alert import STEP_SPAN, USERS_SEE, Alert, Cond
 from inferwatch.method.scenario import A, B, Scenario, healthy
 from inferwatch.method.signals import INSTANCE
 
 __all__ = [
     "ALERTS",
     "FLEET_SCENARIOS",
-    "INHIBITIONS",
     "OUTSIDE_THE_SLIS",
+    "RELATIONS",
     "STEP_SPAN",
+    "USERS_SEE",
     "Alert",
     "Cond",
 ]
@@ -58,21 +59,65 @@ ALERTS: dict[str, Alert] = _table()
 # the paging (``Alert.outside_the_slis``).
 OUTSIDE_THE_SLIS = tuple(a.name for a in ALERTS.values() if a.outside_the_slis)
 
-# Alertmanager inhibitions: (source alert, target alerts, labels that must be equal).
-INHIBITIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    (
-        "InferenceBackendDown",
-        tuple(
-            a.name
-            for a in ALERTS.values()
-            if a.level == INSTANCE and a.name != "InferenceBackendDown"
-        ),
-        ("instance",),
-    ),
-    ("InferenceQueuedWhileIdle", ("InferenceQueueingDelay",), ("model",)),
+# The method's causal graph: (cause, what it explains, labels that must be equal). A dead
+# backend explains everything about its pod; the rest is each alert's ``explains``. The
+# verdict page and ``diagnose`` list an explained finding under its cause; the generated
+# Alertmanager config inhibits it (where the cause's severity is at least its own).
+Relation = tuple[str, tuple[str, ...], tuple[str, ...]]
+
+
+def _relations() -> tuple[Relation, ...]:
+    down = "InferenceBackendDown"
+    out: list[Relation] = [
+        (
+            down,
+            tuple(a.name for a in ALERTS.values() if a.level == INSTANCE and a.name != down),
+            ("instance",),
+        )
+    ]
+    for alert in ALERTS.values():
+        unknown = sorted(set(alert.explains) - set(ALERTS) | ({alert.name} & set(alert.explains)))
+        if unknown:
+            raise ValueError(f"{alert.name} explains {unknown}: not another alert of the table")
+        for equal in (("instance",), ("model",)):
+            same = tuple(
+                name
+                for name in alert.explains
+                if (equal == ("instance",))
+                == (alert.level == INSTANCE and ALERTS[name].level == INSTANCE)
+            )
+            if same:
+                out.append((alert.name, same, equal))
+    _check_acyclic(out)
     # The page says it; the ticket for the same objective would say it again.
-    ("InferenceSLOFastBurn", ("InferenceSLOSlowBurn",), ("slo", "namespace", "backend", "model")),
-)
+    out.append(
+        (
+            "InferenceSLOFastBurn",
+            ("InferenceSLOSlowBurn",),
+            ("slo", "namespace", "backend", "model"),
+        )
+    )
+    return tuple(out)
+
+
+def _check_acyclic(relations: list[Relation]) -> None:
+    """No alert explains itself through others (the listing nests causes above effects)."""
+    explains = {}
+    for source, targets, _ in relations:
+        explains.setdefault(source, set()).update(targets)
+
+    def reach(name: str, path: tuple[str, ...]) -> None:
+        for target in sorted(explains.get(name, ())):
+            if target in path:
+                raise ValueError(f"the alerts explain each other: {' -> '.join((*path, target))}")
+            reach(target, (*path, target))
+
+    for name in explains:
+        reach(name, (name,))
+
+
+RELATIONS: tuple[Relation, ...] = _relations()
+
 
 # The scenarios of no one alert: a healthy fleet, where nothing fires. (Its promtool test
 # also counts every firing alert, so an alert missing from ``silent`` is judged there too.)

@@ -25,6 +25,10 @@ class Thresholds(Protocol):
     def threshold(self, name: str) -> float: ...
 
 
+# What users see, not why: the client's view (the canary's alerts) and the regression against
+# the baseline. Every cause of slow or failed requests explains them (``Alert.explains``).
+USERS_SEE = ("InferenceCanaryFailing", "InferenceClientGap", "InferenceLatencyRegression")
+
 # An engine step as it appears in a vLLM capture's trace, for the alerts' ``evidence``: one
 # ``execute_context_<P>(<p>)_generation_<D>(<d>)`` span per step (P requests prefilling p
 # tokens, D requests decoding d tokens).
@@ -100,8 +104,13 @@ class Alert:
     when: tuple[Cond, ...] = ()
     any_of: tuple[Cond, ...] = ()
     unless: tuple[Cond, ...] = ()
+    # The alerts this cause explains when both hold for the same instance (or model): the
+    # method's causal graph. ``diagnose`` and the verdict page list them under it, and the
+    # generated Alertmanager config inhibits them while it fires where its severity is at
+    # least theirs (a ticket never silences a page).
+    explains: tuple[str, ...] = ()
     # Says what users see, not why: the client's view (the canary's alerts), which the
-    # server-side causes found with it explain; ``diagnose`` and the verdict list it after.
+    # server-side causes found with it explain; ranked after the causes when none holds.
     symptom: bool = False
     # A critical alert about requests the server never counts (a dead server, a path to it
     # that fails): no SLI sees them, so it pages even where the SLOs do the paging.

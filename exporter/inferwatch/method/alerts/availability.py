@@ -114,6 +114,7 @@ REQUEST_ERRORS = Alert(
     level=MODEL,
     phase="any",
     layer="availability",
+    explains=("InferenceCanaryFailing",),
     for_default="5m",
     summary="{{ $labels.model }}: {{ $value | humanizePercentage }} of requests fail",
     description="{{ $value | humanizePercentage }} of the requests of {{ $labels.model }} finished "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferwatch.method.alerts.alert import Alert, Cond
+from inferwatch.method.alerts.alert import USERS_SEE, Alert, Cond
 from inferwatch.method.scenario import A, B, Scenario, healthy, instance_alert
 from inferwatch.method.signals import INSTANCE
 
@@ -60,6 +60,7 @@ INTERCONNECT_SATURATED = Alert(
     level=INSTANCE,
     phase="any",
     layer="communication",
+    explains=("InferencePrefillBottleneck", "InferenceDecodeBottleneck", *USERS_SEE),
     for_default="10m",
     summary="GPU {{ $labels.gpu }} on {{ $labels.instance }}: a link runs near its peak",
     description="GPU {{ $labels.gpu }} ({{ $labels.name }}) moved "

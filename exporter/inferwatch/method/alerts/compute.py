@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferwatch.method.alerts.alert import STEP_SPAN, Alert, Cond
+from inferwatch.method.alerts.alert import STEP_SPAN, USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import INSTANCE_ITL, P95, value_of, window_mean
 from inferwatch.method.alerts.memory import kv_pressure_on_a
 from inferwatch.method.scenario import (
@@ -93,6 +93,7 @@ PREFILL_BOTTLENECK = Alert(
     level=INSTANCE,
     phase="prefill",
     layer="compute",
+    explains=USERS_SEE,
     for_default="5m",
     summary="Prefill is the bottleneck on {{ $labels.instance }} ({{ $labels.model }})",
     description="TTFT p95 is {{ $value | humanizeDuration }} (threshold %(t.ttft_p95_seconds)ss) "
@@ -165,6 +166,7 @@ GPU_UNDERUTILIZED = Alert(
     level=INSTANCE,
     phase="any",
     layer="compute",
+    explains=USERS_SEE,
     for_default="10m",
     summary="GPUs on {{ $labels.instance }} mostly idle while requests run",
     description="The GPUs were busy {{ $value | humanizePercentage }} of the time over %(window)s "
@@ -221,6 +223,7 @@ GPU_THROTTLING = Alert(
     level=INSTANCE,
     phase="any",
     layer="compute",
+    explains=("InferencePrefillBottleneck", "InferenceDecodeBottleneck", *USERS_SEE),
     for_default="5m",
     summary="GPU {{ $labels.gpu }} on {{ $labels.instance }} is throttled ({{ $labels.reason }})",
     description="GPU {{ $labels.gpu }} ({{ $labels.name }}) had its clocks held down for "

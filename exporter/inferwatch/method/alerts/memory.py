@@ -6,7 +6,7 @@ the GPU's memory bandwidth.
 
 from __future__ import annotations
 
-from inferwatch.method.alerts.alert import STEP_SPAN, Alert, Cond
+from inferwatch.method.alerts.alert import STEP_SPAN, USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import (
     INSTANCE_ITL,
     INSTANCE_TTFT,
@@ -70,6 +70,7 @@ DECODE_BOTTLENECK = Alert(
     level=INSTANCE,
     phase="decode",
     layer="memory",
+    explains=USERS_SEE,
     for_default="5m",
     summary="Decode is the bottleneck on {{ $labels.instance }} ({{ $labels.model }})",
     description="Inter-token latency p95 is {{ $value | humanizeDuration }} (threshold "
@@ -184,6 +185,8 @@ KV_CACHE_PRESSURE = Alert(
     level=INSTANCE,
     phase="decode",
     layer="memory",
+    # Preempted requests wait and are computed again: queueing and prefill work it causes.
+    explains=("InferenceQueueingDelay", "InferencePrefillBottleneck", *USERS_SEE),
     for_default="5m",
     summary="KV cache under pressure on {{ $labels.instance }} ({{ $labels.model }})",
     description="KV-cache use now "

@@ -3,7 +3,7 @@ steps that wait behind prefill chunks."""
 
 from __future__ import annotations
 
-from inferwatch.method.alerts.alert import STEP_SPAN, Alert, Cond
+from inferwatch.method.alerts.alert import STEP_SPAN, USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import (
     INSTANCE_ITL,
     P50,
@@ -128,6 +128,12 @@ QUEUED_WHILE_IDLE = Alert(
     level=INSTANCE,
     phase="any",
     layer="scheduling",
+    explains=(
+        "InferenceQueueingDelay",
+        "InferenceGPUUnderutilized",
+        "InferencePrefillStallsDecode",
+        *USERS_SEE,
+    ),
     for_default="1m",
     summary="Requests wait while the accelerator idles on {{ $labels.instance }}",
     description="Requests for {{ $labels.model }} waited while the GPU (or, without NVML, the "
@@ -184,6 +190,7 @@ QUEUEING_DELAY = Alert(
     level=MODEL,
     phase="prefill",
     layer="scheduling",
+    explains=USERS_SEE,
     for_default="5m",
     summary="{{ $labels.model }}: time to first token is dominated by queueing",
     description="TTFT p95 of {{ $labels.model }} across replicas is "
@@ -263,6 +270,7 @@ PREFILL_STALLS_DECODE = Alert(
     level=INSTANCE,
     phase="decode",
     layer="scheduling",
+    explains=USERS_SEE,
     for_default="5m",
     summary="Prefill stalls decode on {{ $labels.instance }} ({{ $labels.model }})",
     description='Inter-token latency p99 is {{ $value | printf "%%.3g" }}x its median ('

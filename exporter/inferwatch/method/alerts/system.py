@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferwatch.method.alerts.alert import Alert, Cond
+from inferwatch.method.alerts.alert import USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import value_of, window_mean
 from inferwatch.method.scenario import (
     CANARY_OK,
@@ -53,6 +53,12 @@ FRONTEND_CPU_SATURATED = Alert(
     level=INSTANCE,
     phase="any",
     layer="system",
+    explains=(
+        "InferenceQueuedWhileIdle",
+        "InferenceQueueingDelay",
+        "InferenceGPUUnderutilized",
+        *USERS_SEE,
+    ),
     for_default="5m",
     summary="API server / tokenizer CPU saturated on {{ $labels.instance }}",
     description='The server\'s frontend process used {{ $value | printf "%%.2f" }} CPU cores over '

@@ -39,7 +39,7 @@ from __future__ import annotations
 from inferwatch.method.slo.alerting import ALERT_NAMES, FAST, SLOW, UNMEASURED, alert_rules
 from inferwatch.method.slo.buckets import BUCKET_BOUNDS
 from inferwatch.method.slo.burns import BURNS, WINDOWS, Burn
-from inferwatch.method.slo.config import slos_from_config
+from inferwatch.method.slo.config import slos_document, slos_from_config
 from inferwatch.method.slo.objectives import (
     KINDS,
     SCOPES,
@@ -70,5 +70,6 @@ __all__ = [
     "alert_rules",
     "record",
     "recording_rules",
+    "slos_document",
     "slos_from_config",
 ]

@@ -106,3 +106,21 @@ def _check_reachable(objectives: tuple[Objective, ...], window: str, where: str)
                 f"fastest burn ({factor:.3g}x over {BURNS[0].long}) cannot reach; use at least "
                 f"{1 - 1 / factor:.4g}"
             )
+
+
+def slos_document(slos: SLOs) -> dict[str, Any]:
+    """The ``slos:`` section :func:`slos_from_config` reads back to ``slos``."""
+
+    def objectives(group: ModelObjectives) -> dict[str, Any]:
+        return {
+            o.kind: {"target": o.target, **({} if o.seconds is None else {"seconds": o.seconds})}
+            for o in group.objectives
+        }
+
+    default = [g for g in slos.groups if not g.models]
+    return {
+        "window": slos.window,
+        "scope": slos.scope,
+        "objectives": objectives(default[0]) if default else {},
+        "models": {m: objectives(g) for g in slos.groups for m in g.models},
+    }

@@ -1,0 +1,165 @@
+"""What ``inferwatch diagnose`` prints: a :class:`~inferwatch.method.findings.Report` as
+text for on-call (each finding indented under the cause that explains it) or as JSON for
+scripts (with the phase verdict the text and ``/verdict.json`` carry)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from inferwatch.method import slo
+from inferwatch.method.alerts import Alert, Cond
+from inferwatch.method.findings import Burn, Finding, Report, fmt, phase_of
+from inferwatch.method.signals import SIGNALS
+from inferwatch.method.spec import Spec
+
+RUNBOOKS = "alerts/runbooks/"
+
+
+def evidence_text(alert: Alert, cond: Cond, value: float | None, spec: Spec) -> str:
+    signal = SIGNALS[cond.signal]
+    keyword = "unless " if cond in alert.unless else ("or " if cond in alert.any_of[1:] else "")
+    bound = fmt(cond.bound(spec), signal.unit)
+    return f"{keyword}{signal.label} {fmt(value, signal.unit)} {cond.op} {bound}"
+
+
+def _phase(report: Report) -> tuple[str, str]:
+    signals = report.phase_signals
+    return phase_of(signals.get("ttft_p95"), signals.get("itl_p95"), report.spec)
+
+
+def phase_verdict(report: Report) -> str:
+    """Prefill or decode: which of TTFT and per-token latency is above its threshold."""
+    phase, detail = _phase(report)
+    return f"phase: {phase}  ({detail})"
+
+
+def _where(labels: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _finding_lines(finding: Finding, spec: Spec, indent: int = 0) -> list[str]:
+    """A finding, indented under the cause that explains it."""
+    lines = _finding_text(finding, spec)
+    pad = "  " * (indent + finding.depth)
+    return [pad + line for line in lines]
+
+
+def _finding_text(finding: Finding, spec: Spec) -> list[str]:
+    alert = finding.alert
+    lines = [
+        f"{finding.severity.upper():8} {alert.name}  {alert.phase} / {alert.layer}  "
+        f"{_where(finding.labels)}".rstrip()
+    ]
+    evidence = "; ".join(evidence_text(alert, c, v, spec) for c, v in finding.evidence)
+    lines.append(f"         {evidence}")
+    if finding.firing and not finding.holds:
+        lines.append("         firing in Prometheus; its condition no longer holds now")
+    if finding.explained_by:
+        inhibited = " (inhibited in Alertmanager)" if finding.inhibited else ""
+        lines.append(f"         explained by {finding.explained_by}{inhibited}")
+    lines.append(f"         runbook: {RUNBOOKS}{alert.name}.md")
+    return lines
+
+
+def _burn_lines(burn: Burn) -> list[str]:
+    kind = slo.KINDS.get(burn.kind)
+    rates = ", ".join(f"{fmt(v, 'factor')} over {w}" for w, v in burn.burn_rates.items())
+    return [
+        f"{burn.severity.upper():8} {', '.join(burn.alerts)}  {burn.kind}"
+        + (f" ({kind.title})" if kind else ""),
+        f"         burn rate {rates or 'n/a'}; error budget remaining "
+        + fmt(burn.budget_remaining, "ratio"),
+        f"         runbook: {RUNBOOKS}{burn.alerts[0]}.md",
+    ]
+
+
+def render(report: Report) -> str:
+    lines = [
+        f"inferwatch diagnose: {report.source} (window {report.window})",
+        f"judged with {report.judged_with}",
+        "",
+    ]
+    # What users feel first, then why: each model's burning objectives, its findings under them.
+    for labels, burns, causes in report.burning():
+        lines.append(f"SLO burning: {_where(labels)}")
+        for burn in burns:
+            lines += _burn_lines(burn)
+        if causes:
+            lines.append("  causes, most likely first:")
+            for finding in causes:
+                lines += _finding_lines(finding, report.spec, indent=1)
+        else:
+            lines.append(
+                "  causes: no alert condition of the heuristics spec holds for this model "
+                "(see the triage dashboard)"
+            )
+        lines.append("")
+    lines.append(phase_verdict(report))
+    layers = []
+    for finding in report.findings:
+        if finding.explained_by is None and finding.alert.layer not in layers:
+            layers.append(finding.alert.layer)
+    lines.append("layer: " + (", ".join(layers) if layers else "no alert condition holds"))
+    others = report.others()
+    if others or not report.burns:
+        lines.append("")
+    for finding in others:
+        lines += _finding_lines(finding, report.spec)
+    if not report.findings and not report.burns:
+        lines.append("healthy: no alert condition of the heuristics spec holds")
+    return "\n".join(lines)
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The report as JSON (for scripts). ``slos``: one entry per model with a burning SLO,
+    worst first, always present (empty when none burns); its ``causes`` are findings of
+    ``findings``, which lists every finding as without SLOs."""
+    return {
+        "source": report.source,
+        "window": report.window,
+        "judged_with": report.judged_with,
+        "worst": report.worst(),
+        "phase": dict(zip(("phase", "detail"), _phase(report), strict=True)),
+        "phase_signals": report.phase_signals,
+        "slos": [
+            {
+                "labels": labels,
+                "objectives": [
+                    {
+                        "slo": b.kind,
+                        "severity": b.severity,
+                        "alerts": list(b.alerts),
+                        "burn_rates": {w: _number(v) for w, v in b.burn_rates.items()},
+                        "error_budget_remaining": _number(b.budget_remaining),
+                        "runbook": f"{RUNBOOKS}{b.alerts[0]}.md",
+                    }
+                    for b in burns
+                ],
+                "causes": [{"alert": f.alert.name, "labels": dict(f.labels)} for f in causes],
+            }
+            for labels, burns, causes in report.burning()
+        ],
+        "findings": [
+            {
+                "alert": f.alert.name,
+                "severity": f.severity,
+                "phase": f.alert.phase,
+                "layer": f.alert.layer,
+                "labels": dict(f.labels),
+                "evidence": {c.signal: v for c, v in f.evidence},
+                "runbook": f"{RUNBOOKS}{f.alert.name}.md",
+                "explained_by": f.explained_by,
+                "inhibited": f.inhibited,
+                "depth": f.depth,
+                "holds": f.holds,
+                "firing": f.firing,
+            }
+            for f in report.findings
+        ],
+    }

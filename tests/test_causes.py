@@ -1,0 +1,157 @@
+"""The method's causal graph: what explains what, and the order findings are read in.
+
+The relations are data (each alert's ``explains``, :data:`~inferwatch.method.alerts.RELATIONS`);
+the verdict page, ``diagnose`` and the generated Alertmanager config all read them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from inferwatch.method.alerts import ALERTS, RELATIONS, USERS_SEE
+from inferwatch.method.findings import Finding, Report, strength
+from inferwatch.method.rules import alertmanager_document
+from inferwatch.method.spec import SEVERITY_ORDER, spec_from_config
+from inferwatch.tools.report import render, report_json
+
+SPEC = spec_from_config({})
+POD = {"instance": "a:8000", "backend": "vllm", "model": "tiny"}
+
+
+def finding(name: str, factor: float = 1.5, labels: dict | None = None) -> Finding:
+    """The alert holding with every condition ``factor`` past its bound."""
+    alert = ALERTS[name]
+    evidence = []
+    for cond in alert.when + alert.any_of:
+        bound = cond.bound(SPEC)
+        value = bound * factor if cond.op in (">", ">=") else bound / factor
+        evidence.append((cond, value if bound > 0 else 1.0))
+    return Finding(alert, labels or POD, evidence, severity=SPEC.severity(alert))
+
+
+def report(*findings: Finding) -> Report:
+    return Report("x", "5m", SPEC, {"ttft_p95": None, "itl_p95": None}, list(findings))
+
+
+def listing(r: Report) -> list[tuple[int, str, str | None]]:
+    return [(f.depth, f.alert.name, f.explained_by) for f in r.findings]
+
+
+def test_the_engine_stall_lists_its_cause_first_and_what_users_see_under_it() -> None:
+    # The demo's engine stall: the canary's probes time out (critical), latency regressed,
+    # requests queue; the stall explains all of it.
+    r = report(
+        finding("InferenceCanaryFailing", 50.0),
+        finding("InferenceLatencyRegression", 10.0),
+        finding("InferenceQueueingDelay", 5.0),
+        finding("InferenceQueuedWhileIdle", 1.2),
+    )
+    # Each under its nearest cause: the queueing the stall causes, what users see under it.
+    assert listing(r) == [
+        (0, "InferenceQueuedWhileIdle", None),
+        (1, "InferenceQueueingDelay", "InferenceQueuedWhileIdle"),
+        (2, "InferenceLatencyRegression", "InferenceQueueingDelay"),
+        (2, "InferenceCanaryFailing", "InferenceQueueingDelay"),
+    ]
+    # A ticket never silences a page: the canary's critical alert still notifies.
+    inhibited = {f.alert.name: f.inhibited for f in r.findings}
+    assert inhibited["InferenceCanaryFailing"] is False
+    assert inhibited["InferenceLatencyRegression"] is True
+    text = render(r)
+    assert text.index("InferenceQueuedWhileIdle") < text.index("InferenceCanaryFailing")
+    assert "  explained by InferenceQueuedWhileIdle (inhibited in Alertmanager)" in text
+    assert "explained by InferenceQueueingDelay\n" in text  # the canary's, not inhibited
+    doc = report_json(r)["findings"]
+    assert [f["depth"] for f in doc] == [0, 1, 2, 2]
+
+
+def test_a_finding_goes_under_its_nearest_cause() -> None:
+    # The CPU starves the engine loop (queued while idle), which makes requests queue.
+    r = report(
+        finding("InferenceQueueingDelay", 3.0),
+        finding("InferenceQueuedWhileIdle", 2.0),
+        finding("InferenceFrontendCPUSaturated", 1.1),
+    )
+    assert listing(r) == [
+        (0, "InferenceFrontendCPUSaturated", None),
+        (1, "InferenceQueuedWhileIdle", "InferenceFrontendCPUSaturated"),
+        (2, "InferenceQueueingDelay", "InferenceQueuedWhileIdle"),
+    ]
+
+
+def test_a_cause_of_another_model_explains_nothing() -> None:
+    other = {**POD, "instance": "b:8000", "model": "other"}
+    r = report(
+        finding("InferenceQueueingDelay", 3.0, other),
+        finding("InferenceQueuedWhileIdle", 2.0),
+        finding("InferenceQueueingDelay", 3.0),
+    )
+    assert listing(r) == [
+        (0, "InferenceQueueingDelay", None),  # the other model's: stronger evidence
+        (0, "InferenceQueuedWhileIdle", None),
+        (1, "InferenceQueueingDelay", "InferenceQueuedWhileIdle"),
+    ]
+    assert r.findings[0].labels["model"] == "other"
+
+
+@pytest.mark.parametrize("stronger", [1.5, 4.0])
+def test_unrelated_findings_go_by_evidence_strength_never_by_name(stronger: float) -> None:
+    # Long prompts into live streams: both prefill findings hold; the one further past its
+    # threshold leads, whichever name sorts first.
+    stalls = finding("InferencePrefillStallsDecode", stronger)
+    bottleneck = finding("InferencePrefillBottleneck", 2.0)
+    r = report(bottleneck, stalls)
+    first = "InferencePrefillStallsDecode" if stronger > 2.0 else "InferencePrefillBottleneck"
+    assert r.findings[0].alert.name == first
+    assert strength(stalls, SPEC) == pytest.approx(stronger)
+
+
+def test_a_symptom_with_no_cause_is_listed_after_the_causes() -> None:
+    r = report(finding("InferenceCanaryFailing", 9.0), finding("InferenceDecodeBottleneck", 1.1))
+    assert listing(r)[0][1] == "InferenceDecodeBottleneck"
+    assert listing(r)[1] == (1, "InferenceCanaryFailing", "InferenceDecodeBottleneck")
+    alone = report(finding("InferenceCanaryFailing", 9.0), finding("InferenceExporterGPUMissing"))
+    assert [name for _, name, _ in listing(alone)] == [
+        "InferenceExporterGPUMissing",
+        "InferenceCanaryFailing",
+    ]
+
+
+def test_every_cause_of_slow_requests_explains_what_users_see() -> None:
+    explains = {source: set() for source, _, _ in RELATIONS}
+    for source, targets, _ in RELATIONS:
+        explains[source].update(targets)
+    for name in (
+        "InferenceQueuedWhileIdle",
+        "InferenceQueueingDelay",
+        "InferencePrefillBottleneck",
+        "InferenceDecodeBottleneck",
+        "InferenceKVCachePressure",
+        "InferencePrefillStallsDecode",
+        "InferenceFrontendCPUSaturated",
+        "InferenceGPUThrottling",
+    ):
+        assert set(USERS_SEE) <= explains[name], name
+
+
+@pytest.mark.parametrize("paging", ["slo", "causes"])
+def test_alertmanager_inhibits_only_what_is_no_more_severe_than_its_cause(paging: str) -> None:
+    spec = spec_from_config({"alerting": {"paging": paging}})
+    rules = alertmanager_document(spec)["inhibit_rules"]
+    order = SEVERITY_ORDER.index
+    pairs = set()
+    for rule in rules:
+        source = rule["source_matchers"][0].split('"')[1]
+        targets = rule["target_matchers"][0].split('"')[1].split("|")
+        if source not in ALERTS:
+            continue
+        for target in targets:
+            pairs.add((source, target))
+            assert order(spec.severity(ALERTS[source])) <= order(spec.severity(ALERTS[target]))
+    # Every relation the severities allow is there.
+    for source, targets, _ in RELATIONS:
+        for target in targets if source in ALERTS else ():
+            if spec.inhibits(ALERTS[source], ALERTS[target]):
+                assert (source, target) in pairs
+    assert ("InferenceQueuedWhileIdle", "InferenceQueueingDelay") in pairs
+    assert ("InferenceQueuedWhileIdle", "InferenceCanaryFailing") not in pairs
