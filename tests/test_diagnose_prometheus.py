@@ -24,8 +24,8 @@ from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Report
 from inferwatch.method.spec import spec_from_config
 from inferwatch.tools import diagnose
-from inferwatch.tools.report import render as report_text
 from inferwatch.tools.report import evidence_text, report_json
+from inferwatch.tools.report import render as report_text
 
 SPEC = spec_from_config({})
 
@@ -218,9 +218,7 @@ def test_without_a_burning_slo_the_output_is_as_before(tmp_path: Path) -> None:
     report = diagnose_once_firing(tmp_path, rules_file, firing=1)
     assert report.burns == []
     evidence = "; ".join(
-        evidence_text(f.alert, c, v, SLO_SPEC)
-        for f in report.findings
-        for c, v in f.evidence
+        evidence_text(f.alert, c, v, SLO_SPEC) for f in report.findings for c, v in f.evidence
     )
     assert report_text(report) == (
         f"inferwatch diagnose: {report.source} (window 5m)\n"
