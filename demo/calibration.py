@@ -49,9 +49,9 @@ NORMAL_CLIENTS, NORMAL_WORDS, NORMAL_OUTPUT = 2, 6, 16
 # The demo service is calibrated at its normal load, which is sent as the sweep sends it, back
 # to back: a server that idles between requests answers slower (the engine wakes up first;
 # measured here: TTFT p95 15-17 ms with 0.2 s pauses, 9-10 ms back to back), so light traffic
-# with pauses would sit above thresholds measured without them. One level only: the baseline
-# cell `serve` compares live latency with follows the instantaneous running count, which
-# flickers between 0 and 2 under this load; a cell at 1 would be half the load's latency.
+# with pauses would sit above thresholds measured without them. One level only: the load
+# (running requests averaged over the rate window) sits between 1 and 2 under this traffic,
+# and a cell at 1 would hold it to half the load's latency.
 CALIBRATED_CONCURRENCY = (NORMAL_CLIENTS,)
 # At least enough that a p95 rests on ten requests, not on the two slowest; and as many as the
 # normal traffic sends in CELL_WINDOWS of the rules' rate windows (its rate measured first,

@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from aiohttp import web
 
 from inferwatch.baseline import Baseline, load, parse, series, thresholds_from, to_yaml
 from inferwatch.collect.backends import VLLM
+from inferwatch.collect.load import WindowedLoad
+from inferwatch.collect.poller import Poller, PollSettings
+from inferwatch.collect.upstream import Upstream
 from inferwatch.settings import ConfigError
 
 
@@ -61,12 +65,12 @@ def test_comparable_cell_is_the_nearest_concurrency_and_median_prompt(
     assert (chosen.concurrency, chosen.prompt_tokens) == (concurrency, prompt)
 
 
-def test_series_for_the_current_load() -> None:
+def test_series_for_the_windows_load() -> None:
     sample = VLLM.normalize(
         'vllm:num_requests_running{engine="0",model_name="tiny"} 3\n'
         'vllm:num_requests_waiting{engine="0",model_name="tiny"} 0\n'
     )
-    out = series(parse(DOC), sample)
+    out = series(parse(DOC), sample, 3.0)
     labels = (
         ("backend", "vllm"),
         ("model", "tiny"),
@@ -84,7 +88,7 @@ def test_series_compare_with_the_servers_histograms_where_the_sweep_read_them() 
     doc = copy.deepcopy(DOC)
     doc["cells"][3]["server_ttft_seconds"] = {"p50": 0.03, "p95": 0.06, "p99": 0.07}
     sample = VLLM.normalize('vllm:num_requests_running{engine="0",model_name="tiny"} 3\n')
-    out = series(parse(doc), sample)
+    out = series(parse(doc), sample, 3.0)
     p95 = {labels: v for labels, v in out["baseline_time_to_first_token_seconds"].items()}
     assert [v for labels, v in p95.items() if ("percentile", "95") in labels] == [0.06]
     itl = out["baseline_inter_token_latency_seconds"]  # no server ITL: the client's
@@ -218,3 +222,52 @@ def test_serve_with_a_bad_baseline_exits_with_one_line(tmp_path: Path) -> None:
         f"inferwatch: error: baseline {path}: not an inferwatch baseline "
         "(expected `inferwatch_baseline: 1`)"
     )
+
+
+def running_page(running: int) -> str:
+    return (
+        f'vllm:num_requests_running{{engine="0",model_name="tiny"}} {running}\n'
+        'vllm:num_requests_waiting{engine="0",model_name="tiny"} 0\n'
+    )
+
+
+def test_windowed_load_is_time_weighted_and_forgets_what_left_the_window() -> None:
+    load = WindowedLoad(window=10.0)
+    pages = [VLLM.normalize(running_page(n)) for n in (1, 1, 2, 2)]
+    means = [load.update(float(t), page) for t, page in enumerate(pages)]
+    assert means == [1.0, 1.0, 1.0, pytest.approx(4 / 3)]  # 1 s at 1, 1 s at 1, 1 s at 2
+    assert load.update(4.0, None) == pytest.approx(4 / 3)  # a failed poll changes nothing
+    for t in range(5, 20):
+        mean = load.update(float(t), VLLM.normalize(running_page(4)))
+    assert mean == 4.0
+
+
+async def test_a_flickering_running_count_keeps_the_cell_of_the_windows_load(
+    aiohttp_server,
+) -> None:
+    # Each poll sees 1 or 8 running, in turn: the last count's cell would flip between the
+    # cells of 1 and 4 at every poll; the window's load (4.5) keeps the cell of 4.
+    baseline = parse(DOC)
+    assert baseline.comparable(1).concurrency == 1 and baseline.comparable(8).concurrency == 4
+    pages = iter([running_page(8 if i % 2 else 1) for i in range(40)])
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=next(pages), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    server = await aiohttp_server(app)
+    upstream = Upstream(str(server.make_url("")), timeout=2.0, max_bytes=1 << 20)
+    clock = iter(float(t) for t in range(100))
+    settings = PollSettings(baseline=baseline, latency_window=15.0)
+    poller = Poller(upstream, VLLM, None, settings, clock=lambda: next(clock))
+    chosen = []
+    try:
+        for _ in range(40):
+            snapshot = await poller.poll_once()
+            ttft = snapshot.baseline["baseline_time_to_first_token_seconds"]
+            chosen.append(next(dict(labels)["concurrency"] for labels in ttft))
+    finally:
+        await upstream.close()
+    assert chosen[:2] == ["1", "1"]  # the first polls: 1 running so far
+    assert set(chosen[4:]) == {"4"}

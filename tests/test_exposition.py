@@ -91,7 +91,7 @@ def full_snapshot(fixture: str) -> Snapshot:
         collectors={"backend": CollectorStatus(True, 0.004), "gpu": gpu_status},
         gpus=gpus,
         derived=derived(({KEY: True}, {KEY: 2.5}), {KEY: 0.0048}, WINDOW),
-        baseline=baseline_series(BASELINE, sample),
+        baseline=baseline_series(BASELINE, sample, sample.total("requests_running") or 0.0),
         canary=canary_sample(),
         captures=CaptureSample(
             {("manual", "ok"): 1.0, ("InferenceQueuedWhileIdle", "too_soon"): 2.0}, 1.8e9

@@ -114,9 +114,12 @@ class Baseline:
         return [c for c in self.cells if c.concurrency == top]
 
 
-def series(baseline: Baseline, sample: BackendSample) -> dict[str, dict[Labels, float]]:
-    """The ``inferwatch_baseline_*`` series for the load the backend reports now."""
-    cell = baseline.comparable(sample.total("requests_running") or 0.0)
+def series(
+    baseline: Baseline, sample: BackendSample, running: float
+) -> dict[str, dict[Labels, float]]:
+    """The ``inferwatch_baseline_*`` series of the cell comparable to ``running`` requests
+    (the load over the rate window: :mod:`inferwatch.collect.load`)."""
+    cell = baseline.comparable(running)
     if cell is None:
         return {}
     base = (

@@ -194,17 +194,17 @@ BASELINE: dict[str, MetricDef] = _defs(
     MetricDef(
         "baseline_time_to_first_token_seconds",
         G,
-        "Baseline TTFT (client side) at the measured concurrency nearest the current load.",
+        "Baseline TTFT (client side) at the measured concurrency nearest the load over the rate window.",
     ),
     MetricDef(
         "baseline_inter_token_latency_seconds",
         G,
-        "Baseline inter-token latency at the measured concurrency nearest the current load.",
+        "Baseline inter-token latency at the measured concurrency nearest the load over the rate window.",
     ),
     MetricDef(
         "baseline_request_duration_seconds",
         G,
-        "Baseline end-to-end latency at the measured concurrency nearest the current load.",
+        "Baseline end-to-end latency at the measured concurrency nearest the load over the rate window.",
     ),
 )
 

@@ -23,6 +23,7 @@ from inferwatch.baseline import series as baseline_series
 from inferwatch.collect.backends import Backend, Mapper, UnknownBackend, detect
 from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor, derived
 from inferwatch.collect.gpu import GpuSource
+from inferwatch.collect.load import WindowedLoad
 from inferwatch.collect.steps import STEP_FLOOR, STEP_MARGIN, StepRecord
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.collect.upstream import Upstream, UpstreamError
@@ -80,7 +81,8 @@ class PollSettings:
     tensor_parallel_size: int | None = None
     baseline: Baseline | None = None
     max_series: int = DEFAULT_MAX_SERIES
-    # The rate window of the rules (the spec's): the latency quantiles' (collect/window.py).
+    # The rate window of the rules (the spec's): the latency quantiles' (collect/window.py)
+    # and the load the baseline cell is chosen by (collect/load.py).
     latency_window: float = 300.0
 
 
@@ -108,6 +110,7 @@ class Poller:
             settings.idle_threshold, self._layout, StepRecord(settings.engine_step_seconds)
         )
         self._latency = LatencyWindow(settings.latency_window)
+        self._load = WindowedLoad(settings.latency_window)
         self._version = ""
         self._model_hint = ""  # the model a server without model labels names elsewhere
         self._info_known = False
@@ -160,6 +163,7 @@ class Poller:
             self.settings.model_weights_bytes,
             self.settings.peak_memory_bandwidth,
         )
+        load = self._load.update(now, sample)
         canary = self._read(self._canary, now, sample, collectors)
         captures = self._read(self._captures, now, sample, collectors)
         self.snapshot = Snapshot(
@@ -170,7 +174,7 @@ class Poller:
             collectors=collectors,
             gpus=gpus,
             derived=derived(qwi, floor, self._latency_window(now, sample)),
-            baseline=baseline_series(self.settings.baseline, sample)
+            baseline=baseline_series(self.settings.baseline, sample, load or 0.0)
             if self.settings.baseline is not None and sample is not None
             else {},
             canary=canary,
