@@ -11,6 +11,7 @@ import pytest
 
 from inferwatch.dashboards import dashboards
 from inferwatch.dashboards.grafana import DATASOURCE, SCHEMA_VERSION, dashboard
+from inferwatch.dashboards.grafana_panel import runbook_url
 from inferwatch.dashboards.queries import GPU_ONLY_PANELS, MODEL, NODE, TARGET, PanelSpec, Query
 from inferwatch.dashboards.triage import triage_panels
 from inferwatch.method.panels import Panel
@@ -243,7 +244,8 @@ def test_panels_a_runbook_cites_link_to_it() -> None:
     for board in BOARDS.values():
         for p in panels(board):
             links = {link["title"]: link["url"] for link in p["links"]}
-            assert links == {f"Runbook: {a}": f"{base}{a}.md" for a in cited.get(p["title"], ())}
+            want = {f"Runbook: {a}": runbook_url(base, a) for a in cited.get(p["title"], ())}
+            assert links == want
             seen |= {p["title"]} & set(cited)
     assert seen == set(cited)
     # The spec's base, not a constant.
@@ -315,7 +317,7 @@ def check_alerts_table(p: dict, base: str) -> None:
     assert override["matcher"]["id"] == "byName"
     (prop,) = override["properties"]
     assert prop["id"] == "links"
-    assert prop["value"][0]["url"] == base + "${__value.raw}.md"
+    assert prop["value"][0]["url"] == runbook_url(base, "${__value.raw}")
 
 
 def test_an_alerts_table_links_each_alert_to_its_runbook() -> None:

@@ -125,7 +125,7 @@ async def test_kv_pressure_is_named_with_its_evidence_on_page_and_json(exporter)
     assert [f["alert"] for f in doc["findings"]] == ["InferenceKVCachePressure"]
     kv = doc["findings"][0]
     assert (kv["severity"], kv["phase"], kv["layer"]) == ("warning", "decode", "memory")
-    assert kv["runbook"] == f"{spec.runbook_url_base}InferenceKVCachePressure.md"
+    assert kv["runbook"] == "runbooks/InferenceKVCachePressure"  # the sidecar serves it
     evidence = {e["signal"]: e for e in kv["evidence"]}
     assert evidence["preemption_rate"]["value"] == pytest.approx(33 / 20)  # 33 preemptions
     assert evidence["preemption_rate"]["threshold"] == spec.threshold("preemptions_per_second")
@@ -366,6 +366,44 @@ async def test_a_real_browser_renders_the_verdict(exporter, tmp_path: Path) -> N
     assert taken.returncode == 0, taken.stderr
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print(f"verdict page screenshot: {shot}")
+
+
+async def test_the_sidecar_serves_each_runbook_behind_its_auth(exporter, tmp_path: Path) -> None:
+    users = BasicAuthUsers({"alice": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))})
+    spec = spec_from_config({"thresholds": {"kv_usage_high": 0.8}})
+    client = await exporter[3](web_config=WebConfig(users=users), spec=spec)
+    alice = basic("alice", "s3cret")
+    await poll(exporter, KV_FULL, AFTER)
+    assert (await client.get("/runbooks/InferenceKVCachePressure")).status == 401
+    answer = await client.get("/runbooks/InferenceKVCachePressure", headers=alice)
+    assert answer.status == 200 and answer.content_type == "text/html"
+    page = await answer.text()
+    assert "<h1>InferenceKVCachePressure</h1>" in page
+    assert "<h2>What it means</h2>" in page and "<h2>The rule</h2>" in page
+    assert "<td><code>kv_usage_high</code></td>\n<td>0.8 " in page  # the spec it judges with
+    assert "<pre><code" in page  # the rule's PromQL
+    slo_page = await client.get("/runbooks/InferenceSLOFastBurn", headers=alice)
+    assert slo_page.status == 200
+    for name in ("NotAnAlert", "..%2Fspec.json", "InferenceKVCachePressure.md"):
+        assert (await client.get(f"/runbooks/{name}", headers=alice)).status == 404, name
+    # The verdict page links there.
+    _, doc = await get(client, headers=alice)
+    assert doc["findings"][0]["runbook"] == "runbooks/InferenceKVCachePressure"
+
+
+async def test_a_real_browser_renders_a_runbook(exporter, tmp_path: Path) -> None:
+    client = await exporter[3]()
+    url = str(client.make_url("/runbooks/InferenceQueuedWhileIdle"))
+    dom = await asyncio.to_thread(chromium, "--dump-dom", url, profile=tmp_path / "profile")
+    assert dom.returncode == 0, dom.stderr
+    assert "<h2>Likely causes, most likely first</h2>" in dom.stdout
+    shot = tmp_path / "runbook.png"
+    taken = await asyncio.to_thread(
+        chromium, f"--screenshot={shot}", "--window-size=1000,1400", url, profile=tmp_path / "p"
+    )
+    assert taken.returncode == 0, taken.stderr
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"runbook page screenshot: {shot}")
 
 
 async def test_a_share_never_exceeds_the_window(exporter) -> None:

@@ -48,3 +48,12 @@ def redirect_cause(url: str, status: int, location: str | None) -> str:
         f"HTTP {status} from {redact_url(url)} redirects to {target[:200]} "
         "(redirects are not followed)"
     )
+
+
+def runbook_url(base: str, alert: str, sidecar: str | None) -> str | None:
+    """``<base><Alert>.md`` where the config sets ``runbook_url_base``; else the page the
+    sidecar at ``sidecar`` (a URL ending in ``/``, or ``""`` for a link from its own pages)
+    serves, ``<sidecar>runbooks/<Alert>``; None where neither is known."""
+    if base:
+        return f"{base}{alert}.md"
+    return None if sidecar is None else f"{sidecar}runbooks/{alert}"

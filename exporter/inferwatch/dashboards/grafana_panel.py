@@ -15,6 +15,7 @@ from grafanalib.core import GridPos, Panel, Stat, Table, Target, TimeSeries
 from inferwatch.dashboards.queries import PanelSpec, Query
 from inferwatch.dashboards.variables import ADHOC, DATASOURCE, QUERY_VARIABLES
 from inferwatch.method.runbooks import RUNBOOKS
+from inferwatch.urls import runbook_url as spec_runbook_url
 
 # The columns of an ALERTS table, first in this order; Time, Value and __name__ dropped.
 ALERT_COLUMNS = ["alertname", "severity", "phase", "layer", "instance", "pod"]
@@ -30,9 +31,13 @@ class _Heatmap(Panel):
         return self.panel_json({"type": "heatmap"})
 
 
+# The sidecar of the instance the dashboard shows: where its runbooks are served.
+SHOWN_SIDECAR = "http://${instance}/"
+
+
 def runbook_url(base: str, alert: str) -> str:
-    """The runbook URL of ``alert``, as the alert rules' ``runbook_url`` annotation has it."""
-    return f"{base}{alert}.md"
+    """The runbook URL of ``alert``: the team's host, or the shown instance's sidecar."""
+    return spec_runbook_url(base, alert, SHOWN_SIDECAR) or ""
 
 
 def runbook_alerts() -> dict[str, list[str]]:

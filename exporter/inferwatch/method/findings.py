@@ -81,6 +81,7 @@ class Report:
     findings: list[Finding]
     burns: list[Burn] = field(default_factory=list)
     judged_with: str = "the built-in defaults"  # which spec: a config file, the exporter's
+    sidecar: str | None = None  # the exporter diagnosed (``scheme://host:port/``), if one
 
     def __post_init__(self) -> None:
         self.findings = ordered(self.findings, self.spec)

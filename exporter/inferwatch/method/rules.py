@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -9,6 +10,7 @@ import yaml
 from inferwatch.method.alerts import ALERTS, RELATIONS, Alert
 from inferwatch.method.recording import recording_rules
 from inferwatch.method.runbooks import RUNBOOKS
+from inferwatch.method.signals import INSTANCE
 from inferwatch.method.slo import BURNS, FAST, SLOW
 from inferwatch.method.slo import alert_rules as slo_alert_rules
 from inferwatch.method.slo import recording_rules as slo_recording_rules
@@ -41,7 +43,7 @@ def slo_rules(spec: Spec) -> list[dict[str, Any]]:
     records = slo_recording_rules(spec.slos, spec.fleet_labels)
     return [
         {"record": r.record, "expr": r.expr, "labels": {"slo": r.slo}} for r in records
-    ] + slo_alert_rules(spec.slos, spec.runbook_url_base, spec.paging)
+    ] + slo_alert_rules(spec.slos, _slo_runbook(spec), spec.paging)
 
 
 def rules_document(spec: Spec) -> dict[str, Any]:
@@ -125,6 +127,12 @@ def alertmanager_document(
     }
 
 
+def _slo_runbook(spec: Spec) -> Callable[[str], dict[str, str]]:
+    """The SLO alerts' ``runbook_url`` annotation, per alert name."""
+    per_instance = spec.slos.scope == "instance"
+    return lambda name: _runbook_annotation(spec, name, per_instance)
+
+
 def _silenced(spec: Spec, source: str, targets: tuple[str, ...]) -> list[str]:
     """The targets a cause inhibits: those no more severe than it (a ticket never silences
     a page); every one for a source outside the alert table (the SLO page over its ticket)."""
@@ -200,7 +208,7 @@ def runbook_markdown(spec: Spec, alert: Alert) -> str:
 
 def slo_runbook_markdown(spec: Spec, name: str) -> str:
     """``alerts/runbooks/<Alert>.md`` for an SLO alert: the objectives and burn windows."""
-    rules = slo_alert_rules(spec.slos, spec.runbook_url_base, spec.paging)
+    rules = slo_alert_rules(spec.slos, _slo_runbook(spec), spec.paging)
     mine = [r for r in rules if r["alert"] == name]
     severity = mine[0]["labels"]["severity"] if mine else "warning"
     window = spec.slos.window
@@ -260,6 +268,17 @@ def render_alert(spec: Spec, alert: Alert) -> dict[str, Any]:
         "annotations": {
             "summary": alert.summary % values,
             "description": alert.description % values,
-            "runbook_url": spec.runbook_url_base + alert.name + ".md",
+            **_runbook_annotation(spec, alert.name, alert.level == INSTANCE),
         },
     }
+
+
+# The sidecar an alert is about, as Prometheus scraped it: where its runbooks are served.
+SCRAPED_SIDECAR = "http://{{ $labels.instance }}/"
+
+
+def _runbook_annotation(spec: Spec, name: str, per_instance: bool) -> dict[str, str]:
+    """``runbook_url``: the team's host, or the sidecar of an alert about one instance; none
+    for an alert about a model across replicas when the sidecars serve the runbooks."""
+    url = spec.runbook_url(name, SCRAPED_SIDECAR if per_instance else None)
+    return {"runbook_url": url} if url else {}

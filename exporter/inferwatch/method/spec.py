@@ -17,6 +17,7 @@ from inferwatch.method.durations import is_duration, seconds
 from inferwatch.method.slo import SLOs, slos_document, slos_from_config
 from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.settings import ConfigError, check_keys, non_negative_number
+from inferwatch.urls import runbook_url
 
 # Most urgent first.
 SEVERITY_ORDER = ("critical", "warning", "info")
@@ -62,7 +63,9 @@ class Spec:
     paging: str = "slo"
     # Selects the exporter's own scrape job (its `up` series).
     exporter_selector: str = 'job=~".*inferwatch.*"'
-    runbook_url_base: str = "https://github.com/inferwatch/inferwatch/blob/main/alerts/runbooks/"
+    # Where the team hosts the runbooks (``<base><Alert>.md``); empty: the sidecar serves
+    # them (``/runbooks/<Alert>``).
+    runbook_url_base: str = ""
     # The server the objectives' bucket bounds were checked against (the config's backend).
     backend: str = "auto"
 
@@ -85,6 +88,10 @@ class Spec:
         if self.paging == "slo" and alert.severity == "critical":
             return "critical" if alert.name in OUTSIDE_THE_SLIS else "warning"
         return alert.severity
+
+    def runbook_url(self, alert: str, sidecar: str | None) -> str | None:
+        """Where ``alert``'s runbook opens (:func:`inferwatch.urls.runbook_url`)."""
+        return runbook_url(self.runbook_url_base, alert, sidecar)
 
     def inhibits(self, cause: Alert, effect: Alert) -> bool:
         """Whether Alertmanager inhibits ``effect`` while ``cause`` (which explains it)

@@ -266,7 +266,7 @@ class VerdictHistory:
                     "inhibited": f.inhibited,
                     "depth": f.depth,
                     "evidence": evidence(f, spec),
-                    "runbook": f"{spec.runbook_url_base}{f.alert.name}.md",
+                    "runbook": spec.runbook_url(f.alert.name, ""),
                 }
                 for f in v.findings
             ],

@@ -29,6 +29,7 @@ from inferwatch.logs import LogLimiter
 from inferwatch.method.spec import spec_document
 from inferwatch.serve.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Renderer
 from inferwatch.serve.request_checks import request_checks
+from inferwatch.serve.runbook_page import RunbookPages
 from inferwatch.serve.verdict import VerdictHistory
 from inferwatch.serve.verdict_page import render_page
 from inferwatch.serve.webconfig import WebConfig
@@ -41,6 +42,7 @@ RENDERER = web.AppKey("renderer", Renderer)
 _GZIP_CACHE = web.AppKey("gzip_cache", dict)
 VERDICT = web.AppKey("verdict", VerdictHistory)
 CAPTURER = web.AppKey("capturer", Capturer)
+RUNBOOKS = web.AppKey("runbooks", RunbookPages)
 _NO_STORE = {"Cache-Control": "no-store"}
 _CHUNK = 1 << 20  # bytes of an archive read at a time
 
@@ -253,6 +255,13 @@ async def spec_json(request: web.Request) -> web.Response:
     return web.json_response(doc, dumps=json.dumps, headers=_NO_STORE)
 
 
+async def runbook(request: web.Request) -> web.Response:
+    page = request.app[RUNBOOKS].page(request.match_info["name"])
+    if page is None:
+        raise web.HTTPNotFound(text="no such runbook\n")
+    return web.Response(text=page, content_type="text/html")
+
+
 def http_app(
     poller: Poller,
     renderer: Renderer,
@@ -283,6 +292,7 @@ def http_app(
     app[RENDERER] = renderer
     app[_GZIP_CACHE] = {}
     app[VERDICT] = verdict
+    app[RUNBOOKS] = RunbookPages(verdict.spec)
     if capturer is not None:
         app[CAPTURER] = capturer
     app.router.add_post("/capture", start_capture)
@@ -291,6 +301,7 @@ def http_app(
     app.router.add_get("/", landing)
     app.router.add_get("/verdict.json", verdict_json)
     app.router.add_get("/spec.json", spec_json)
+    app.router.add_get("/runbooks/{name}", runbook)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     return app

@@ -249,7 +249,9 @@ async def from_exporter(
         raise SourceError(
             f"{redact_url(url)} is not an inferwatch exporter (no inferwatch_build_info)"
         )
-    return exporter_report(redact_url(url), first, second, seconds, spec, judged_with)
+    report = exporter_report(redact_url(url), first, second, seconds, spec, judged_with)
+    report.sidecar = redact_url(upstream.origin()) + "/"
+    return report
 
 
 async def _served_spec(upstream: Upstream) -> tuple[Spec, str]:

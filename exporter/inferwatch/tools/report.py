@@ -39,15 +39,24 @@ def _where(labels: Mapping[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-def _finding_lines(finding: Finding, spec: Spec, indent: int = 0) -> list[str]:
+def runbook(report: Report, alert: str, labels: Mapping[str, str]) -> str:
+    """Where ``alert``'s runbook opens: the team's host (``runbook_url_base``); else the
+    page of the sidecar diagnosed, or of the one the finding is about (its ``instance``);
+    else the generated file beside the rules."""
+    instance = labels.get("instance")
+    sidecar = report.sidecar or (f"http://{instance}/" if instance else None)
+    return report.spec.runbook_url(alert, sidecar) or f"{RUNBOOKS}{alert}.md"
+
+
+def _finding_lines(finding: Finding, report: Report, indent: int = 0) -> list[str]:
     """A finding, indented under the cause that explains it."""
-    lines = _finding_text(finding, spec)
+    lines = _finding_text(finding, report)
     pad = "  " * (indent + finding.depth)
     return [pad + line for line in lines]
 
 
-def _finding_text(finding: Finding, spec: Spec) -> list[str]:
-    alert = finding.alert
+def _finding_text(finding: Finding, report: Report) -> list[str]:
+    alert, spec = finding.alert, report.spec
     lines = [
         f"{finding.severity.upper():8} {alert.name}  {alert.phase} / {alert.layer}  "
         f"{_where(finding.labels)}".rstrip()
@@ -59,11 +68,11 @@ def _finding_text(finding: Finding, spec: Spec) -> list[str]:
     if finding.explained_by:
         inhibited = " (inhibited in Alertmanager)" if finding.inhibited else ""
         lines.append(f"         explained by {finding.explained_by}{inhibited}")
-    lines.append(f"         runbook: {RUNBOOKS}{alert.name}.md")
+    lines.append(f"         runbook: {runbook(report, alert.name, finding.labels)}")
     return lines
 
 
-def _burn_lines(burn: Burn) -> list[str]:
+def _burn_lines(burn: Burn, report: Report) -> list[str]:
     kind = slo.KINDS.get(burn.kind)
     rates = ", ".join(f"{fmt(v, 'factor')} over {w}" for w, v in burn.burn_rates.items())
     return [
@@ -71,7 +80,7 @@ def _burn_lines(burn: Burn) -> list[str]:
         + (f" ({kind.title})" if kind else ""),
         f"         burn rate {rates or 'n/a'}; error budget remaining "
         + fmt(burn.budget_remaining, "ratio"),
-        f"         runbook: {RUNBOOKS}{burn.alerts[0]}.md",
+        f"         runbook: {runbook(report, burn.alerts[0], burn.labels)}",
     ]
 
 
@@ -85,11 +94,11 @@ def render(report: Report) -> str:
     for labels, burns, causes in report.burning():
         lines.append(f"SLO burning: {_where(labels)}")
         for burn in burns:
-            lines += _burn_lines(burn)
+            lines += _burn_lines(burn, report)
         if causes:
             lines.append("  causes, most likely first:")
             for finding in causes:
-                lines += _finding_lines(finding, report.spec, indent=1)
+                lines += _finding_lines(finding, report, indent=1)
         else:
             lines.append(
                 "  causes: no alert condition of the heuristics spec holds for this model "
@@ -106,7 +115,7 @@ def render(report: Report) -> str:
     if others or not report.burns:
         lines.append("")
     for finding in others:
-        lines += _finding_lines(finding, report.spec)
+        lines += _finding_lines(finding, report)
     if not report.findings and not report.burns:
         lines.append("healthy: no alert condition of the heuristics spec holds")
     return "\n".join(lines)
@@ -137,7 +146,7 @@ def report_json(report: Report) -> dict[str, Any]:
                         "alerts": list(b.alerts),
                         "burn_rates": {w: _number(v) for w, v in b.burn_rates.items()},
                         "error_budget_remaining": _number(b.budget_remaining),
-                        "runbook": f"{RUNBOOKS}{b.alerts[0]}.md",
+                        "runbook": runbook(report, b.alerts[0], b.labels),
                     }
                     for b in burns
                 ],
@@ -153,7 +162,7 @@ def report_json(report: Report) -> dict[str, Any]:
                 "layer": f.alert.layer,
                 "labels": dict(f.labels),
                 "evidence": {c.signal: v for c, v in f.evidence},
-                "runbook": f"{RUNBOOKS}{f.alert.name}.md",
+                "runbook": runbook(report, f.alert.name, f.labels),
                 "explained_by": f.explained_by,
                 "inhibited": f.inhibited,
                 "depth": f.depth,

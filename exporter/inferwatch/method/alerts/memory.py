@@ -185,8 +185,14 @@ KV_CACHE_PRESSURE = Alert(
     level=INSTANCE,
     phase="decode",
     layer="memory",
-    # Preempted requests wait and are computed again: queueing and prefill work it causes.
-    explains=("InferenceQueueingDelay", "InferencePrefillBottleneck", *USERS_SEE),
+    # Preempted requests wait and are computed again: the queueing, the prefill work and the
+    # decode streams stalled behind that recompute are its doing.
+    explains=(
+        "InferenceQueueingDelay",
+        "InferencePrefillBottleneck",
+        "InferencePrefillStallsDecode",
+        *USERS_SEE,
+    ),
     for_default="5m",
     summary="KV cache under pressure on {{ $labels.instance }} ({{ $labels.model }})",
     description="KV-cache use now "

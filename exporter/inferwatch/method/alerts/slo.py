@@ -8,7 +8,7 @@ judge the rules the example config (alerts/slos.example.yaml) generates.
 
 from __future__ import annotations
 
-from inferwatch.method.scenario import RUNBOOK_BASE_URL, B
+from inferwatch.method.scenario import B
 from inferwatch.method.scenario.slo import (
     SIX_HOURS,
     SLO_LARGE,
@@ -57,7 +57,6 @@ SLO_FAST = [
                             "rate (threshold 13.4x over 1h and 5m or 5.6x over 6h and 30m); "
                             "-1270% of the 28d budget is left. Cause alerts of this model: "
                             "InferenceRequestErrors (firing).",
-                            "runbook_url": f"{RUNBOOK_BASE_URL}InferenceSLOFastBurn.md",
                         },
                     }
                 ],
@@ -150,7 +149,6 @@ SLO_FAST = [
                             "server's bounds are 0.1 0.2 0.4 0.6 0.8 1.0 2.0 4.0 6.0 . Set the "
                             "objective's seconds to one of them (or give the server that bucket) "
                             "and regenerate the rules.",
-                            "runbook_url": f"{RUNBOOK_BASE_URL}InferenceSLOUnmeasured.md",
                         },
                     }
                 ],

@@ -9,7 +9,6 @@ Each alert holds its scenarios (``Alert.scenarios``, in the layer modules of
 """
 
 from inferwatch.method.scenario.expect import (
-    RUNBOOK_BASE_URL,
     Scenario,
     instance_alert,
     model_alert,
@@ -35,7 +34,6 @@ __all__ = [
     "CANARY_OK",
     "EVAL",
     "ITL_LE",
-    "RUNBOOK_BASE_URL",
     "SERVED_MODEL",
     "STEP",
     "TTFT_LE",

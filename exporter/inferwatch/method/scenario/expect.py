@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass
 
 from inferwatch.method.scenario.workload import EVAL, SERVED_MODEL, STEP, Replica, input_series
+from inferwatch.urls import runbook_url
 
-RUNBOOK_BASE_URL = "https://github.com/inferwatch/inferwatch/blob/main/alerts/runbooks/"
+# The default spec's runbooks: the sidecar's own page, linked for an alert of one instance.
+SIDECAR = "http://%s/"
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,14 @@ class Scenario:
 
 
 def _expected(alertname: str, labels: dict, description: str, summary: str) -> dict:
+    instance = labels.get("instance")
+    url = runbook_url("", alertname, SIDECAR % instance if instance else None)
     return {
         "exp_labels": labels,
         "exp_annotations": {
             "summary": summary,
             "description": description,
-            "runbook_url": f"{RUNBOOK_BASE_URL}{alertname}.md",
+            **({"runbook_url": url} if url else {}),
         },
     }
 

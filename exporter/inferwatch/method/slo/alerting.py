@@ -15,6 +15,7 @@ the same model (the method's alerts explain the page), the server's bucket bound
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from inferwatch.method.slo.burns import BURNS, Burn
@@ -25,7 +26,9 @@ FAST, SLOW, UNMEASURED = "InferenceSLOFastBurn", "InferenceSLOSlowBurn", "Infere
 ALERT_NAMES = (FAST, SLOW, UNMEASURED)
 
 
-def alert_rules(slos: SLOs, runbook_url_base: str, paging: str = "slo") -> list[dict[str, Any]]:
+def alert_rules(
+    slos: SLOs, runbook: Callable[[str], dict[str, str]], paging: str = "slo"
+) -> list[dict[str, Any]]:
     """The burn-rate alerts and the unmeasured-objective alert, one rule per objective."""
     page = "critical" if paging == "slo" else "warning"
     # BURNS' severity names the tier (page or ticket); the page's label follows ``paging``.
@@ -37,14 +40,14 @@ def alert_rules(slos: SLOs, runbook_url_base: str, paging: str = "slo") -> list[
             objective,
             selector(model_matcher(group, slos)),
             slos,
-            runbook_url_base,
+            runbook,
         )
         for alert, tier, severity in ((FAST, "critical", page), (SLOW, "warning", "warning"))
         for group in slos.groups
         for objective in group.objectives
     ]
     rules += [
-        _unmeasured_alert(objective, selector(model_matcher(group, slos)), slos, runbook_url_base)
+        _unmeasured_alert(objective, selector(model_matcher(group, slos)), slos, runbook)
         for group in slos.groups
         for objective in group.objectives
         if objective.kind != "errors"
@@ -59,7 +62,7 @@ def _burn_alert(
     objective: Objective,
     own: str,
     slos: SLOs,
-    runbook_url_base: str,
+    runbook: Callable[[str], dict[str, str]],
 ) -> dict[str, Any]:
     """``alert`` (fast or slow burn) of one objective: any of ``burns`` holds for its models
     (selector ``own``)."""
@@ -84,13 +87,13 @@ def _burn_alert(
             '{{ $value | printf "%.3g" }}x the sustainable rate '
             f"(threshold {said}); {budget_left} of the {window} budget is left. Cause alerts "
             f"of this model: {_cause_alerts(level)}.",
-            "runbook_url": runbook_url_base + alert + ".md",
+            **runbook(alert),
         },
     }
 
 
 def _unmeasured_alert(
-    objective: Objective, own: str, slos: SLOs, runbook_url_base: str
+    objective: Objective, own: str, slos: SLOs, runbook: Callable[[str], dict[str, str]]
 ) -> dict[str, Any]:
     """Events arrive for a latency objective's models (selector ``own``) but its bound is not
     a bucket of the server's histogram, so no burn rate is recorded."""
@@ -107,7 +110,7 @@ def _unmeasured_alert(
             f"but {kind.histogram} has no bucket at {objective.seconds:g} s; the server's bounds "
             f"are {_server_bounds(kind.histogram)}. Set the objective's seconds to one of them "
             "(or give the server that bucket) and regenerate the rules.",
-            "runbook_url": runbook_url_base + UNMEASURED + ".md",
+            **runbook(UNMEASURED),
         },
     }
 
