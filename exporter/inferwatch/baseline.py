@@ -184,6 +184,18 @@ def _client_gap(baseline: Baseline, concurrency: int) -> tuple[float, Cell] | No
     return max(gaps, key=lambda g: g[0]) if gaps else None
 
 
+def _itl_tail(cells: list[Cell]) -> tuple[float, str, Cell] | None:
+    """The largest ITL p99 / p50 among ``cells``, as the rules see ITL (the server's
+    histogram where the sweep read it: a p50 inside its first bucket is interpolated there,
+    and the service's normal ratio is what its tail is judged against)."""
+    ratios = []
+    for cell in cells:
+        values, side = cell.itl()
+        if values.get("p50") > 0:
+            ratios.append((values.get("p99") / values.get("p50"), side, cell))
+    return max(ratios, key=lambda r: r[0]) if ratios else None
+
+
 def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) -> dict[str, Derived]:
     """The thresholds a baseline determines, each with its source.
 
@@ -196,6 +208,9 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
     - The client gap: ``factor`` x what the sweep's path added to the server's TTFT at the
       lowest concurrency, where that is above the default (a path measured slower is the
       service's normal; a faster one keeps the default's margin for noise).
+    - The ITL tail ratio: ``factor`` x the ITL p99 / p50 measured at the highest concurrency,
+      where that is above the default (a service whose normal tail is wider is judged
+      against its own).
     """
     busiest = baseline.busiest()
     if not busiest:
@@ -229,6 +244,12 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
         out["client_gap_seconds"] = Derived(
             _significant(factor * gap[0]),
             f"{factor:g} x {gap[0]:.4g} s, client TTFT p50 - server TTFT p50 at {_where(gap[1])}",
+        )
+    tail = _itl_tail(busiest)
+    if tail is not None and factor * tail[0] > THRESHOLDS["itl_tail_ratio"].default:
+        out["itl_tail_ratio"] = Derived(
+            _significant(factor * tail[0]),
+            f"{factor:g} x {tail[0]:.3g}, the {tail[1]}'s ITL p99 / p50 at {_where(tail[2])}",
         )
     shortest = min(_tokens_per_request(c) for c in baseline.cells)
     if shortest > 0:
