@@ -258,6 +258,31 @@ CAPTURE: dict[str, MetricDef] = _defs(
     ),
 )
 
+# The CPU under the server (``serve --server-cpu``, collect/server_cpu.py): each where
+# this sidecar can read it.
+SERVER_CPU: dict[str, MetricDef] = _defs(
+    MetricDef("server_cpu_seconds", C, "CPU time of the server's threads (its process tree)."),
+    MetricDef(
+        "server_cpu_wait_seconds",
+        C,
+        "Time the server's threads were runnable but waited for a CPU (run-queue wait), summed.",
+    ),
+    MetricDef("server_threads", G, "Threads of the server's process tree."),
+    MetricDef(
+        "node_cpu_pressure_seconds",
+        C,
+        "Time at least one task of the node waited for a CPU (PSI cpu 'some').",
+    ),
+    MetricDef(
+        "server_cpu_throttled_seconds", C, "Time the server's cgroup was throttled (CPU limit)."
+    ),
+    MetricDef(
+        "server_cpu_throttled_periods",
+        C,
+        "Enforcement periods in which the server's cgroup was throttled.",
+    ),
+)
+
 # The exporter's view of itself.
 SELF: dict[str, MetricDef] = _defs(
     MetricDef("backend_up", G, "1 if the last scrape of the backend succeeded."),
@@ -285,6 +310,7 @@ ALL: dict[str, MetricDef] = {
     **BASELINE,
     **CANARY,
     **CAPTURE,
+    **SERVER_CPU,
     **SELF,
 }
 
@@ -301,6 +327,7 @@ GROUPS: tuple[tuple[str, dict[str, MetricDef], tuple[str, ...]], ...] = (
     ),
     ("canary", CANARY, ("backend", "model")),
     ("capture", CAPTURE, ()),
+    ("server CPU", SERVER_CPU, ()),
     ("exporter", SELF, ()),
 )
 

@@ -220,6 +220,20 @@ class CaptureSample:
 
 
 @dataclass(frozen=True)
+class ServerCpuSample:
+    """The CPU under the server at one read (None: not readable); ``problem``: what could
+    not be read, and why (empty when everything could)."""
+
+    cpu_seconds: float | None  # its threads' on-CPU time, summed
+    wait_seconds: float | None  # their run-queue wait, summed
+    threads: int | None
+    pressure_seconds: float | None  # the node's PSI "some" total
+    throttled_seconds: float | None  # its cgroup's
+    throttled_periods: float | None
+    problem: str = ""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything one poll saw; the HTTP app renders the latest one."""
 
@@ -233,3 +247,4 @@ class Snapshot:
     baseline: Mapping[str, Mapping[Labels, float]] = field(default_factory=lambda: EMPTY)
     canary: CanarySample | None = None
     captures: CaptureSample | None = None
+    server_cpu: ServerCpuSample | None = None

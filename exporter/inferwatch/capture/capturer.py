@@ -31,6 +31,7 @@ from inferwatch.capture import evidence, redact, stacks, trace
 from inferwatch.capture.evidence import FAILED, OK, Part
 from inferwatch.capture.store import Archive, CaptureStore, OverBound, Workdir
 from inferwatch.collect.poller import Poller
+from inferwatch.collect.processes import server_pid
 from inferwatch.collect.upstream import Upstream
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Finding
@@ -202,9 +203,7 @@ class Capturer:
             parts += await self._pages(work, "before")
             backend = poller.backend
             pid, why_not = (
-                (s.pid, "")
-                if s.pid
-                else await asyncio.to_thread(stacks.server_pid, poller.metrics_url())
+                (s.pid, "") if s.pid else await asyncio.to_thread(server_pid, poller.metrics_url())
             )
             profiled, sampled = await asyncio.gather(
                 trace.profile(

@@ -1,7 +1,8 @@
 """The server's stacks, for a capture: py-spy of the process behind the backend URL.
 
-:func:`server_pid` finds the process listening on the backend's address and port (this
-sidecar must see it: the same host, or the same pod with ``shareProcessNamespace``);
+:func:`~inferwatch.collect.processes.server_pid` finds the process listening on the
+backend's address and port (this sidecar must see it: the same host, or the same pod with
+``shareProcessNamespace``);
 :func:`stacks` takes one ``py-spy dump`` of every thread's stack and ``py-spy record``
 samples over the capture's seconds, as the parts ``stacks dump`` (``stacks-dump.txt``)
 and ``stacks sampled`` (``stacks.speedscope.json``).
@@ -10,17 +11,11 @@ and ``stacks sampled`` (``stacks.speedscope.json``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ipaddress
-import os
 import shutil
-import socket
-import struct
 import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from inferwatch.capture.evidence import FAILED, NOT_POSSIBLE, OK, Part, write
 from inferwatch.capture.store import Workdir
@@ -30,83 +25,6 @@ def py_spy() -> str | None:
     """py-spy next to this Python (a wheel's script) or on PATH."""
     beside = Path(sys.executable).with_name("py-spy")
     return str(beside) if beside.is_file() else shutil.which("py-spy")
-
-
-def server_pid(backend_url: str) -> tuple[int | None, str]:
-    """The process listening on the backend URL's address and port, when this sidecar can
-    see it (the same host or pod with a shared process namespace); else None and why."""
-    parts = urlsplit(backend_url)
-    host = parts.hostname
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        return None, f"cannot resolve {host}: {exc.strerror or exc}"
-    addresses = {ipaddress.ip_address(info[4][0]) for info in found}
-    try:
-        inodes = _listening_inodes(addresses, port)
-    except OSError as exc:
-        return None, f"cannot read /proc/net/tcp: {exc.strerror}"
-    if not inodes:
-        return None, (
-            f"no process listens on {host} port {port} in this network namespace (the server "
-            f"is on another host or pod: py-spy needs the same pod with shareProcessNamespace)"
-        )
-    denied = 0
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            for fd in (proc / "fd").iterdir():
-                with contextlib.suppress(OSError):
-                    if os.readlink(fd) in inodes:
-                        return int(proc.name), ""
-        except PermissionError:
-            denied += 1
-        except OSError:
-            continue
-    return None, (
-        f"port {port} is open but its process is not visible"
-        + (f" ({denied} processes unreadable: run as the server's user or with CAP_SYS_PTRACE)"
-           if denied else " (a shared process namespace is needed)")
-    )  # fmt: skip
-
-
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def _listening_inodes(addresses: set[Address], port: int) -> set[str]:
-    """The sockets listening on ``port`` that a connection to one of ``addresses`` reaches:
-    bound to it, or to every address of its family (``::`` takes IPv4 too)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(FileNotFoundError), open(table) as f:
-            next(f, None)
-            for line in f:
-                cols = line.split()
-                (local, local_port), state, inode = cols[1].split(":"), cols[3], cols[9]
-                if (
-                    state == "0A"
-                    and int(local_port, 16) == port
-                    and _reaches(_address(local), addresses)
-                ):
-                    inodes.add(f"socket:[{inode}]")
-    return inodes
-
-
-def _address(hex_words: str) -> Address:
-    """An address as /proc/net/tcp writes it: 32-bit words in this host's byte order."""
-    words = (int(hex_words[i : i + 8], 16) for i in range(0, len(hex_words), 8))
-    return ipaddress.ip_address(b"".join(struct.pack("=I", w) for w in words))
-
-
-def _reaches(local: Address, addresses: set[Address]) -> bool:
-    """Whether a socket bound to ``local`` takes connections to one of ``addresses``."""
-    if isinstance(local, ipaddress.IPv6Address) and local.ipv4_mapped is not None:
-        local = local.ipv4_mapped
-    if local.is_unspecified:
-        return local.version == 6 or any(a.version == 4 for a in addresses)
-    return local in addresses
 
 
 async def stacks(pid: int | None, why_not: str, seconds: float, work: Workdir) -> list[Part]:

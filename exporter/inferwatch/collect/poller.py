@@ -36,6 +36,7 @@ from inferwatch.model import (
     CollectorStatus,
     GpuSample,
     Labels,
+    ServerCpuSample,
     Snapshot,
 )
 
@@ -56,7 +57,9 @@ class Source(Protocol[SampleT]):
     """What a poll reads besides the backend and NVML: a part of the sidecar that works on
     its own task (the canary's probes, evidence captures) and whose state each snapshot
     carries. Registered on the poller (:meth:`Poller.register_canary`,
-    :meth:`Poller.register_captures`); the poller knows them only by this interface."""
+    :meth:`Poller.register_captures`, :meth:`Poller.register_server_cpu`); the poller knows
+    them only by this interface. A sample with a ``problem`` (what it could not read) makes
+    its collector report failure with that cause, logged once per cause."""
 
     def sample(self, now: float, server: BackendSample | None) -> SampleT:
         """The source's state for the snapshot of this poll (``server``: its page, or None
@@ -100,6 +103,8 @@ class Poller:
         self.upstream = upstream
         self._canary: _Registered[CanarySample] | None = None
         self._captures: _Registered[CaptureSample] | None = None
+        self._server_cpu: _Registered[ServerCpuSample] | None = None
+        self._source_logs: dict[str, CauseLog] = {}
         self.backend = backend  # None until --backend auto has recognised the server
         self._mapper: Mapper | None = None  # this poller's, for the recognised backend
         self.gpu = gpu
@@ -135,6 +140,10 @@ class Poller:
         """Each snapshot carries the evidence captures' counts (collector ``capture``)."""
         self._captures = _Registered("capture", captures)
 
+    def register_server_cpu(self, server_cpu: Source[ServerCpuSample]) -> None:
+        """Each snapshot carries the CPU under the server (collector ``server_cpu``)."""
+        self._server_cpu = _Registered("server_cpu", server_cpu)
+
     def metrics_url(self) -> str:
         return self.upstream.url(self.backend.metrics_path if self.backend else "/metrics")
 
@@ -166,6 +175,7 @@ class Poller:
         load = self._load.update(now, sample)
         canary = self._read(self._canary, now, sample, collectors)
         captures = self._read(self._captures, now, sample, collectors)
+        server_cpu = self._read(self._server_cpu, now, sample, collectors)
         self.snapshot = Snapshot(
             backend_kind=self.backend.name if self.backend else "unknown",
             backend_up=sample is not None,
@@ -179,6 +189,7 @@ class Poller:
             else {},
             canary=canary,
             captures=captures,
+            server_cpu=server_cpu,
         )
         self.last_poll_at = now
         return self.snapshot
@@ -216,7 +227,15 @@ class Poller:
                 False, time.perf_counter() - started, error
             )
             return None
-        collectors[registered.name] = CollectorStatus(True, time.perf_counter() - started)
+        problem = getattr(value, "problem", "")
+        if problem:
+            cause_log = self._source_logs.setdefault(
+                registered.name, CauseLog(f"reading the {registered.name}", log)
+            )
+            cause_log.failed(problem, problem)
+        collectors[registered.name] = CollectorStatus(
+            not problem, time.perf_counter() - started, problem
+        )
         return value
 
     async def run(self) -> None:

@@ -16,6 +16,7 @@ from inferwatch.collect.backends import BACKENDS
 from inferwatch.collect.canary import describe as describe_canary
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.collect.poller import Poller, PollSettings
+from inferwatch.collect.server_cpu import ServerCpu
 from inferwatch.collect.upstream import Upstream
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.config import ServeConfig
@@ -71,7 +72,10 @@ def build_poller(config: ServeConfig, latency_window: float = 300.0) -> Poller:
         max_series=config.backend_max_series,
         latency_window=latency_window,
     )
-    return Poller(upstream, backend, gpu, settings)
+    poller = Poller(upstream, backend, gpu, settings)
+    if config.server_cpu == "on":
+        poller.register_server_cpu(ServerCpu(config.backend_url))
+    return poller
 
 
 def listen(host: str, port: int) -> list[socket.socket]:

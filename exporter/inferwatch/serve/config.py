@@ -44,6 +44,7 @@ class ServeConfig:
     web_config_file: Path | None
     poll_interval: float
     gpu: str
+    server_cpu: str
     idle_threshold: float
     engine_step_seconds: float
     model_weights_bytes: int | None

@@ -51,6 +51,7 @@ from inferwatch.model import (
     GpuSample,
     Histogram,
     Labels,
+    ServerCpuSample,
     Snapshot,
 )
 from inferwatch.serve.selfmetrics import SelfMetrics
@@ -265,6 +266,8 @@ def write_snapshot(snap: Snapshot, sink: Sink) -> None:
     if snap.canary is not None:
         labels = (("backend", snap.backend_kind), ("model", snap.canary.model))
         _write_canary(snap.canary, labels, sink)
+    if snap.server_cpu is not None:
+        _write_server_cpu(snap.server_cpu, sink)
     if snap.captures is not None:
         counts = snap.captures.counts
         sink.scalars(
@@ -272,6 +275,19 @@ def write_snapshot(snap: Snapshot, sink: Sink) -> None:
         )
         if snap.captures.last_timestamp is not None:
             sink.scalars("last_capture_timestamp_seconds", {(): snap.captures.last_timestamp})
+
+
+def _write_server_cpu(cpu: ServerCpuSample, sink: Sink) -> None:
+    for key, value in (
+        ("server_cpu_seconds", cpu.cpu_seconds),
+        ("server_cpu_wait_seconds", cpu.wait_seconds),
+        ("server_threads", cpu.threads),
+        ("node_cpu_pressure_seconds", cpu.pressure_seconds),
+        ("server_cpu_throttled_seconds", cpu.throttled_seconds),
+        ("server_cpu_throttled_periods", cpu.throttled_periods),
+    ):
+        if value is not None:
+            sink.scalars(key, {(): float(value)})
 
 
 def _write_gpus(gpus: tuple[GpuSample, ...], sink: Sink) -> None:

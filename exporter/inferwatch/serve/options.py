@@ -124,6 +124,15 @@ OPTIONS = (
         choices=("auto", "on", "off"),
     ),
     Option(
+        "--server-cpu",
+        str,
+        "on",
+        "read the CPU under the server (its threads' CPU time and run-queue wait, the node's "
+        "CPU pressure, its cgroup's throttling) from /proc: on (series absent where not "
+        "visible, and collector_success says why) or off",
+        choices=("on", "off"),
+    ),
+    Option(
         "--idle-threshold",
         ratio,
         0.1,

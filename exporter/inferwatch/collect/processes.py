@@ -1,0 +1,132 @@
+"""The server's processes as this sidecar sees them in ``/proc``.
+
+:func:`server_pid` finds the process listening on the backend URL's address and port (the
+same host, or the same pod with ``shareProcessNamespace``); :func:`process_tree` adds its
+descendants (vLLM's engine core, tokenizer workers); :func:`thread_times` reads each of
+their threads' on-CPU and run-queue times (``/proc/<pid>/task/<tid>/schedstat``). Used by
+the server-CPU collector (:mod:`inferwatch.collect.server_cpu`) and the capture's stacks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import socket
+import struct
+from pathlib import Path
+from urllib.parse import urlsplit
+
+PROC = Path("/proc")
+
+
+def server_pid(backend_url: str) -> tuple[int | None, str]:
+    """The process listening on the backend URL's address and port, when this sidecar can
+    see it (the same host or pod with a shared process namespace); else None and why."""
+    parts = urlsplit(backend_url)
+    host = parts.hostname
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return None, f"cannot resolve {host}: {exc.strerror or exc}"
+    addresses = {ipaddress.ip_address(info[4][0]) for info in found}
+    try:
+        inodes = _listening_inodes(addresses, port)
+    except OSError as exc:
+        return None, f"cannot read /proc/net/tcp: {exc.strerror}"
+    if not inodes:
+        return None, (
+            f"no process listens on {host} port {port} in this network namespace (the server "
+            f"is on another host or pod: py-spy needs the same pod with shareProcessNamespace)"
+        )
+    denied = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return int(proc.name), ""
+        except PermissionError:
+            denied += 1
+        except OSError:
+            continue
+    return None, (
+        f"port {port} is open but its process is not visible"
+        + (f" ({denied} processes unreadable: run as the server's user or with CAP_SYS_PTRACE)"
+           if denied else " (a shared process namespace is needed)")
+    )  # fmt: skip
+
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _listening_inodes(addresses: set[Address], port: int) -> set[str]:
+    """The sockets listening on ``port`` that a connection to one of ``addresses`` reaches:
+    bound to it, or to every address of its family (``::`` takes IPv4 too)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as f:
+            next(f, None)
+            for line in f:
+                cols = line.split()
+                (local, local_port), state, inode = cols[1].split(":"), cols[3], cols[9]
+                if (
+                    state == "0A"
+                    and int(local_port, 16) == port
+                    and _reaches(_address(local), addresses)
+                ):
+                    inodes.add(f"socket:[{inode}]")
+    return inodes
+
+
+def _address(hex_words: str) -> Address:
+    """An address as /proc/net/tcp writes it: 32-bit words in this host's byte order."""
+    words = (int(hex_words[i : i + 8], 16) for i in range(0, len(hex_words), 8))
+    return ipaddress.ip_address(b"".join(struct.pack("=I", w) for w in words))
+
+
+def _reaches(local: Address, addresses: set[Address]) -> bool:
+    """Whether a socket bound to ``local`` takes connections to one of ``addresses``."""
+    if isinstance(local, ipaddress.IPv6Address) and local.ipv4_mapped is not None:
+        local = local.ipv4_mapped
+    if local.is_unspecified:
+        return local.version == 6 or any(a.version == 4 for a in addresses)
+    return local in addresses
+
+
+def process_tree(pid: int, proc: Path = PROC) -> list[int]:
+    """``pid`` and its descendants (a child's parent is field 4 of its ``stat``)."""
+    children: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(children.get(current, ()))
+    return out
+
+
+def thread_times(pids: list[int], proc: Path = PROC) -> dict[int, tuple[float, float]]:
+    """Per thread of ``pids``: (seconds on a CPU, seconds runnable but waiting for one), from
+    ``schedstat`` (nanoseconds). Threads that end while read are left out."""
+    out = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in (proc / str(pid) / "task").iterdir():
+                with contextlib.suppress(OSError, ValueError):
+                    run, wait, _ = (
+                        (proc / str(pid) / "task" / task.name / "schedstat").read_text().split()
+                    )
+                    out[int(task.name)] = (int(run) / 1e9, int(wait) / 1e9)
+    return out

@@ -1,0 +1,138 @@
+"""The CPU under the server: is it starved? (the method's system layer).
+
+A noisy neighbour, a CPU limit or too few cores for the API server and its tokenizer slow
+every request while no GPU metric moves (on a GPU server, it shows as idle gaps between
+steps). Measured directly, from ``/proc`` and the cgroup filesystem:
+
+- the server's processes (the one listening on the backend URL's port and its descendants,
+  :mod:`inferwatch.collect.processes`; in Kubernetes, the pod needs
+  ``shareProcessNamespace: true``): each thread's on-CPU time and its **run-queue wait**
+  (runnable, but waiting for a CPU), summed; a thread that ends keeps what it counted;
+- the node's CPU pressure (``/proc/pressure/cpu``, PSI ``some``: time at least one task
+  waited for a CPU);
+- the server's cgroup throttling (``cpu.stat``: ``nr_throttled`` and v2's ``throttled_usec``
+  or v1's ``throttled_time``):
+  a CPU limit the server hits.
+
+Read at most once per :data:`MIN_INTERVAL` seconds whatever the poll interval; the server's
+process tree is looked up again every :data:`REDISCOVER` seconds (or once its process is
+gone). What cannot be read (another PID namespace, no permission, no PSI, cgroup v1) is left
+out, and ``inferwatch_collector_success{collector="server_cpu"}`` is 0 with why. Sample::
+
+    inferwatch_server_cpu_seconds_total 1834.2
+    inferwatch_server_cpu_wait_seconds_total 97.4
+    inferwatch_server_threads 131
+    inferwatch_node_cpu_pressure_seconds_total 412.9
+    inferwatch_server_cpu_throttled_seconds_total 3.2
+    inferwatch_server_cpu_throttled_periods_total 41
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferwatch.collect.processes import PROC, process_tree, server_pid, thread_times
+from inferwatch.model import BackendSample, ServerCpuSample
+
+MIN_INTERVAL = 1.0
+REDISCOVER = 30.0
+CGROUP = Path("/sys/fs/cgroup")
+
+
+@dataclass
+class ServerCpu:
+    """The :class:`~inferwatch.collect.poller.Source` of the server-CPU series."""
+
+    backend_url: str
+    proc: Path = PROC
+    cgroup_root: Path = CGROUP
+    _last: ServerCpuSample | None = None
+    _read_at: float = float("-inf")
+    _found_at: float = float("-inf")
+    _pids: list[int] = field(default_factory=list)
+    _why_not: str = ""
+    _threads: dict[int, tuple[float, float]] = field(default_factory=dict)
+    _ended: tuple[float, float] = (0.0, 0.0)  # what the threads that ended counted
+
+    def sample(self, now: float, server: BackendSample | None) -> ServerCpuSample:
+        if self._last is not None and now - self._read_at < MIN_INTERVAL:
+            return self._last
+        self._read_at = now
+        problems = []
+        pids = self._server(now)
+        cpu = wait = threads = throttled = periods = None
+        if pids:
+            cpu, wait, threads = self._thread_totals(pids)
+            throttled, periods, why = self._throttling(pids[0])
+            if why:
+                problems.append(why)
+        else:
+            problems.append(self._why_not)
+        pressure, why = self._pressure()
+        if why:
+            problems.append(why)
+        self._last = ServerCpuSample(
+            cpu, wait, threads, pressure, throttled, periods, "; ".join(problems)
+        )
+        return self._last
+
+    def _server(self, now: float) -> list[int]:
+        alive = self._pids and (self.proc / str(self._pids[0])).exists()
+        if not alive or now - self._found_at >= REDISCOVER:
+            self._found_at = now
+            pid, self._why_not = server_pid(self.backend_url)
+            self._pids = process_tree(pid, self.proc) if pid is not None else []
+        return self._pids
+
+    def _thread_totals(self, pids: list[int]) -> tuple[float, float, int]:
+        now = thread_times(pids, self.proc)
+        ended = [t for t in self._threads if t not in now]
+        self._ended = (
+            self._ended[0] + sum(self._threads[t][0] for t in ended),
+            self._ended[1] + sum(self._threads[t][1] for t in ended),
+        )
+        self._threads = now
+        run = self._ended[0] + sum(r for r, _ in now.values())
+        wait = self._ended[1] + sum(w for _, w in now.values())
+        return run, wait, len(now)
+
+    def _pressure(self) -> tuple[float | None, str]:
+        try:
+            text = (self.proc / "pressure" / "cpu").read_text()
+        except OSError as exc:
+            return None, f"no CPU pressure (/proc/pressure/cpu: {exc.strerror})"
+        for line in text.splitlines():
+            if line.startswith("some "):
+                fields = dict(f.split("=", 1) for f in line.split()[1:])
+                with contextlib.suppress(KeyError, ValueError):
+                    return int(fields["total"]) / 1e6, ""
+        return None, "no CPU pressure (/proc/pressure/cpu has no 'some' line)"
+
+    def _throttling(self, pid: int) -> tuple[float | None, float | None, str]:
+        """The server cgroup's throttled seconds and periods: cgroup v2's ``cpu.stat``
+        (``throttled_usec``), or v1's cpu controller (``throttled_time``, ns)."""
+        try:
+            lines = (self.proc / str(pid) / "cgroup").read_text().splitlines()
+        except OSError as exc:
+            return None, None, f"no cgroup of the server ({exc.strerror})"
+        candidates = []
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if ".." in Path(path).parts:
+                continue  # outside this sidecar's cgroup namespace
+            rel = path.lstrip("/")
+            if controllers == "":
+                for mount in ("", "unified"):
+                    candidates.append((self.cgroup_root / mount / rel, "throttled_usec", 1e6))
+            elif "cpu" in controllers.split(","):
+                mount = controllers  # e.g. cpu,cpuacct
+                candidates.append((self.cgroup_root / mount / rel, "throttled_time", 1e9))
+                candidates.append((self.cgroup_root / "cpu" / rel, "throttled_time", 1e9))
+        for folder, key, scale in candidates:
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                stat = (folder / "cpu.stat").read_text()
+                values = dict(line.split(" ", 1) for line in stat.splitlines() if " " in line)
+                return int(values[key]) / scale, float(values["nr_throttled"]), ""
+        return None, None, "no readable cpu.stat with throttling counts for the server's cgroup"

@@ -1,0 +1,161 @@
+"""The CPU under the server, read from /proc of real processes on this machine.
+
+A real server (a Python process listening on a loopback port, with a busy worker child)
+and a noisy neighbour (a busy process pinned to the same core): the server's threads wait
+for the CPU, and the collector says how long. Nothing of /proc is faked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+from aiohttp import web
+
+from inferwatch.collect.backends import VLLM
+from inferwatch.collect.poller import Poller, PollSettings
+from inferwatch.collect.server_cpu import MIN_INTERVAL, ServerCpu
+from inferwatch.collect.upstream import Upstream
+from inferwatch.serve.exposition import render
+
+from conftest import fixture_text, page_value
+
+SPIN = "while True: pass"
+# A listening server: a busy thread, a busy worker child, and (for argv[1] seconds, if any)
+# a second busy thread that then ends.
+SERVER = """
+import socket, subprocess, sys, threading, time
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+worker = subprocess.Popen(
+    [sys.executable, "-c", "while True: pass"],
+    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+)
+threading.Thread(target=spin, args=(1e9,), daemon=True).start()
+if float(sys.argv[1]):
+    threading.Thread(target=spin, args=(float(sys.argv[1]),)).start()
+print(s.getsockname()[1], worker.pid, flush=True)
+sys.stdin.read()
+worker.kill()
+"""
+
+
+def pinned(*argv: str) -> subprocess.Popen:
+    """A Python process on core 0 only."""
+    return subprocess.Popen(
+        ["taskset", "-c", "0", sys.executable, "-c", *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.communicate()
+
+
+@contextlib.contextmanager
+def running_server(thread_seconds: float) -> Iterator[str]:
+    """The backend URL of a :data:`SERVER` on core 0."""
+    proc = pinned(SERVER, str(thread_seconds))
+    port, worker = map(int, proc.stdout.readline().split())
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+        stop(proc)
+
+
+def read(cpu: ServerCpu, at: float):
+    return cpu.sample(at, None)
+
+
+def test_a_noisy_neighbour_shows_as_run_queue_wait() -> None:
+    with running_server(0) as url:
+        measure_a_neighbour(ServerCpu(url))
+
+
+def measure_a_neighbour(cpu: ServerCpu) -> None:
+    first = read(cpu, 0.0)
+    assert first.threads is not None and first.threads >= 3  # main, busy thread, worker
+    time.sleep(1.0)
+    alone = read(cpu, 10.0)
+    neighbour = pinned(SPIN)
+    try:
+        time.sleep(2.0)
+        crowded = read(cpu, 20.0)
+    finally:
+        stop(neighbour)
+    # Two busy server threads on one core: each waits about half the time; with the
+    # neighbour, about two thirds. Waiting grew by a large share of the wall time.
+    waited_alone = alone.wait_seconds - first.wait_seconds
+    waited_crowded = crowded.wait_seconds - alone.wait_seconds
+    assert waited_alone > 0.3
+    assert waited_crowded / 2.0 > waited_alone / 1.0
+    assert crowded.cpu_seconds > alone.cpu_seconds > first.cpu_seconds
+    assert crowded.pressure_seconds is not None
+    assert crowded.pressure_seconds > alone.pressure_seconds
+
+
+def test_reads_at_most_once_a_second_and_a_thread_that_ends_keeps_its_count() -> None:
+    with running_server(1.0) as url:
+        cpu = ServerCpu(url)
+        first = read(cpu, 0.0)
+        assert read(cpu, MIN_INTERVAL / 2) is first
+        time.sleep(0.5)
+        before = read(cpu, 5.0)
+        time.sleep(1.0)  # the second busy thread has ended
+        after = read(cpu, 10.0)
+    assert after.threads == before.threads - 1
+    assert after.cpu_seconds > before.cpu_seconds
+    assert after.wait_seconds >= before.wait_seconds
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_a_server_this_sidecar_cannot_see_is_said_once_and_its_series_are_absent(
+    aiohttp_server, caplog
+) -> None:
+    # The backend answers through a port no local process listens on as far as /proc says
+    # (the page comes from this test's own server; the server_cpu source looks elsewhere).
+    page = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=page, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    backend = await aiohttp_server(app)
+    upstream = Upstream(str(backend.make_url("")), timeout=2.0, max_bytes=1 << 24)
+    poller = Poller(upstream, VLLM, None, PollSettings())
+    poller.register_server_cpu(ServerCpu(f"http://127.0.0.1:{free_port()}"))
+    try:
+        for _ in range(3):
+            snapshot = await poller.poll_once()
+    finally:
+        await upstream.close()
+    status = snapshot.collectors["server_cpu"]
+    assert not status.success and "no process listens on 127.0.0.1 port" in status.error
+    assert snapshot.server_cpu.cpu_seconds is None
+    assert snapshot.server_cpu.pressure_seconds is not None  # the node's PSI still reads
+    text = render(snapshot).decode()
+    assert "inferwatch_server_cpu_seconds_total" not in text
+    assert page_value(text, "inferwatch_collector_success", collector="server_cpu") == 0.0
+    assert page_value(text, "inferwatch_node_cpu_pressure_seconds_total") > 0
+    said = [r for r in caplog.records if "server_cpu" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
