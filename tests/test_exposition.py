@@ -37,6 +37,7 @@ from inferwatch.model import (
     CaptureSample,
     CollectorStatus,
     Histogram,
+    ServerCpuSample,
     Snapshot,
 )
 from inferwatch.serve.exposition import Renderer, render, render_openmetrics
@@ -96,6 +97,7 @@ def full_snapshot(fixture: str) -> Snapshot:
         captures=CaptureSample(
             {("manual", "ok"): 1.0, ("InferenceQueuedWhileIdle", "too_soon"): 2.0}, 1.8e9
         ),
+        server_cpu=ServerCpuSample(1834.2, 97.4, 131, 412.9, 3.2, 41.0),
     )
 
 

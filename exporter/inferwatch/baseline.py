@@ -1,9 +1,8 @@
 """The baseline file: what the service measured under known load, to compare live latency with.
 
-``inferwatch baseline`` writes it (a load sweep, see ``tools/sweep/``); ``inferwatch serve
---baseline FILE`` exposes the cell comparable to the current load as
-``inferwatch_baseline_*`` gauges; ``inferwatch generate --baseline FILE`` derives the
-latency thresholds from it. Format (YAML)::
+``inferwatch baseline`` writes it (a load sweep, ``tools/sweep/``); ``serve --baseline FILE``
+exposes the cell comparable to the load as ``inferwatch_baseline_*`` gauges; ``generate
+--baseline FILE`` derives the latency thresholds from it. Format (YAML)::
 
     inferwatch_baseline: 1
     metadata: {date: ..., backend: vllm, version: 0.32.0, model: tiny, gpu: ..., api: completions}
@@ -184,16 +183,20 @@ def _client_gap(baseline: Baseline, concurrency: int) -> tuple[float, Cell] | No
     return max(gaps, key=lambda g: g[0]) if gaps else None
 
 
-def _itl_tail(cells: list[Cell]) -> tuple[float, str, Cell] | None:
-    """The largest ITL p99 / p50 among ``cells``, as the rules see ITL (the server's
-    histogram where the sweep read it: a p50 inside its first bucket is interpolated there,
-    and the service's normal ratio is what its tail is judged against)."""
-    ratios = []
-    for cell in cells:
-        values, side = cell.itl()
-        if values.get("p50") > 0:
-            ratios.append((values.get("p99") / values.get("p50"), side, cell))
-    return max(ratios, key=lambda r: r[0]) if ratios else None
+def _itl_tail(cells: list[Cell], factor: float) -> Derived | None:
+    """``factor`` x the largest ITL p99 / p50 among ``cells`` as the rules see ITL (a
+    server's p50 in its first bucket is interpolated there), where above the default."""
+    itl = [(*c.itl(), c) for c in cells]
+    ratios = [(v.get("p99") / v.get("p50"), side, c) for v, side, c in itl if v.get("p50") > 0]
+    if not ratios:
+        return None
+    ratio, side, cell = max(ratios, key=lambda r: r[0])
+    if factor * ratio <= THRESHOLDS["itl_tail_ratio"].default:
+        return None
+    return Derived(
+        _significant(factor * ratio),
+        f"{factor:g} x {ratio:.3g}, the {side}'s ITL p99 / p50 at {_where(cell)}",
+    )
 
 
 def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) -> dict[str, Derived]:
@@ -208,9 +211,8 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
     - The client gap: ``factor`` x what the sweep's path added to the server's TTFT at the
       lowest concurrency, where that is above the default (a path measured slower is the
       service's normal; a faster one keeps the default's margin for noise).
-    - The ITL tail ratio: ``factor`` x the ITL p99 / p50 measured at the highest concurrency,
-      where that is above the default (a service whose normal tail is wider is judged
-      against its own).
+    - The ITL tail ratio: ``factor`` x the ITL p99 / p50 at the highest concurrency, where
+      above the default (a service whose normal tail is wider is judged by its own).
     """
     busiest = baseline.busiest()
     if not busiest:
@@ -245,12 +247,9 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
             _significant(factor * gap[0]),
             f"{factor:g} x {gap[0]:.4g} s, client TTFT p50 - server TTFT p50 at {_where(gap[1])}",
         )
-    tail = _itl_tail(busiest)
-    if tail is not None and factor * tail[0] > THRESHOLDS["itl_tail_ratio"].default:
-        out["itl_tail_ratio"] = Derived(
-            _significant(factor * tail[0]),
-            f"{factor:g} x {tail[0]:.3g}, the {tail[1]}'s ITL p99 / p50 at {_where(tail[2])}",
-        )
+    tail = _itl_tail(busiest, factor)
+    if tail is not None:
+        out["itl_tail_ratio"] = tail
     shortest = min(_tokens_per_request(c) for c in baseline.cells)
     if shortest > 0:
         out["min_token_rate"] = Derived(
@@ -261,11 +260,9 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
 
 
 # Objectives calibrate proposes: this share of events within a bound above what the service
-# measured at its busiest (the same factor as the thresholds). Not 99 %: a p99 from a sweep's
-# few hundred requests under-samples the tail, so a 99 % promise at that bound leaves the
-# service at its budget in normal operation (vLLM on CPU here: 1-4 % of first tokens past
-# 1.5 x the sweep's p99, scheduler hiccups at 80-100 ms). 95 % keeps the normal burn well
-# under the slowest alert's; tighten it once the service's tail is known.
+# measured at its busiest (the thresholds' factor). Not 99 %: a sweep's p99 under-samples the
+# tail (vLLM on CPU here: 1-4 % of first tokens past 1.5 x the sweep's p99), and a 99 % promise
+# there spends the budget in normal operation; tighten it once the tail is known.
 PROPOSED_TARGET = 0.95
 PROPOSED_ERRORS_TARGET = 0.999
 _OBJECTIVES = (("ttft", "TTFT p99", Cell.ttft), ("itl", "ITL p99", Cell.itl))
