@@ -16,15 +16,13 @@ import sys
 import time
 from collections.abc import Iterator
 
-from aiohttp import web
-
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.server_cpu import MIN_INTERVAL, ServerCpu
 from inferwatch.collect.upstream import Upstream
 from inferwatch.serve.exposition import render
 
-from conftest import fixture_text, page_value
+from conftest import page_value
 
 SPIN = "while True: pass"
 # A listening server: a busy thread, a busy worker child, and (for argv[1] seconds, if any)
@@ -129,19 +127,11 @@ def free_port() -> int:
 
 
 async def test_a_server_this_sidecar_cannot_see_is_said_once_and_its_series_are_absent(
-    aiohttp_server, caplog
+    backend_url, caplog
 ) -> None:
-    # The backend answers through a port no local process listens on as far as /proc says
-    # (the page comes from this test's own server; the server_cpu source looks elsewhere).
-    page = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
-
-    async def metrics(request: web.Request) -> web.Response:
-        return web.Response(text=page, content_type="text/plain")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    backend = await aiohttp_server(app)
-    upstream = Upstream(str(backend.make_url("")), timeout=2.0, max_bytes=1 << 24)
+    # The page comes from this test's own loopback server; the server_cpu source looks for a
+    # process on a port nobody listens on.
+    upstream = Upstream(backend_url, timeout=2.0, max_bytes=1 << 24)
     poller = Poller(upstream, VLLM, None, PollSettings())
     poller.register_server_cpu(ServerCpu(f"http://127.0.0.1:{free_port()}"))
     try:
