@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from inferwatch.collect.processes import parents
+
 
 class StackError(RuntimeError):
     """A component failed to start or answer; the message carries its log tail."""
@@ -142,17 +144,4 @@ class Process:
 
 def children_of(pid: int) -> list[tuple[int, str]]:
     """(pid, command name) of the direct children of ``pid``, from /proc."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # comm may contain spaces and parentheses; the fields after the last ')' are fixed.
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        if ppid == pid:
-            out.append((int(entry.name), comm))
-    return out
+    return [(child, comm) for child, (parent, comm) in parents().items() if parent == pid]

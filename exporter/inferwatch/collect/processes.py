@@ -97,9 +97,9 @@ def _reaches(local: Address, addresses: set[Address]) -> bool:
     return local in addresses
 
 
-def process_tree(pid: int, proc: Path = PROC) -> list[int]:
-    """``pid`` and its descendants (a child's parent is field 4 of its ``stat``)."""
-    children: dict[int, list[int]] = {}
+def parents(proc: Path = PROC) -> dict[int, tuple[int, str]]:
+    """Every visible process: its parent's pid and its command name (from its ``stat``)."""
+    out = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -107,8 +107,17 @@ def process_tree(pid: int, proc: Path = PROC) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
+        # comm may contain spaces and parentheses; the fields after the last ')' are fixed.
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        out[int(entry.name)] = (int(stat[stat.rindex(")") + 2 :].split()[1]), comm)
+    return out
+
+
+def process_tree(pid: int, proc: Path = PROC) -> list[int]:
+    """``pid`` and its descendants."""
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in parents(proc).items():
+        children.setdefault(parent, []).append(child)
     out, todo = [], [pid]
     while todo:
         current = todo.pop()
