@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.poller import Poller, PollSettings
-from inferwatch.collect.server_cpu import MIN_INTERVAL, ServerCpu
+from inferwatch.collect.server_cpu import MIN_INTERVAL, REDISCOVER, ServerCpu
 from inferwatch.collect.upstream import Upstream
 from inferwatch.serve.exposition import render
 
@@ -118,6 +118,18 @@ def test_reads_at_most_once_a_second_and_a_thread_that_ends_keeps_its_count() ->
     assert after.threads == before.threads - 1
     assert after.cpu_seconds > before.cpu_seconds
     assert after.wait_seconds >= before.wait_seconds
+
+
+def test_a_server_not_found_is_looked_for_again_only_every_rediscover_seconds() -> None:
+    # Looking for a listener scans every process's open files: not at every read.
+    port = free_port()
+    cpu = ServerCpu(f"http://127.0.0.1:{port}")
+    assert read(cpu, 0.0).threads is None
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        assert read(cpu, REDISCOVER - 1).threads is None  # not looked for again yet
+        assert read(cpu, REDISCOVER).threads is not None  # this test's own process
 
 
 def free_port() -> int:

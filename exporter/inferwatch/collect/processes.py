@@ -38,10 +38,11 @@ def server_pid(backend_url: str) -> tuple[int | None, str]:
     if not inodes:
         return None, (
             f"no process listens on {host} port {port} in this network namespace (the server "
-            f"is on another host or pod: py-spy needs the same pod with shareProcessNamespace)"
+            f"is on another host or pod: this sidecar needs the same pod with "
+            f"shareProcessNamespace)"
         )
     denied = 0
-    for proc in Path("/proc").iterdir():
+    for proc in PROC.iterdir():
         if not proc.name.isdigit():
             continue
         try:

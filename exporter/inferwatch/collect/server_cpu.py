@@ -79,10 +79,16 @@ class ServerCpu:
         return self._last
 
     def _server(self, now: float) -> list[int]:
-        alive = self._pids and (self.proc / str(self._pids[0])).exists()
-        if not alive or now - self._found_at >= REDISCOVER:
+        """The server's process tree: its listener looked up once it is gone (or was never
+        found) and at most every REDISCOVER s; the tree under a live one refreshed as often
+        (a restarted worker)."""
+        alive = bool(self._pids) and (self.proc / str(self._pids[0])).exists()
+        due = now - self._found_at >= REDISCOVER
+        if (self._pids and not alive) or due:
             self._found_at = now
-            pid, self._why_not = server_pid(self.backend_url)
+            pid = self._pids[0] if alive else None
+            if pid is None:
+                pid, self._why_not = server_pid(self.backend_url)
             self._pids = process_tree(pid, self.proc) if pid is not None else []
         return self._pids
 
