@@ -156,11 +156,12 @@ class QueuedWhileIdle:
         for unit in units:
             key = _series_key(sample, unit)
             self._seconds.setdefault(key, 0.0)
-            self.steps.observe(now, key, _stepped(sample, previous, unit), _working(sample, unit))
+            stepped = _stepped(sample, previous, unit)
+            self.steps.observe(now, key, stepped, _working(sample, unit))
             state[key] = (
                 previous is not None
                 and previous_at is not None
-                and self._judge(now, key, unit, sample, previous, previous_at, gpus, gpus_of)
+                and self._judge(now, key, unit, sample, stepped, previous_at, gpus, gpus_of)
             )
         # The series of an engine or model the page no longer shows go.
         self._state = state
@@ -177,16 +178,17 @@ class QueuedWhileIdle:
         key: Labels,
         unit: Labels,
         sample: BackendSample,
-        previous: BackendSample,
+        stepped: bool | None,
         previous_at: float,
         gpus: Sequence[GpuSample] | None,
         gpus_of: Mapping[Labels, range],
     ) -> bool:
-        """Whether engine ``unit`` is queued while idle now; adds the time to its total."""
+        """Whether engine ``unit`` is queued while idle now; adds the time to its total.
+        ``stepped``: whether it made a step since the previous poll (None: it cannot tell)."""
         waiting = (sample.values.get("requests_waiting") or {}).get(unit, 0.0)
         believed = now - self._idle_reported_at.get(key, -math.inf) > IDLE_REPORT_WINDOW
         gpu_idle = self._gpus_idle(gpus, gpus_of.get(unit))
-        idle = gpu_idle if gpu_idle is not None else _stepped(sample, previous, unit) is False
+        idle = gpu_idle if gpu_idle is not None else stepped is False
         if not (waiting > 0 and believed and idle):
             self._stall_since.pop(key, None)
             return False

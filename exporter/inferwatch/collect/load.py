@@ -7,7 +7,8 @@ the last poll's count: under light load that count flickers between concurrencie
 2...), and the latency of a window of mixed load was held to the cell of one instant
 (a healthy service read as a regression in one 15 s round in two).
 
-Sample: two polls at 1 running, two at 2, each held one second: ``mean()`` is 1.5.
+Sample: polls one second apart that see 1, 1, 2 and 2 running: :meth:`WindowedLoad.update`
+gives 1, 1, 1 and then 4/3 (each count holds until the next poll).
 """
 
 from __future__ import annotations

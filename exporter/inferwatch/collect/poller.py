@@ -24,7 +24,7 @@ from inferwatch.collect.backends import Backend, Mapper, UnknownBackend, detect
 from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor, derived
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.load import WindowedLoad
-from inferwatch.collect.steps import STEP_FLOOR, STEP_MARGIN, StepRecord
+from inferwatch.collect.steps import DEFAULT_KNOWN_STEP, StepRecord
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.collect.window import LatencyWindow
@@ -78,7 +78,7 @@ class PollSettings:
     interval: float = 0.5
     idle_threshold: float = 0.1
     # The longest step the engine is known to take (collect/steps.py).
-    engine_step_seconds: float = STEP_FLOOR / STEP_MARGIN
+    engine_step_seconds: float = DEFAULT_KNOWN_STEP
     model_weights_bytes: float | None = None
     peak_memory_bandwidth: float | None = None
     tensor_parallel_size: int | None = None
@@ -172,7 +172,8 @@ class Poller:
             self.settings.model_weights_bytes,
             self.settings.peak_memory_bandwidth,
         )
-        load = self._load.update(now, sample)
+        # The load only chooses a baseline cell.
+        load = self._load.update(now, sample) if self.settings.baseline is not None else None
         canary = self._read(self._canary, now, sample, collectors)
         captures = self._read(self._captures, now, sample, collectors)
         server_cpu = self._read(self._server_cpu, now, sample, collectors)

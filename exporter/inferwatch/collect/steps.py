@@ -30,6 +30,9 @@ STEP_FLOOR = 1.0
 STEP_MARGIN = 2.0
 # The rank of the remembered stretch the bar is set from.
 RECURRENCE = 3
+# The longest step assumed where the operator says none (--engine-step-seconds): a stall
+# then outlasts the floor.
+DEFAULT_KNOWN_STEP = STEP_FLOOR / STEP_MARGIN
 # Seconds a long step is remembered, and at most how many per engine.
 STEP_MEMORY = 600.0
 REMEMBERED = 32
@@ -40,7 +43,7 @@ class StepRecord:
     """Per engine: the long steps it completed recently, and the stretch in progress;
     ``known_step``: the longest step the operator says the engine takes."""
 
-    known_step: float = STEP_FLOOR / STEP_MARGIN
+    known_step: float = DEFAULT_KNOWN_STEP
     _progress_at: dict[Labels, float] = field(default_factory=dict)
     _worked: dict[Labels, bool] = field(default_factory=dict)
     _long: dict[Labels, deque[tuple[float, float]]] = field(default_factory=dict)

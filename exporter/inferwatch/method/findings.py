@@ -140,8 +140,8 @@ def rank(finding: Finding, spec: Spec) -> tuple[bool, int, float]:
 
 def ordered(findings: list[Finding], spec: Spec) -> list[Finding]:
     """Each finding under the nearest cause that explains it (the deepest one: a stall the
-    CPU explains is nearer to the queueing than the CPU is), causes in :attr:`Finding.rank`
-    order, each followed by what it explains."""
+    CPU explains is nearer to the queueing than the CPU is), causes in :func:`rank` order,
+    each followed by what it explains."""
     causes: dict[int, list[Finding]] = {id(f): [] for f in findings}
     for source, targets, equal in RELATIONS:
         for cause in (f for f in findings if f.alert.name == source):

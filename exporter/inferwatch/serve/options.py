@@ -8,6 +8,7 @@ from pathlib import Path
 
 from inferwatch.collect.backends import BACKENDS
 from inferwatch.collect.poller import DEFAULT_MAX_SERIES
+from inferwatch.collect.steps import DEFAULT_KNOWN_STEP
 from inferwatch.method.alerts import ALERTS
 from inferwatch.serve.request_checks import host_names
 from inferwatch.settings import (
@@ -142,7 +143,7 @@ OPTIONS = (
     Option(
         "--engine-step-seconds",
         positive_float,
-        0.5,
+        DEFAULT_KNOWN_STEP,
         "the longest scheduler step the engine takes (its biggest batch); without NVML, an "
         "engine that makes no step for over twice this (or its own recurring long steps) "
         "with requests waiting is stalled",
