@@ -187,10 +187,18 @@ def _is_slo(alert: dict) -> bool:
 
 
 async def settle(stack: LocalStack, timeout: float) -> None:
-    """Normal traffic until no alert is pending or firing in Prometheus."""
+    """Normal traffic until no alert has been pending or firing in Prometheus for one rate
+    window (and an evaluation): the next fault's windows then hold normal traffic only.
+
+    Without the quiet window a fault's aftermath can still be in a window when the next
+    fault begins (the last requests of an engine stall finish with a TTFT of seconds), and
+    a condition flickering between two evaluations would count against the next fault.
+    """
     stop = asyncio.Event()
     traffic = asyncio.create_task(normal_traffic(stack, stop))
+    quiet_for = stack.spec.window_seconds + stack.evaluation_seconds()
     deadline = time.monotonic() + timeout
+    quiet_since = time.monotonic()
     try:
         while time.monotonic() < deadline:
             # An SLO alert says how much budget the past burned; it clears with its windows
@@ -199,12 +207,17 @@ async def settle(stack: LocalStack, timeout: float) -> None:
             # it did is the same notification to it, and is not sent again.
             held = await asyncio.to_thread(stack.prometheus_alerts)
             held += await asyncio.to_thread(stack.held_at_alertmanager)
-            if not [a for a in held if not _is_slo(a)]:
+            if [a for a in held if not _is_slo(a)]:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet_for:
                 return
             await asyncio.sleep(1)
         held = stack.prometheus_alerts() + stack.held_at_alertmanager()
         names = sorted({a["labels"]["alertname"] for a in held if not _is_slo(a)})
-        raise StackError(f"alerts did not clear within {timeout:g} s: {', '.join(names)}")
+        raise StackError(
+            f"alerts were not quiet for {quiet_for:g} s within {timeout:g} s: "
+            f"{', '.join(names) or 'flickering'}"
+        )
     finally:
         stop.set()
         await traffic
