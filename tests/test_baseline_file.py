@@ -110,18 +110,22 @@ def test_thresholds_from_the_busiest_cells() -> None:
     assert thresholds_from(Baseline({}, ()), 1.5, 300) == {}
 
 
-def test_a_wide_normal_itl_tail_raises_the_tail_ratio() -> None:
+def test_the_itl_tail_bound_is_a_server_bucket_above_its_p99() -> None:
     doc = copy.deepcopy(DOC)
-    # The server's ITL at concurrency 16: p50 interpolated at 5 ms in its first bucket, a
-    # p99 of 49 ms: a normal ratio of 9.8.
+    # The server's ITL at concurrency 16: a p99 of 49 ms at most; its buckets as vLLM's.
+    doc["cells"][-2]["server_itl_seconds"] = {"p50": 0.004, "p95": 0.02, "p99": 0.03}
     doc["cells"][-1]["server_itl_seconds"] = {"p50": 0.005, "p95": 0.03, "p99": 0.049}
+    doc["metadata"]["server_bucket_bounds"] = {"itl": [0.01, 0.025, 0.05, 0.075, 0.1]}
     found = thresholds_from(parse(doc), 1.5, window_seconds=300)
-    assert found["itl_tail_ratio"].value == pytest.approx(14.7)
-    assert found["itl_tail_ratio"].source == (
-        "1.5 x 9.8, the server's ITL p99 / p50 at concurrency 16 (prompt 512, output 64)"
+    assert found["itl_tail_bound_seconds"].value == 0.075  # the first >= 73.5 ms
+    assert found["itl_tail_bound_seconds"].source == (
+        "the server's smallest ITL bucket bound at or above 1.5 x 0.049 s, its ITL p99 at "
+        "concurrency 16 (prompt 512, output 64)"
     )
-    # A narrower one keeps the default's margin.
-    assert "itl_tail_ratio" not in thresholds_from(parse(DOC), 1.5, window_seconds=300)
+    # No bound without the server's buckets, or when none is above the p99's margin.
+    assert "itl_tail_bound_seconds" not in thresholds_from(parse(DOC), 1.5, window_seconds=300)
+    doc["metadata"]["server_bucket_bounds"] = {"itl": [0.01, 0.025, 0.05]}
+    assert "itl_tail_bound_seconds" not in thresholds_from(parse(doc), 1.5, window_seconds=300)
 
 
 def test_thresholds_prefer_the_servers_histograms_and_a_slow_service_is_still_judged() -> None:

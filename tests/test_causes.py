@@ -96,14 +96,26 @@ def test_a_cause_of_another_model_explains_nothing() -> None:
 
 @pytest.mark.parametrize("stronger", [1.5, 4.0])
 def test_unrelated_findings_go_by_evidence_strength_never_by_name(stronger: float) -> None:
-    # Long prompts into live streams: both prefill findings hold; the one further past its
-    # threshold leads, whichever name sorts first.
-    stalls = finding("InferencePrefillStallsDecode", stronger)
-    bottleneck = finding("InferencePrefillBottleneck", 2.0)
-    r = report(bottleneck, stalls)
-    first = "InferencePrefillStallsDecode" if stronger > 2.0 else "InferencePrefillBottleneck"
+    # Decode slow and the frontend saturated: no relation orders the two; the one further
+    # past its threshold leads, whichever name sorts first.
+    decode = finding("InferenceDecodeBottleneck", stronger)
+    frontend = finding("InferenceFrontendCPUSaturated", 2.0)
+    r = report(frontend, decode)
+    first = "InferenceDecodeBottleneck" if stronger > 2.0 else "InferenceFrontendCPUSaturated"
     assert r.findings[0].alert.name == first
-    assert strength(stalls, SPEC) == pytest.approx(stronger)
+    assert strength(decode, SPEC) == pytest.approx(stronger)
+
+
+def test_long_prompts_into_streams_lead_with_the_stall() -> None:
+    # Both prefill findings hold; the stall says what to change (the chunk size), whatever
+    # the bottleneck's evidence.
+    r = report(
+        finding("InferencePrefillBottleneck", 5.0), finding("InferencePrefillStallsDecode", 1.2)
+    )
+    assert listing(r) == [
+        (0, "InferencePrefillStallsDecode", None),
+        (1, "InferencePrefillBottleneck", "InferencePrefillStallsDecode"),
+    ]
 
 
 def test_a_symptom_with_no_cause_is_listed_after_the_causes() -> None:
@@ -155,3 +167,17 @@ def test_alertmanager_inhibits_only_what_is_no_more_severe_than_its_cause(paging
                 assert (source, target) in pairs
     assert ("InferenceQueuedWhileIdle", "InferenceQueueingDelay") in pairs
     assert ("InferenceQueuedWhileIdle", "InferenceCanaryFailing") not in pairs
+
+
+def test_a_starved_cpu_explains_the_slowness_it_causes() -> None:
+    # A noisy neighbour: prefill slow, requests queue; the CPU under the server is why.
+    r = report(
+        finding("InferencePrefillBottleneck", 3.0),
+        finding("InferenceQueueingDelay", 2.0),
+        finding("InferenceServerCPUStarved", 1.1),
+    )
+    assert listing(r)[0] == (0, "InferenceServerCPUStarved", None)
+    assert sorted(listing(r)[1:]) == [
+        (1, "InferencePrefillBottleneck", "InferenceServerCPUStarved"),
+        (1, "InferenceQueueingDelay", "InferenceServerCPUStarved"),
+    ]

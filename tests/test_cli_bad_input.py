@@ -142,6 +142,14 @@ CASES = {
         )
         for command, extra in (("serve", ()), ("generate", ("--out", "{tmp}/out")))
     },
+    # A config calibrated by an earlier release: what replaced the key, not only "unknown".
+    "replaced-threshold": Case(
+        ("serve", "--config", "{tmp}/c.yaml"),
+        "thresholds.itl_tail_ratio: replaced by itl_tail_bound_seconds and itl_tail_share "
+        "(the share of token gaps above a bucket bound: a ratio of quantiles hid tails in wide "
+        "buckets); run `inferwatch calibrate` again or set those",
+        files={"c.yaml": b"thresholds:\n  itl_tail_ratio: 11.7\n"},
+    ),
 }
 
 

@@ -40,6 +40,7 @@ from inferwatch.model import (
     GpuSample,
     Histogram,
     Labels,
+    ServerCpuSample,
     Snapshot,
 )
 from inferwatch.serve.exposition import render
@@ -73,6 +74,7 @@ FINISHED = {  # reason -> engine -> requests/s
 QUEUED_WHILE_IDLE = {"0": 0.05, "1": 0.2}  # seconds per second
 DECODE_FLOOR = {"0": 0.004, "1": 0.006}
 FRONTEND_CPU = 0.7  # cores (one API server for both engines)
+SERVER_CPU = (1.6, 0.4)  # the server's threads: CPU seconds, run-queue wait, per second
 # Histograms: observations per second in each bucket (not cumulative), and their mean.
 HISTOGRAMS = {
     "time_to_first_token_seconds": (
@@ -219,6 +221,14 @@ def snapshot(step: int) -> Snapshot:
             latency_window=LATENCY_WINDOWS[step],
         ),
         baseline={f"baseline_{name}": {baseline_cell: value} for name, value in BASELINE.items()},
+        server_cpu=ServerCpuSample(
+            cpu_seconds=_counter(SERVER_CPU[0], step),
+            wait_seconds=_counter(SERVER_CPU[1], step),
+            threads=40,
+            pressure_seconds=_counter(0.3, step),
+            throttled_seconds=_counter(0.1, step),
+            throttled_periods=_counter(2.0, step),
+        ),
         canary=CanarySample(
             model=MODEL,
             ttft=_histogram(("0.1", "+Inf"), (0.2, 0.0), 0.05, step),
@@ -231,7 +241,7 @@ def snapshot(step: int) -> Snapshot:
 
 
 PAGES: list[Samples] = [read_page(render(snapshot(step)).decode()) for step in range(STEPS + 1)]
-WINDOW = Window(PAGES[0], PAGES[-1], seconds=WINDOW_SECONDS)
+WINDOW = Window(PAGES[0], PAGES[-1], seconds=WINDOW_SECONDS, spec=SPEC)
 LOCAL = {name: WINDOW.value(s.local) for name, s in SIGNALS.items() if s.local is not None}
 
 
@@ -343,3 +353,13 @@ def test_multi_engine_signals_combine_engines_as_the_rules_do() -> None:
     assert LOCAL["running"] == pytest.approx(6.0 + 9.0)  # both engines, mean over the window
     assert LOCAL["request_rate"] == pytest.approx(3.9)  # both engines, every reason
     assert LOCAL["gpu_throttled"] == pytest.approx(0.5)  # GPU 0, thermal, half the window
+
+
+def test_the_itl_tail_is_counted_at_a_bucket_bound_or_not_at_all() -> None:
+    # Above 0.5 s: engine 1's one gap per second in (0.5, +Inf] of the 235 both engines see.
+    assert LOCAL["itl_tail_share"] == pytest.approx(1 / 235)
+    # A bound that is none of the server's bucket bounds cannot be counted: no value (the
+    # rule's bucket matcher finds no series either), never an interpolation.
+    elsewhere = spec_from_config({"thresholds": {"itl_tail_bound_seconds": 0.3}})
+    window = Window(PAGES[0], PAGES[-1], seconds=WINDOW_SECONDS, spec=elsewhere)
+    assert window.signal("itl_tail_share") is None

@@ -183,20 +183,24 @@ def _client_gap(baseline: Baseline, concurrency: int) -> tuple[float, Cell] | No
     return max(gaps, key=lambda g: g[0]) if gaps else None
 
 
-def _itl_tail(cells: list[Cell], factor: float) -> Derived | None:
-    """``factor`` x the largest ITL p99 / p50 among ``cells`` as the rules see ITL (a
-    server's p50 in its first bucket is interpolated there), where above the default."""
-    itl = [(*c.itl(), c) for c in cells]
-    ratios = [(v.get("p99") / v.get("p50"), side, c) for v, side, c in itl if v.get("p50") > 0]
-    if not ratios:
+def _server_bound(baseline: Baseline, kind: str, factor: float) -> tuple[float, str] | None:
+    """The server's smallest ``kind`` bucket bound at or above ``factor`` x its p99 at the
+    highest concurrency (the worst cell there), and where that came from; None without the
+    server's bounds (a sweep of the client side only) or its histograms there."""
+    bounds = (baseline.metadata.get("server_bucket_bounds") or {}).get(kind)
+    busiest = baseline.busiest()
+    if not busiest or not bounds:
         return None
-    ratio, side, cell = max(ratios, key=lambda r: r[0])
-    if factor * ratio <= THRESHOLDS["itl_tail_ratio"].default:
+    latency = Cell.ttft if kind == "ttft" else Cell.itl
+    values, side, cell = max(((*latency(c), c) for c in busiest), key=lambda m: m[0].p99)
+    above = [b for b in sorted(bounds) if b >= factor * values.p99]
+    if side != "server" or values.p99 <= 0 or not above:
         return None
-    return Derived(
-        _significant(factor * ratio),
-        f"{factor:g} x {ratio:.3g}, the {side}'s ITL p99 / p50 at {_where(cell)}",
+    why = (
+        f"the server's smallest {kind.upper()} bucket bound at or above {factor:g} x "
+        f"{values.p99:.4g} s, its {kind.upper()} p99 at {_where(cell)}"
     )
+    return above[0], why
 
 
 def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) -> dict[str, Derived]:
@@ -211,8 +215,9 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
     - The client gap: ``factor`` x what the sweep's path added to the server's TTFT at the
       lowest concurrency, where that is above the default (a path measured slower is the
       service's normal; a faster one keeps the default's margin for noise).
-    - The ITL tail ratio: ``factor`` x the ITL p99 / p50 at the highest concurrency, where
-      above the default (a service whose normal tail is wider is judged by its own).
+    - The ITL tail bound: the server's smallest ITL bucket bound at or above ``factor`` x
+      its ITL p99 at the highest concurrency (a gap counted above a bound, not a quantile
+      interpolated in a wide bucket).
     """
     busiest = baseline.busiest()
     if not busiest:
@@ -247,9 +252,9 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
             _significant(factor * gap[0]),
             f"{factor:g} x {gap[0]:.4g} s, client TTFT p50 - server TTFT p50 at {_where(gap[1])}",
         )
-    tail = _itl_tail(busiest, factor)
+    tail = _server_bound(baseline, "itl", factor)
     if tail is not None:
-        out["itl_tail_ratio"] = tail
+        out["itl_tail_bound_seconds"] = Derived(*tail)
     shortest = min(_tokens_per_request(c) for c in baseline.cells)
     if shortest > 0:
         out["min_token_rate"] = Derived(
@@ -265,7 +270,6 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
 # there spends the budget in normal operation; tighten it once the tail is known.
 PROPOSED_TARGET = 0.95
 PROPOSED_ERRORS_TARGET = 0.999
-_OBJECTIVES = (("ttft", "TTFT p99", Cell.ttft), ("itl", "ITL p99", Cell.itl))
 
 
 def objectives_from(baseline: Baseline, factor: float) -> dict[str, tuple[dict, str]]:
@@ -277,21 +281,10 @@ def objectives_from(baseline: Baseline, factor: float) -> dict[str, tuple[dict, 
     the client side only) no latency objective is proposed.
     """
     out: dict[str, tuple[dict, str]] = {}
-    bounds = baseline.metadata.get("server_bucket_bounds") or {}
-    busiest = baseline.busiest()
-    for kind, label, latency in _OBJECTIVES:
-        if not busiest or not bounds.get(kind):
-            continue
-        values, side, cell = max(((*latency(c), c) for c in busiest), key=lambda m: m[0].p99)
-        wanted = factor * values.p99
-        above = [b for b in sorted(bounds[kind]) if b >= wanted]
-        if side != "server" or values.p99 <= 0 or not above:
-            continue
-        out[kind] = (
-            {"target": PROPOSED_TARGET, "seconds": above[0]},
-            f"the server's smallest {kind.upper()} bucket bound at or above {factor:g} x "
-            f"{values.p99:.4g} s, its {label} at {_where(cell)}",
-        )
+    for kind in ("ttft", "itl"):
+        bound = _server_bound(baseline, kind, factor)
+        if bound is not None:
+            out[kind] = ({"target": PROPOSED_TARGET, "seconds": bound[0]}, bound[1])
     out["errors"] = (
         {"target": PROPOSED_ERRORS_TARGET},
         "no measure: one request in a thousand may fail; the sweep saw "

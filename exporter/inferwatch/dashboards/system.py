@@ -7,6 +7,7 @@ lengths, token throughput); how requests end (HTTP status, finish reason); prefi
 from __future__ import annotations
 
 from inferwatch.dashboards.queries import (
+    NODE,
     RATE_INTERVAL,
     TARGET,
     TOKENS,
@@ -25,6 +26,7 @@ def system_panels(spec: Spec) -> list[PanelSpec]:
     """The client's path, the workload, how requests end, the prefix cache."""
     return [
         *_client_path(spec),
+        _server_cpu(spec),
         *_workload(spec),
         *_request_outcomes(),
         _prefix_cache(spec.timing.window),
@@ -69,6 +71,36 @@ def _client_path(spec: Spec) -> list[PanelSpec]:
             stacked=True,
         ),
     ]
+
+
+def _server_cpu(spec: Spec) -> PanelSpec:
+    """The server's threads waiting for a CPU, the node's pressure, the cgroup's limit."""
+    threshold = spec.threshold
+    return PanelSpec(
+        Panel.SERVER_CPU,
+        "serve --server-cpu on, the server's processes visible to the sidecar. Of the time "
+        "the server's threads were ready to run, the share they waited for a CPU; the "
+        "node's CPU pressure (PSI some: time any task waited); the seconds per second the "
+        "server's cgroup was throttled by its CPU limit. Healthy: a few % of wait, no "
+        "throttling. Wait with high node pressure is a noisy neighbour; wait with "
+        "throttling is the pod's CPU limit.",
+        [
+            Query(
+                f"instance:inferwatch_server_cpu_wait_seconds:share_{spec.rate_name}{{{NODE}}}",
+                "{{instance}} wait share",
+            ),
+            Query(
+                f"rate({series('node_cpu_pressure_seconds', NODE)}[{RATE_INTERVAL}])",
+                "{{instance}} node pressure",
+            ),
+            Query(
+                f"rate({series('server_cpu_throttled_seconds', NODE)}[{RATE_INTERVAL}])",
+                "{{instance}} throttled",
+            ),
+        ],
+        unit="percentunit",
+        thresholds=limit(threshold("server_cpu_wait_share")),
+    )
 
 
 def _workload(spec: Spec) -> list[PanelSpec]:

@@ -238,7 +238,7 @@ def exporter_report(
 ) -> Report:
     """The report over two pages of one exporter ``seconds`` apart: ``diagnose --exporter``
     and the exporter's own verdict page."""
-    window = Window(before, after, seconds)
+    window = Window(before, after, seconds, spec)
     phase = {name: window.signal(name) for name in ("ttft_p95", "itl_p95")}
     findings = evaluate(window, spec, exporter_labels(after))
     return Report(source, f"{seconds:.1f}s", spec, phase, findings, judged_with=judged_with)

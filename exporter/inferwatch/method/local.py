@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from inferwatch.method.alerts import ALERTS, Alert, Cond
 from inferwatch.method.quantile import histogram_quantile
-from inferwatch.method.signals import (
-    SIGNALS,
+from inferwatch.method.recipes import (
     Aggregation,
     Gauge,
     Mean,
@@ -25,8 +24,12 @@ from inferwatch.method.signals import (
     Rate,
     Ratio,
     Recipe,
+    ShareAbove,
+    Sum,
 )
+from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import Spec
+from inferwatch.method.thresholds import THRESHOLDS
 
 # A page's samples by name (``inferwatch.collect.textparse.read_page`` reads one).
 Samples = dict[str, list[tuple[dict[str, str], float]]]
@@ -47,11 +50,13 @@ def _combine(values: list[float], how: Aggregation) -> float:
 
 @dataclass
 class Window:
-    """Two scrapes of one exporter ``seconds`` apart; computes signal recipes over them."""
+    """Two scrapes of one exporter ``seconds`` apart; computes signal recipes over them
+    (``spec``: the thresholds a recipe reads, the built-in defaults without one)."""
 
     before: Samples
     after: Samples
     seconds: float
+    spec: Spec | None = None
 
     def signal(self, name: str) -> float | None:
         """A signal of :data:`SIGNALS` over the window. A share (unit ``ratio``) is clipped
@@ -72,6 +77,9 @@ class Window:
             if top is None or not bottom:
                 return None
             return top / bottom
+        if isinstance(recipe, Sum):
+            parts = [self.value(part) for part in recipe.parts]
+            return None if None in parts else math.fsum(p for p in parts if p is not None)
         if isinstance(recipe, Rate):
             return self._rate(recipe)
         if isinstance(recipe, Gauge):
@@ -82,6 +90,8 @@ class Window:
             return None if total is None or not count else total / count
         if isinstance(recipe, Quantile):
             return self._quantile(recipe)
+        if isinstance(recipe, ShareAbove):
+            return self._share_above(recipe)
         raise TypeError(recipe)
 
     def _series(self, samples: Samples, name: str, where: Mapping[str, str]) -> dict[tuple, float]:
@@ -137,6 +147,29 @@ class Window:
             buckets[le] = buckets.get(le, 0.0) + increase
         result = histogram_quantile(recipe.q, buckets.items())
         return None if math.isnan(result) else result
+
+    def _share_above(self, recipe: ShareAbove) -> float | None:
+        """1 - the bucket at the bound's increase over the count's (all engines)."""
+        name = recipe.bound
+        bound = self.spec.threshold(name) if self.spec else THRESHOLDS[name].default
+        count = self._delta(f"inferwatch_{recipe.histogram}_count")
+        below = [
+            increase
+            for key, increase in self._increases(
+                f"inferwatch_{recipe.histogram}_bucket", {}
+            ).items()
+            if _bound(dict(key)["le"]) == bound
+        ]
+        if not count or not below:
+            return None
+        return max(0.0, 1.0 - math.fsum(below) / count)
+
+
+def _bound(le: str) -> float | None:
+    try:
+        return float(le)
+    except ValueError:
+        return None
 
 
 Evidence = list[tuple[Cond, float | None]]

@@ -48,6 +48,7 @@ class Panel(str, Enum):
     NVLINK_THROUGHPUT = "NVLink throughput"
     # System
     FRONTEND_CPU = "Frontend CPU"
+    SERVER_CPU = "Server CPU: run-queue wait, pressure, throttling"
     CLIENT_GAP = "Client gap: canary TTFT minus server TTFT"
     CANARY_PROBES = "Canary probes by result"
     REQUEST_LENGTHS = "Request lengths"

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from inferwatch.method.signals import INSTANCE, MODEL
+from inferwatch.method.slo.series import bucket_matcher
 from inferwatch.method.spec import Spec
 from inferwatch.metrics import WINDOW_QUANTILES
 
@@ -62,7 +63,7 @@ def _quantiles(name: str, buckets: str) -> list[Record]:
 
 
 def _instance_latency(spec: Spec) -> list[Record]:
-    """ITL's p50/p95/p99 (the tail ratio needs all three) and TTFT's p95: the exporter's
+    """ITL's p50/p95/p99 (the tail's description shows p50 and p99) and TTFT's p95: the exporter's
     quantiles over the same window, under the names the rules and dashboards read."""
     w = spec.rate_name
     return [
@@ -99,6 +100,16 @@ def _share(expr: str) -> str:
     """A share is at most 1 (see ``Window.signal``): a queue timed apart from TTFT can
     outlast it, and a counter of seconds can gain a stall's first seconds at once."""
     return f"clamp_max(\n  {expr},\n  1\n)"
+
+
+def _share_above(spec: Spec, metric: str, bound: float) -> str:
+    """The share of a histogram's observations above one of its bucket bounds, counted."""
+    window = spec.timing.window
+    return (
+        f"clamp_min(\n  1 - sum without (engine, le) "
+        f"(rate({metric}_bucket{{{bucket_matcher(bound)}}}[{window}]))\n"
+        f"  / (sum without (engine) (rate({metric}_count[{window}])) > 0),\n  0\n)"
+    )
 
 
 def _queue_share(spec: Spec, level: str) -> Record:
@@ -150,6 +161,18 @@ def _instance_rules(spec: Spec) -> list[Record]:
         Record(
             f"instance:inferwatch_frontend_cpu_seconds:{w}",
             f"sum without (engine) (rate(inferwatch_frontend_cpu_seconds_total[{window}]))",
+        ),
+        Record(
+            f"instance:{ITL}:share_above_tail_{w}",
+            _share_above(spec, ITL, spec.threshold("itl_tail_bound_seconds")),
+        ),
+        Record(
+            f"instance:inferwatch_server_cpu_wait_seconds:share_{w}",
+            _share(
+                f"rate(inferwatch_server_cpu_wait_seconds_total[{window}])\n"
+                f"  / (rate(inferwatch_server_cpu_wait_seconds_total[{window}])\n"
+                f"     + rate(inferwatch_server_cpu_seconds_total[{window}]) > 0)"
+            ),
         ),
         Record(
             f"instance:inferwatch_gpu_busy_seconds:avg_{w}",

@@ -13,10 +13,9 @@ over the same series: a recipe combines an exporter's engines and GPUs as the Pr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
+from inferwatch.method.recipes import Gauge, Mean, Quantile, Rate, Ratio, Recipe, ShareAbove, Sum
 from inferwatch.method.thresholds import THROTTLE_REASONS
 from inferwatch.metrics import CANARY_RESULTS
 
@@ -25,54 +24,6 @@ from inferwatch.metrics import CANARY_RESULTS
 INSTANCE = "instance"
 MODEL = "model"
 NODE = "node"
-
-
-@dataclass(frozen=True)
-class Quantile:
-    histogram: str
-    q: float
-
-
-@dataclass(frozen=True)
-class Mean:
-    histogram: str
-
-
-# How a recipe combines the series of one exporter (its engines, its GPUs): as the PromQL
-# form aggregates them (``sum``/``avg``/``max without (engine)`` or ``(gpu, uuid, name)``).
-Aggregation = Literal["sum", "mean", "max"]
-
-
-@dataclass(frozen=True)
-class Rate:
-    """Per-second increase of a counter over the window, its series combined by ``how``."""
-
-    counter: str
-    where: Mapping[str, str] = field(default_factory=dict)  # label -> regex
-    how: Aggregation = "sum"
-
-
-@dataclass(frozen=True)
-class Gauge:
-    """A gauge's value, its series combined by ``how``.
-
-    ``averaged``: each series' mean over the window (PromQL's ``avg_over_time``), else its
-    last value (an instant selector).
-    """
-
-    metric: str
-    where: Mapping[str, str] = field(default_factory=dict)
-    how: Aggregation = "max"
-    averaged: bool = False
-
-
-@dataclass(frozen=True)
-class Ratio:
-    numerator: Recipe
-    denominator: Recipe
-
-
-Recipe = Quantile | Mean | Rate | Gauge | Ratio
 
 
 @dataclass(frozen=True)
@@ -121,12 +72,12 @@ SIGNALS: dict[str, Signal] = {
             Quantile(ITL, 0.99),
         ),
         Signal(
-            "itl_tail_ratio",
-            "ITL p99 / p50",
-            "factor",
+            "itl_tail_share",
+            "ITL share above the tail bound",
+            "ratio",
             INSTANCE,
-            f"{_q95('instance', ITL, '0.99')}\n  / {_q95('instance', ITL, '0.5')}",
-            Ratio(Quantile(ITL, 0.99), Quantile(ITL, 0.5)),
+            f"instance:inferwatch_{ITL}:share_above_tail_%(w)s",
+            ShareAbove(ITL, "itl_tail_bound_seconds"),
         ),
         Signal(
             "queue_share",
@@ -231,6 +182,24 @@ SIGNALS: dict[str, Signal] = {
             INSTANCE,
             "instance:inferwatch_frontend_cpu_seconds:%(w)s",
             Rate("inferwatch_frontend_cpu_seconds_total"),
+        ),
+        # Of the time the server's threads were ready to run, the share they waited for a
+        # CPU (run-queue wait over wait + run time, collect/server_cpu.py).
+        Signal(
+            "server_cpu_wait_share",
+            "server CPU wait share",
+            "ratio",
+            NODE,
+            "instance:inferwatch_server_cpu_wait_seconds:share_%(w)s",
+            Ratio(
+                Rate("inferwatch_server_cpu_wait_seconds_total"),
+                Sum(
+                    (
+                        Rate("inferwatch_server_cpu_wait_seconds_total"),
+                        Rate("inferwatch_server_cpu_seconds_total"),
+                    )
+                ),
+            ),
         ),
         Signal(
             "gpu_busy",

@@ -112,6 +112,13 @@ _ALERTING_KEYS = {
 }
 
 
+# Thresholds of an earlier release, and what judges their condition now.
+REPLACED_THRESHOLDS = {
+    "itl_tail_ratio": "itl_tail_bound_seconds and itl_tail_share (the share of token gaps "
+    "above a bucket bound: a ratio of quantiles hid tails in wide buckets)",
+}
+
+
 def spec_from_config(
     config: Mapping[str, Any], baseline_thresholds: Mapping[str, float] | None = None
 ) -> Spec:
@@ -125,6 +132,12 @@ def spec_from_config(
     given = config.get("thresholds") or {}
     if not isinstance(given, Mapping):
         raise ConfigError("thresholds: expected a mapping of threshold names to numbers")
+    for name, instead in REPLACED_THRESHOLDS.items():
+        if name in given:
+            raise ConfigError(
+                f"thresholds.{name}: replaced by {instead}; run `inferwatch calibrate` again "
+                "or set those"
+            )
     check_keys(given, THRESHOLDS, "thresholds")
     for name, value in given.items():
         thresholds[name] = non_negative_number(value, f"thresholds.{name}")

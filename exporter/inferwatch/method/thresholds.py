@@ -36,11 +36,20 @@ THRESHOLDS: dict[str, Threshold] = {
         "A half-second stall inside a streamed answer is visible to users; used for the "
         "tail in prefill-stalls-decode.",
     ),
-    "itl_tail_ratio": Threshold(
-        8.0,
-        "x",
-        "Decode steps take about the same time each; a p99 eight times the median means some "
-        "steps carry far more work (a prefill chunk) than the others.",
+    "itl_tail_bound_seconds": Threshold(
+        0.5,
+        "s",
+        "A token gap longer than this is a stall inside a stream: one of the server's ITL "
+        "bucket bounds, so that the share of gaps above it is counted, not interpolated "
+        "(`inferwatch calibrate` sets the smallest bound at or above the factor x the "
+        "baseline's ITL p99).",
+    ),
+    "itl_tail_share": Threshold(
+        0.02,
+        "ratio",
+        "Past a bound above the baseline's p99, a healthy decode leaves under one gap in a "
+        "hundred; two in a hundred are steps that carry far more work than the others (a "
+        "prefill chunk).",
     ),
     "queue_share_high": Threshold(
         0.5,
@@ -118,6 +127,14 @@ THRESHOLDS: dict[str, Threshold] = {
         1.5,
         "x",
         "50 % worse than the benchmark at the same concurrency is beyond run-to-run noise.",
+    ),
+    "server_cpu_wait_share": Threshold(
+        0.25,
+        "ratio",
+        "A thread that is ready to run waits for a CPU now and then; waiting a quarter of its "
+        "ready time means the server gets a share of the cores, not the cores: a noisy "
+        "neighbour, a CPU limit, too few cores for the engine, the API server and the "
+        "tokenizer.",
     ),
     "client_gap_seconds": Threshold(
         0.1,

@@ -211,7 +211,7 @@ class VerdictHistory:
         page = read_page(text.decode())
         values: dict[str, float | None] = dict.fromkeys(SERIES)
         if points and at > points[-1].at:
-            window = Window(previous, page, at - points[-1].at)
+            window = Window(previous, page, at - points[-1].at, self.spec)
             values = {name: window.signal(name) for name in SERIES}
         point = Point(at, self._wall(), zlib.compress(text, 1), snap.backend_up, values)
         first = next((p for p in points if at - p.at <= self.window and p.at < at), None)

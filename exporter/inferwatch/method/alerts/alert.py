@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from inferwatch.method.recipes import ShareAbove
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.thresholds import THRESHOLDS
 
@@ -123,8 +124,13 @@ class Alert:
         return self.when + self.any_of + self.unless
 
     def thresholds(self) -> list[str]:
-        """Names of the thresholds the alert compares with, in THRESHOLDS order."""
+        """Names of the thresholds the alert compares with or its signals count against
+        (a tail's bucket bound), in THRESHOLDS order."""
         used = {c.threshold for c in self.conditions() if isinstance(c.threshold, str)}
+        for cond in self.conditions():
+            recipe = SIGNALS[cond.signal].local
+            if isinstance(recipe, ShareAbove):
+                used.add(recipe.bound)
         return [name for name in THRESHOLDS if name in used]
 
     def promql(self, values: Mapping[str, str]) -> str:

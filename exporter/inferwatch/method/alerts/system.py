@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from inferwatch.method.alerts.alert import USERS_SEE, Alert, Cond
-from inferwatch.method.alerts.annotations import value_of, window_mean
+from inferwatch.method.alerts.annotations import PLAIN_NUMBER, value_of, window_mean
+from inferwatch.method.alerts.scheduling import queued_while_idle_on_a
 from inferwatch.method.scenario import (
     CANARY_OK,
     SERVED_MODEL,
@@ -129,4 +130,125 @@ CLIENT_GAP = Alert(
     scenarios=(SLOW_PATH,),
 )
 
-ALERTS = (FRONTEND_CPU_SATURATED, CLIENT_GAP)
+# ---------------------------------------------------------------------------------------
+# InferenceServerCPUStarved
+
+CPU_STARVED = Scenario(
+    # A's server runs 1.5 cores and waits as long again for one (busy neighbours, a CPU
+    # limit that throttles it); B's waits 0.4 s per 2 s of run time, a sixth (near miss).
+    "the server's threads wait for CPU",
+    (
+        healthy(
+            A,
+            server_cpu_cores=1.5,
+            server_cpu_wait=1.5,
+            node_cpu_pressure=0.6,
+            server_cpu_throttled=0.3,
+        ),
+        healthy(B, server_cpu_cores=2.0, server_cpu_wait=0.4, node_cpu_pressure=0.2),
+    ),
+    file="system.yaml",
+    place=4,
+    fires={
+        "InferenceServerCPUStarved": [
+            instance_alert(
+                "InferenceServerCPUStarved",
+                A,
+                "warning",
+                "any",
+                "system",
+                "The server's threads waited for a CPU 50% of the time they were ready to run "
+                "over 5m (threshold 25 %) with 9.82 requests running: the server gets a share of "
+                "the cores, not the cores. "
+                "Node CPU pressure 60%; the server's cgroup throttled 0.3 s per second.",
+                f"The server on {A} waits for CPU",
+            )
+        ]
+    },
+)
+
+CPU_WAIT_WITHOUT_TRAFFIC = Scenario(
+    # A's server waits as long for a CPU as it runs, but has no request to serve: nothing
+    # it serves is slowed (near miss).
+    "the server's threads wait for CPU while it serves nothing",
+    (healthy(A, running=(0,), waiting=(0,), server_cpu_cores=0.2, server_cpu_wait=0.2),),
+    file="system.yaml",
+    place=5,
+    fires={},
+    silent=("InferenceServerCPUStarved",),
+)
+
+STALL_WITH_CPU_WAIT = Scenario(
+    # A's engine is stalled 30 % of the window with requests queued while its other threads
+    # (a busy-polling worker, the API server under load) wait for a CPU: the engine not
+    # stepping is the cause to chase (its runbook points at the CPU panel), not the wait.
+    "a stalled engine whose threads wait for CPU",
+    (healthy(A, queued_while_idle_share=0.3, server_cpu_cores=0.5, server_cpu_wait=1.0),),
+    file="system.yaml",
+    place=6,
+    fires={"InferenceQueuedWhileIdle": [queued_while_idle_on_a(30, 0)]},
+    silent=("InferenceServerCPUStarved",),
+)
+
+SERVER_CPU_STARVED = Alert(
+    name="InferenceServerCPUStarved",
+    order=18,
+    severity="warning",
+    level=INSTANCE,
+    phase="any",
+    layer="system",
+    # A server that waits for its CPU steps, schedules, tokenizes and feeds its accelerator
+    # late: every latency cause downstream of the CPU is this one's.
+    explains=(
+        "InferenceQueueingDelay",
+        "InferencePrefillBottleneck",
+        "InferenceDecodeBottleneck",
+        "InferencePrefillStallsDecode",
+        "InferenceGPUUnderutilized",
+        *USERS_SEE,
+    ),
+    for_default="5m",
+    summary="The server on {{ $labels.instance }} waits for CPU",
+    description="The server's threads waited for a CPU "
+    + value_of(
+        "instance:inferwatch_server_cpu_wait_seconds:share_%(w)s",
+        INSTANCE,
+        "humanizePercentage",
+        match_model=False,
+    )
+    + " of the time they were ready to run over %(window)s (threshold "
+    '%(pct.server_cpu_wait_share)s) with {{ $value | printf "%%.3g" }} requests running: '
+    "the server gets a share of the cores, not the cores. Node CPU pressure "
+    + value_of(
+        "rate(inferwatch_node_cpu_pressure_seconds_total[%(window)s])",
+        INSTANCE,
+        "humanizePercentage",
+        match_model=False,
+    )
+    + "; the server's cgroup throttled "
+    + value_of(
+        "rate(inferwatch_server_cpu_throttled_seconds_total[%(window)s])",
+        INSTANCE,
+        PLAIN_NUMBER,
+        match_model=False,
+    )
+    + " s per second.",
+    # The server's work first: the alert carries the server's backend and model (the CPU
+    # series carry the target's labels only), which its relations to the model's alerts need.
+    # Requests running, not finishing: a starved server may finish almost none.
+    when=(
+        Cond("running", ">=", 1),
+        Cond("server_cpu_wait_share", ">", "server_cpu_wait_share"),
+    ),
+    # An engine that does not step while requests wait is InferenceQueuedWhileIdle's case,
+    # whatever its other threads wait for (a busy-polling worker beside a stopped engine
+    # waits for a CPU too); that runbook sends to the CPU panel.
+    unless=(Cond("queued_while_idle_ratio", ">", "queued_while_idle_ratio"),),
+    evidence=(
+        "`stacks-dump.txt`: the server's threads in the scheduler or the tokenizer with "
+        "nothing in between; `top -H` on the node shows who holds the cores."
+    ),
+    scenarios=(CPU_STARVED, CPU_WAIT_WITHOUT_TRAFFIC, STALL_WITH_CPU_WAIT),
+)
+
+ALERTS = (FRONTEND_CPU_SATURATED, CLIENT_GAP, SERVER_CPU_STARVED)

@@ -75,6 +75,12 @@ class Replica:
     preemptions_per_s: float = 0.0
     queued_while_idle_share: float = 0.0
     frontend_cpu_cores: float = 0.3
+    # The CPU under the server (None: not read): cores it runs, seconds per second its
+    # threads wait for a CPU, the node's PSI share, its cgroup's throttled seconds per second.
+    server_cpu_cores: float | None = None
+    server_cpu_wait: float = 0.0
+    node_cpu_pressure: float = 0.0
+    server_cpu_throttled: float = 0.0
     decode_floor: float | None = 0.0048  # 16 GB of weights / 3.35 TB/s
     gpu_busy: tuple[float, ...] | None = (0.85, 0.85)  # one share per GPU; None: no NVML
     gpu_collector: str = "1x40"
@@ -232,6 +238,21 @@ def _optional_series(r: Replica, backend: dict) -> list[dict]:
     return out
 
 
+def _server_cpu_series(r: Replica, target: dict) -> list[dict]:
+    """The CPU under the server, where the sidecar reads it."""
+    if r.server_cpu_cores is None:
+        return []
+    return [
+        _series(f"inferwatch_{name}_total", _counter(per_second), **target)
+        for name, per_second in (
+            ("server_cpu_seconds", r.server_cpu_cores),
+            ("server_cpu_wait_seconds", r.server_cpu_wait),
+            ("node_cpu_pressure_seconds", r.node_cpu_pressure),
+            ("server_cpu_throttled_seconds", r.server_cpu_throttled),
+        )
+    ]
+
+
 def _gpu_series(r: Replica, target: dict) -> list[dict]:
     """Each GPU's busy time, memory, throttling and links."""
     out = []
@@ -292,5 +313,6 @@ def input_series(r: Replica) -> list[dict]:
         *_engine_series(r, engine, backend),
         *_histograms(r, engine, backend),
         *_optional_series(r, backend),
+        *_server_cpu_series(r, target),
         *_gpu_series(r, target),
     ]

@@ -1,0 +1,75 @@
+"""Recipes: how a signal is computed locally from two scrapes of one exporter.
+
+Each signal of :mod:`inferwatch.method.signals` names one; :class:`inferwatch.method.local.Window`
+evaluates it, combining an exporter's engines and GPUs as the signal's PromQL aggregates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Quantile:
+    histogram: str
+    q: float
+
+
+@dataclass(frozen=True)
+class Mean:
+    histogram: str
+
+
+# How a recipe combines the series of one exporter (its engines, its GPUs): as the PromQL
+# form aggregates them (``sum``/``avg``/``max without (engine)`` or ``(gpu, uuid, name)``).
+Aggregation = Literal["sum", "mean", "max"]
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Per-second increase of a counter over the window, its series combined by ``how``."""
+
+    counter: str
+    where: Mapping[str, str] = field(default_factory=dict)  # label -> regex
+    how: Aggregation = "sum"
+
+
+@dataclass(frozen=True)
+class Gauge:
+    """A gauge's value, its series combined by ``how``.
+
+    ``averaged``: each series' mean over the window (PromQL's ``avg_over_time``), else its
+    last value (an instant selector).
+    """
+
+    metric: str
+    where: Mapping[str, str] = field(default_factory=dict)
+    how: Aggregation = "max"
+    averaged: bool = False
+
+
+@dataclass(frozen=True)
+class Ratio:
+    numerator: Recipe
+    denominator: Recipe
+
+
+@dataclass(frozen=True)
+class ShareAbove:
+    """The share of a histogram's observations above a threshold's bound, one of its bucket
+    bounds: counted exactly, not interpolated (no value where no bucket has that bound)."""
+
+    histogram: str
+    bound: str  # the name of a threshold in seconds
+
+
+@dataclass(frozen=True)
+class Sum:
+    """The sum of recipes (none when any of them has no value)."""
+
+    parts: tuple[Recipe, ...]
+
+
+Recipe = Quantile | Mean | Rate | Gauge | Ratio | ShareAbove | Sum
