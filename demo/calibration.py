@@ -15,7 +15,7 @@ measurements of the same server, never from a constant that assumes a CPU's spee
   server reports (``vllm:cache_config_info``);
 - **slow path**: the proxy in front of the server holds each request twice the client-gap
   threshold, itself raised to what the canary measures through that proxy under normal
-  traffic (:meth:`Calibration.with_client_gap`).
+  traffic (:meth:`Measured.with_client_gap`).
 
 The server's longest step is measured too: one burst of the KV fault's size (its biggest
 batch, with the recompute of preempted requests) while its page is read every
@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import aiohttp
@@ -61,12 +63,18 @@ CALIBRATED_CONCURRENCY = (NORMAL_CLIENTS,)
 REQUESTS_PER_CELL = 200
 CELL_WINDOWS = 3
 THROUGHPUT_SECONDS = 5.0
-# The canary's gap under normal traffic is read over this many rate windows, and the
-# client-gap threshold set at GAP_MARGIN x the largest reading (where above the default): a
-# machine whose cores the engine's threads hold leaves the proxy and the sidecar waiting for
-# CPU (measured here before the server ran at VLLM_NICENESS: peaks of 100-250 ms).
-GAP_WINDOWS = 2
-GAP_MARGIN = 2.0
+# The canary's gap and the server's CPU wait under normal traffic are read over this many
+# rate windows, and their thresholds set NORMAL_MARGIN x above the largest reading (where
+# above the default): a machine whose cores the engine's threads hold leaves the proxy and
+# the sidecar waiting for CPU (measured here before the server ran at VLLM_NICENESS: gaps
+# of 100-250 ms), and the server, niced, waits for the rest of the stack.
+NORMAL_WINDOWS = 2
+NORMAL_MARGIN = 2.0
+# The server's CPU wait varies from window to window with whatever else runs (a diagnose
+# started beside it, a burst of scrapes): measured here from 26 to 58 % of its ready time
+# with the healthy stack, across runs. Its threshold is the share at which the server waits
+# CPU_WAIT_MARGIN x as long per CPU second as the most it did under normal traffic.
+CPU_WAIT_MARGIN = 4.0
 # A long-prompt fault's prefill, as a multiple of the calibrated TTFT threshold.
 PREFILL_MULTIPLE = 2.0
 LONG_PROMPT_OUTPUT = 8
@@ -84,12 +92,28 @@ class FaultSizes:
     tokens_per_word: float  # of the demo's generated prompts
     long_prompt_words: int
     long_prompt_ttft: float  # the server's TTFT p50 for such a prompt, alone
-    client_gap: float = 0.0  # the client-gap threshold, once the canary's gap is measured
+    client_gap: float  # the client-gap threshold
+    # Busy loops of the noisy neighbour: one per CPU this process may run on (all of the
+    # machine's, or the one core of a pinned run).
+    neighbours: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
 
     @property
     def path_delay(self) -> float:
         """Seconds the slow path holds each request: twice the client-gap threshold."""
         return 2 * self.client_gap
+
+    @property
+    def streams(self) -> int:
+        """Streams decoding while long prompts arrive: four, as in the tracker's report, or
+        what the batch leaves beside the long prompt."""
+        return min(4, self.batch - 1)
+
+    @property
+    def stream_tokens(self) -> int:
+        """Each stream's answer: long enough to decode through several long prompts, short
+        enough that the streams and a long prompt hold under half the KV cache."""
+        long_prompt = math.ceil(self.long_prompt_words * self.tokens_per_word)
+        return max(NORMAL_OUTPUT, (self.kv_tokens // 2 - long_prompt) // self.streams)
 
     @property
     def kv_requests(self) -> int:
@@ -122,36 +146,118 @@ class FaultSizes:
 
 
 @dataclass(frozen=True)
-class Calibration:
-    config: Path  # written by `inferwatch calibrate`
+class NormalReadings:
+    """What the sidecar read under normal traffic, with the stack running: the latency
+    quantiles of its window and the canary's gap at each read, the shares over each rate
+    window between reads."""
+
+    ttft_p95: list[float]
+    itl_p95: list[float]
+    itl_p99: list[float]
+    canary_gaps: list[float]
+    cpu_wait_shares: list[float]
+    itl_tail_shares: list[float]
+
+
+# The latency thresholds and what the sidecar reads for each under normal traffic.
+_LATENCY = (
+    ("ttft_p95_seconds", "ttft_p95", "TTFT p95"),
+    ("itl_p95_seconds", "itl_p95", "ITL p95"),
+    ("itl_p99_seconds", "itl_p99", "ITL p99"),
+)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The config ``inferwatch calibrate`` wrote, as the demo adds what it measures."""
+
+    config: Path
     spec: Spec
-    faults: FaultSizes
-    engine_step: float | None = None  # the server's longest step, once measured
 
-    def with_client_gap(self, gaps: list[float]) -> Calibration:
-        """The client-gap threshold raised to :data:`GAP_MARGIN` x the largest gap the
-        canary measured under normal traffic, if that is more; the slow path's delay sized
-        from it. The config file says where the number came from."""
-        measured = GAP_MARGIN * max(gaps)
-        if measured <= self.spec.threshold("client_gap_seconds"):
-            return replace(
-                self,
-                faults=replace(self.faults, client_gap=self.spec.threshold("client_gap_seconds")),
-            )
-        text = self.config.read_text()
-        line = re.search(r"^  client_gap_seconds: .*$", text, re.M)
-        if line is None:
-            raise StackError(f"{self.config} sets no client_gap_seconds")
-        why = (
-            f"  # measured by the demo: {GAP_MARGIN:g} x {max(gaps) * 1000:.1f} ms, the canary's "
-            f"largest gap over {len(gaps)} readings under normal traffic\n"
+    def with_readings(self, readings: NormalReadings) -> Measured:
+        """The thresholds of what the sidecar reads under normal traffic, from readings."""
+        return (
+            self.with_latency(readings)
+            .with_client_gap(readings.canary_gaps)
+            .with_cpu_wait(readings.cpu_wait_shares)
+            .with_itl_tail(readings.itl_tail_shares)
         )
-        value = f"  client_gap_seconds: {measured:.4g}"
-        self.config.write_text(text[: line.start()] + why + value + text[line.end() :])
-        spec = spec_from_config(load_config_file(self.config))
-        return replace(self, spec=spec, faults=replace(self.faults, client_gap=measured))
 
-    def with_engine_step(self, seconds: float) -> Calibration:
+    def with_latency(self, readings: NormalReadings) -> Measured:
+        """Each latency threshold raised to :data:`NORMAL_MARGIN` x the largest window
+        quantile the sidecar read under normal traffic, if that is more, and the regression
+        factor with them: the sweep's percentile is over all its requests, a window's over
+        a few hundred, and the rules judge windows (measured here: a sweep's TTFT p95 of
+        83 ms, then windows of normal traffic from 95 to 210 ms)."""
+        measured, raised = self, 1.0
+        for name, field_name, label in _LATENCY:
+            values = getattr(readings, field_name)
+            wanted = NORMAL_MARGIN * max(values)
+            current = measured.spec.threshold(name)
+            if wanted <= current:
+                continue
+            raised = max(raised, wanted / current)
+            why = (
+                f"{NORMAL_MARGIN:g} x {max(values) * 1000:.1f} ms, the largest {label} of the "
+                f"sidecar's window over {len(values)} reads of normal traffic"
+            )
+            measured = measured._with_threshold(name, wanted, why)
+        if raised == 1.0:
+            return measured
+        factor = measured.spec.threshold("regression_factor")
+        why = f"{factor:g} x {raised:.3g}, as far as the latency thresholds were raised"
+        return measured._with_threshold("regression_factor", factor * raised, why)
+
+    def with_client_gap(self, gaps: list[float]) -> Measured:
+        """The client-gap threshold raised to :data:`NORMAL_MARGIN` x the largest gap the
+        canary measured under normal traffic, if that is more (the slow path's delay is
+        sized from it). The config file says where the number came from."""
+        measured = NORMAL_MARGIN * max(gaps)
+        if measured <= self.spec.threshold("client_gap_seconds"):
+            return self
+        why = (
+            f"{NORMAL_MARGIN:g} x {max(gaps) * 1000:.1f} ms, the canary's largest gap over "
+            f"{len(gaps)} readings under normal traffic"
+        )
+        return self._with_threshold("client_gap_seconds", measured, why)
+
+    def with_cpu_wait(self, shares: list[float]) -> Measured:
+        """The server-CPU wait threshold raised to the share at which the server waits
+        :data:`CPU_WAIT_MARGIN` x as long per second of CPU as it did at most under normal
+        traffic (each share measured over a rate window), if that is more: on this machine
+        the engine shares its cores with the sidecar, Prometheus and the traffic, niced."""
+        most = max(shares)
+        odds = CPU_WAIT_MARGIN * most / (1 - most) if most < 1 else math.inf
+        measured = odds / (1 + odds) if math.isfinite(odds) else 1.0
+        if measured <= self.spec.threshold("server_cpu_wait_share"):
+            return self
+        why = (
+            f"the share at which the server waits {CPU_WAIT_MARGIN:g} x as long per CPU second as "
+            f"at most under normal traffic ({most:.1%} of its ready time, {len(shares)} "
+            "windows)"
+        )
+        return self._with_threshold("server_cpu_wait_share", measured, why)
+
+    def with_itl_tail(self, shares: list[float]) -> Measured:
+        """The ITL tail share raised to :data:`NORMAL_MARGIN` x the largest share of token
+        gaps above the tail bound under normal traffic, if that is more (under half the
+        gaps: the tail's condition needs most of them under the bound)."""
+        measured = NORMAL_MARGIN * max(shares)
+        if measured <= self.spec.threshold("itl_tail_share"):
+            return self
+        if measured >= 0.5:
+            raise StackError(
+                f"{max(shares):.1%} of the token gaps under normal traffic are above the "
+                f"tail bound ({self.spec.threshold('itl_tail_bound_seconds'):g} s): no tail "
+                "can be told from the normal"
+            )
+        why = (
+            f"{NORMAL_MARGIN:g} x {max(shares):.2%}, the largest share of token gaps above "
+            f"the tail bound over {len(shares)} windows of normal traffic"
+        )
+        return self._with_threshold("itl_tail_share", measured, why)
+
+    def with_engine_step(self, seconds: float) -> Measured:
         """The config with the server's longest step, measured (:func:`longest_step`)."""
         why = (
             "# measured by the demo: the longest stretch without an engine step while one "
@@ -160,7 +266,26 @@ class Calibration:
         self.config.write_text(
             self.config.read_text() + why + f"engine_step_seconds: {seconds:.4g}\n"
         )
-        return replace(self, engine_step=seconds)
+        return self
+
+    def _with_threshold(self, name: str, value: float, why: str) -> Measured:
+        """The config with ``name`` set to ``value``, and a comment that says why."""
+        text = self.config.read_text()
+        line = re.search(rf"^  {name}: .*$", text, re.M)
+        if line is None:
+            raise StackError(f"{self.config} sets no {name}")
+        comment = f"  # measured by the demo: {why}\n"
+        setting = f"  {name}: {value:.4g}"
+        self.config.write_text(text[: line.start()] + comment + setting + text[line.end() :])
+        return replace(self, spec=spec_from_config(load_config_file(self.config)))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    config: Path  # written by `inferwatch calibrate`, with what the demo measured added
+    spec: Spec
+    faults: FaultSizes
+    engine_step: float  # the server's longest step
 
     def summary(self) -> list[str]:
         """The calibration as the demo's first screen shows it."""
@@ -173,16 +298,27 @@ class Calibration:
             f"{t('min_request_rate'):g} requests/s",
             f"  faults: overload {f.overload_clients} clients on a batch of {f.batch}; long "
             f"prompts ~{f.long_prompt_words * f.tokens_per_word:.0f} tokens "
-            f"(prefill {f.long_prompt_ttft * 1000:.0f} ms alone); KV pressure "
+            f"(prefill {f.long_prompt_ttft * 1000:.0f} ms alone), also into {f.streams} streams "
+            f"of {f.stream_tokens} tokens; KV pressure "
             f"{f.kv_requests} x {f.kv_request_tokens} tokens on {f.kv_tokens}; slow path "
             f"+{f.path_delay * 1000:.0f} ms (client-gap threshold "
             f"{t('client_gap_seconds') * 1000:.0f} ms)",
-            f"  longest engine step {self.engine_step or 0:.2f} s (a burst of the KV fault)",
+            f"  server CPU wait threshold {t('server_cpu_wait_share'):.0%} of its ready time; "
+            f"noisy neighbour {f.neighbours} busy loop(s); ITL tail: over "
+            f"{t('itl_tail_share'):.1%} of token gaps above {t('itl_tail_bound_seconds') * 1000:g} ms",
+            f"  longest engine step {self.engine_step:.2f} s (a burst of the KV fault)",
         ]
 
 
-def calibrate(vllm: VllmServer, base_config: Path, workdir: Path) -> Calibration:
-    """``inferwatch calibrate`` against the server, then the fault sizes."""
+def calibrate(
+    vllm: VllmServer,
+    base_config: Path,
+    workdir: Path,
+    readings: Callable[[Spec], Awaitable[NormalReadings]],
+) -> Calibration:
+    """``inferwatch calibrate`` against the server; the thresholds of what the sidecar
+    reads under normal traffic (``readings``: the stack's, given the spec calibrated so
+    far); then the fault sizes and the longest step."""
     out = workdir / "inferwatch.yaml"
     per_word = asyncio.run(tokens_per_word(vllm.url))
     normal_tokens = round(NORMAL_WORDS * per_word + 1)
@@ -201,10 +337,12 @@ def calibrate(vllm: VllmServer, base_config: Path, workdir: Path) -> Calibration
     (workdir / "calibrate.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         raise StackError(f"inferwatch calibrate failed ({done.returncode}):\n{done.stderr}")
-    spec = spec_from_config(load_config_file(out))
-    faults = asyncio.run(_size_faults(vllm, spec, per_word))
+    measured = Measured(out, spec_from_config(load_config_file(out)))
+    measured = measured.with_readings(asyncio.run(readings(measured.spec)))
+    faults = asyncio.run(_size_faults(vllm, measured.spec, per_word))
     step = asyncio.run(longest_step(vllm.url, faults))
-    return Calibration(out, spec, faults).with_engine_step(step)
+    measured = measured.with_engine_step(step)
+    return Calibration(measured.config, measured.spec, faults, step)
 
 
 async def longest_step(url: str, faults: FaultSizes) -> float:
@@ -296,7 +434,8 @@ async def _size_faults(vllm: VllmServer, spec: Spec, tokens_per_word: float) -> 
         )
     short_request = round(NORMAL_WORDS * tokens_per_word) + NORMAL_OUTPUT
     batch = min(_vllm_arg("--max-num-seqs"), kv_tokens // short_request)
-    return FaultSizes(batch, kv_tokens, tokens_per_word, words, ttft)
+    gap = spec.threshold("client_gap_seconds")
+    return FaultSizes(batch, kv_tokens, tokens_per_word, words, ttft, client_gap=gap)
 
 
 async def _server_ttft(url: str, words: int) -> float:

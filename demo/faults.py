@@ -9,9 +9,11 @@ import contextlib
 import functools
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 
-from demo.calibration import LONG_PROMPT_OUTPUT, normal_load
+from demo.calibration import LONG_PROMPT_OUTPUT, NORMAL_WORDS, normal_load
 from demo.local_stack import LocalStack
 from demo.traffic import Burst, burst, complete_many
 
@@ -39,6 +41,25 @@ async def long_prompts(stack: LocalStack, stop: asyncio.Event) -> None:
         prompt_words=stack.faults.long_prompt_words,
         max_tokens=LONG_PROMPT_OUTPUT,
     )
+
+
+async def prompts_into_streams(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Long prompts, one after another, into streams that decode: each long prompt's
+    prefill runs in the streams' steps, and their next token waits for it."""
+    f = stack.faults
+    streams = asyncio.create_task(
+        complete_many(
+            stack.vllm.url,
+            stop,
+            clients=f.streams,
+            prompt_words=NORMAL_WORDS,
+            max_tokens=f.stream_tokens,
+        )
+    )
+    try:
+        await long_prompts(stack, stop)
+    finally:
+        await streams
 
 
 async def kv_pressure(stack: LocalStack, stop: asyncio.Event) -> None:
@@ -93,6 +114,24 @@ async def slow_path(stack: LocalStack, stop: asyncio.Event) -> None:
         await normal_traffic(stack, stop)
     finally:
         await asyncio.to_thread(stack.proxy.set_fault)
+
+
+# The noisy neighbour's priority: above the server's (demo/stack.py runs it niced), below
+# the stack that watches it, so that the fault takes the server's cores and not Prometheus'.
+NEIGHBOUR_NICENESS = 5
+
+
+async def noisy_neighbour(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Busy loops beside the server, one per CPU it may run on: its threads wait for the
+    cores they are ready to run on; the users' traffic goes on as normal."""
+    loop = f"import os; os.nice({NEIGHBOUR_NICENESS})\nwhile True: pass"
+    loops = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(stack.faults.neighbours)]
+    try:
+        await normal_traffic(stack, stop)
+    finally:
+        for busy in loops:
+            busy.kill()
+            busy.wait()
 
 
 async def broken_route(stack: LocalStack, stop: asyncio.Event) -> None:

@@ -21,8 +21,10 @@ from demo.faults import (
     engine_stall,
     kv_pressure,
     long_prompts,
+    noisy_neighbour,
     normal_traffic,
     overload,
+    prompts_into_streams,
     slow_path,
 )
 from demo.local_stack import LocalStack, alertmanager_config
@@ -85,11 +87,24 @@ SCENARIOS = (
         "prefill compute.",
     ),
     Scenario(
+        "long prompts into streams",
+        "InferencePrefillStallsDecode",
+        prompts_into_streams,
+        # The long prompts' first tokens are slow too: the prefill bottleneck holds, listed
+        # under the stall (Alertmanager inhibits it while the stall fires).
+        also_allowed=frozenset({"InferencePrefillBottleneck", REGRESSION, GAP}),
+        story="Long prompts one after another into four streams that decode: each prefill "
+        "runs in the streams' steps, and their next token waits for it.",
+    ),
+    Scenario(
         "KV-cache pressure",
         "InferenceKVCachePressure",
         kv_pressure,
-        # Bursts of 1.5x the batch also queue.
-        also_allowed=frozenset({"InferenceQueueingDelay", REGRESSION, CANARY, GAP}),
+        # Bursts of 1.5x the batch also queue, and each begins with a batch of prefills
+        # before the cache fills: both are listed under the cache's pressure.
+        also_allowed=frozenset(
+            {"InferenceQueueingDelay", "InferencePrefillBottleneck", REGRESSION, CANARY, GAP}
+        ),
         story="A batch of long generations that needs twice the KV cache: the scheduler preempts.",
     ),
     Scenario(
@@ -107,6 +122,27 @@ SCENARIOS = (
         slow_path,
         story="A proxy in front of the server holds each request 2x the client-gap threshold: "
         "the canary's first token is late, the server's own TTFT is not.",
+    ),
+    Scenario(
+        "noisy neighbour",
+        "InferenceServerCPUStarved",
+        noisy_neighbour,
+        # The starved server is slow in every phase: what its slowness looks like in the
+        # compute and scheduling layers is this cause's, listed under it.
+        also_allowed=frozenset(
+            {
+                "InferencePrefillBottleneck",
+                "InferenceDecodeBottleneck",
+                "InferencePrefillStallsDecode",
+                "InferenceQueueingDelay",
+                "InferenceQueuedWhileIdle",
+                REGRESSION,
+                CANARY,
+                GAP,
+            }
+        ),
+        story="Busy loops beside the server, one per core, at a priority above the server's: "
+        "its threads wait for the cores they are ready to run on.",
     ),
     Scenario(
         "broken route",

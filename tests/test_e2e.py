@@ -101,6 +101,27 @@ async def diagnose(stack: LocalStack) -> tuple[int, dict]:
     return process.returncode, json.loads(out)
 
 
+async def diagnose_exporter(stack: LocalStack) -> dict:
+    """``inferwatch diagnose --exporter --json`` without ``--config``, as the README shows it
+    (the exporter's own spec judges), over one rate window: the verdict page's window."""
+    assert stack.inferwatch is not None
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "inferwatch", "diagnose", "--exporter", stack.inferwatch.url,
+        "--interval", f"{stack.spec.window_seconds:g}", "--json",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(process.communicate(), timeout=60 + stack.spec.window_seconds)
+    return json.loads(out)
+
+
+def first_named(names: list[str], expect: str) -> str | None:
+    """What a reader takes for the answer: the first finding, or for a symptom expected
+    (the client's view), the first symptom: causes that explain it come before it."""
+    if ALERTS[expect].symptom:
+        return next((n for n in names if ALERTS[n].symptom), None)
+    return names[0] if names else None
+
+
 @dataclass(frozen=True)
 class Seen:
     verdict: dict  # /verdict.json
@@ -273,7 +294,15 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
                 scenario.name,
                 lambda doc: scenario.expect in [f["alert"] for f in doc["findings"]],
             )
-            return await diagnose(stack), shown
+            judged = await diagnose(stack)
+            # The exporter judged alone over the next window, and its page at its end.
+            alone = await diagnose_exporter(stack)
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"{stack.inferwatch.url}/verdict.json") as response,
+            ):
+                page = await response.json()
+            return judged, shown, alone, page
 
         outcome = await run_scenario(stack, scenario, hold=5, timeout=240, on_alert=on_alert)
         stop.set()
@@ -310,17 +339,20 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
     )
     assert took <= budget
 
-    (code, report), shown = outcome.on_alert
+    (code, report), shown, alone, page = outcome.on_alert
     # The sidecar's own verdict page names the cause too, from its polls alone.
     print(f"verdict page: {', '.join(findings_of(shown)) or shown.verdict['state']}")
     assert scenario.expect in findings_of(shown)
     SAVED[scenario.name] = (shown, scenario.expect)
     named = [f["alert"] for f in report["findings"]]
     print(f"diagnose (exit {code}): {', '.join(named)}")
-    if ALERTS[scenario.expect].symptom:  # the client's view: first among its kind
-        assert next((n for n in named if ALERTS[n].symptom), None) == scenario.expect, named
-    else:
-        assert named[0] == scenario.expect
+    assert first_named(named, scenario.expect) == scenario.expect, named
+    # One judge: diagnose --exporter without --config and the verdict page a window later
+    # put the same cause first.
+    for what, doc in (("diagnose --exporter", alone), ("verdict page after it", page)):
+        names = [f["alert"] for f in doc["findings"]]
+        print(f"{what}: {', '.join(names) or doc.get('state', 'nothing')}")
+        assert first_named(names, scenario.expect) == scenario.expect, (what, names)
     # What Alertmanager inhibits (a dead backend's last latency window, say) diagnose lists
     # as explained by its cause; anything else must be expected.
     unexplained = {f["alert"] for f in report["findings"] if f["explained_by"] is None}
