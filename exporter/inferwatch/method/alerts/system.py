@@ -235,9 +235,10 @@ SERVER_CPU_STARVED = Alert(
     + " s per second.",
     # The server's work first: the alert carries the server's backend and model (the CPU
     # series carry the target's labels only), which its relations to the model's alerts need.
-    # Requests running, not finishing: a starved server may finish almost none.
+    # Requests in flight, not finishing: a starved server may finish almost none, and a
+    # light load may average under one running request.
     when=(
-        Cond("running", ">=", 1),
+        Cond("running", ">", 0),
         Cond("server_cpu_wait_share", ">", "server_cpu_wait_share"),
     ),
     # An engine that does not step while requests wait is InferenceQueuedWhileIdle's case,
