@@ -44,7 +44,7 @@ class Histogram:
         """
         if not self.buckets:
             return "no buckets"
-        bounds = [_bound(le) for le, _ in self.buckets]
+        bounds = [bucket_bound(le) for le, _ in self.buckets]
         if bounds[-1] != math.inf:
             return "no +Inf bucket"
         if any(not b > a for a, b in pairwise(bounds)):
@@ -82,7 +82,7 @@ class Histogram:
         return Histogram(buckets, self.sum * factor, self.count)
 
 
-def _bound(le: str) -> float:
+def bucket_bound(le: str) -> float:
     """A bucket's bound as a number (NaN for text that is not one)."""
     try:
         return float(le)

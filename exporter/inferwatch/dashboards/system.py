@@ -75,7 +75,6 @@ def _client_path(spec: Spec) -> list[PanelSpec]:
 
 def _server_cpu(spec: Spec) -> PanelSpec:
     """The server's threads waiting for a CPU, the node's pressure, the cgroup's limit."""
-    threshold = spec.threshold
     return PanelSpec(
         Panel.SERVER_CPU,
         "serve --server-cpu on, the server's processes visible to the sidecar. Of the time "
@@ -99,7 +98,7 @@ def _server_cpu(spec: Spec) -> PanelSpec:
             ),
         ],
         unit="percentunit",
-        thresholds=limit(threshold("server_cpu_wait_share")),
+        thresholds=limit(spec.threshold("server_cpu_wait_share")),
     )
 
 

@@ -30,6 +30,7 @@ from inferwatch.method.recipes import (
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import Spec
 from inferwatch.method.thresholds import THRESHOLDS
+from inferwatch.model import bucket_bound
 
 # A page's samples by name (``inferwatch.collect.textparse.read_page`` reads one).
 Samples = dict[str, list[tuple[dict[str, str], float]]]
@@ -158,18 +159,11 @@ class Window:
             for key, increase in self._increases(
                 f"inferwatch_{recipe.histogram}_bucket", {}
             ).items()
-            if _bound(dict(key)["le"]) == bound
+            if bucket_bound(dict(key)["le"]) == bound
         ]
         if not count or not below:
             return None
         return max(0.0, 1.0 - math.fsum(below) / count)
-
-
-def _bound(le: str) -> float | None:
-    try:
-        return float(le)
-    except ValueError:
-        return None
 
 
 Evidence = list[tuple[Cond, float | None]]
