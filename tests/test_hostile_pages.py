@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferwatch.collect.backends import BACKENDS, VLLM, detect
+from inferwatch.collect.backends import BACKENDS, VLLM, Mapper, detect
 from inferwatch.collect.poller import DEFAULT_MAX_SERIES, Poller, PollSettings
-from inferwatch.collect.textparse import scan
+from inferwatch.collect.textparse import ExpositionError, scan
 from inferwatch.collect.upstream import Upstream
 from inferwatch.logs import CauseLog
 from inferwatch.metrics import BACKEND
@@ -641,3 +641,47 @@ def test_every_backend_reads_its_own_captures_unchanged() -> None:
         else:
             assert sample.dropped == (), (name, sample.dropped)
         assert SERVER_OF[name] in BACKENDS.values()
+
+
+def _values_moved(page: str) -> str:
+    """The page with every sample's value moved (doubled, plus one), its lines otherwise
+    the same: what a busy server's next page looks like."""
+
+    def moved(line: str) -> str:
+        head, _, value = line.rpartition(" ")
+        if not line or line[0] == "#" or not head:
+            return line
+        try:
+            return f"{head} {float(value) * 2 + 1!r}"
+        except ValueError:
+            return line
+
+    return "\n".join(moved(line) for line in page.split("\n"))
+
+
+def _mapped(mapper: Mapper, page: str) -> tuple | str:
+    """What a mapper makes of a page, comparable (NaN as text), or the error it raises."""
+    try:
+        sample = mapper.normalize(page, max_series=DEFAULT_MAX_SERIES)
+    except ExpositionError as exc:
+        return str(exc)
+    return repr((sample.model, sorted(sample.values.items()), sorted(sample.histograms.items()),
+                 sample.dropped))  # fmt: skip
+
+
+@settings(
+    max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(hostile_pages())
+def test_a_mapper_that_read_the_last_pages_maps_a_page_as_a_fresh_one_does(
+    named: tuple[str, str],
+) -> None:
+    """The caches that make a poll pay only for change (the scanner's blocks and layouts,
+    the histograms' layouts, the feeds' memo) never change what a page maps to: after the
+    real capture, its values moved and the mutated page, each in turn, a mapper gives what
+    a new mapper gives for that page alone."""
+    name, page = named
+    backend = SERVER_OF[name]
+    warm = Mapper(backend)
+    for text in (CAPTURES[name], _values_moved(CAPTURES[name]), page, _values_moved(page)):
+        assert _mapped(warm, text) == _mapped(Mapper(backend), text)

@@ -8,7 +8,9 @@ a snapshot while the poller builds the next one.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -40,15 +42,24 @@ class Histogram:
         What the exposition format requires of a histogram of non-negative observations
         (every contract histogram is one: seconds, tokens): bounds that increase and end
         with ``+Inf``; cumulative counts, finite and >= 0; a ``_count`` equal to the
-        ``+Inf`` bucket; a finite ``_sum`` >= 0.
+        ``+Inf`` bucket; a finite ``_sum`` >= 0. A valid one (every poll's common case) is
+        told by a few passes in C; only a defect is looked for bucket by bucket.
         """
         if not self.buckets:
             return "no buckets"
-        bounds = [bucket_bound(le) for le, _ in self.buckets]
-        if bounds[-1] != math.inf:
-            return "no +Inf bucket"
-        if any(not b > a for a, b in pairwise(bounds)):
-            return "bucket bounds do not increase"
+        problem = _bounds_defect(self.les)
+        if problem:
+            return problem
+        counts = self.counts
+        if (
+            counts[0] >= 0
+            and all(map(operator.le, counts, counts[1:]))  # False for a NaN
+            and math.isfinite(counts[-1])
+            and self.count == counts[-1]
+            and math.isfinite(self.sum)
+            and self.sum >= 0
+        ):
+            return ""
         previous = 0.0
         for le, cumulative in self.buckets:
             if not (math.isfinite(cumulative) and cumulative >= 0):
@@ -58,16 +69,25 @@ class Histogram:
             previous = cumulative
         if self.count != previous:
             return f"count {self.count} differs from the +Inf bucket's {previous}"
-        if not (math.isfinite(self.sum) and self.sum >= 0):
-            return f"sum {self.sum} is not finite and >= 0"
-        return ""
+        return f"sum {self.sum} is not finite and >= 0"
+
+    @property
+    def les(self) -> tuple[str, ...]:
+        """The bucket bounds as written."""
+        return tuple(map(_FIRST, self.buckets))
+
+    @property
+    def counts(self) -> tuple[float, ...]:
+        """The cumulative counts, in the order of the bounds."""
+        return tuple(map(_SECOND, self.buckets))
 
     def merged(self, other: Histogram) -> Histogram:
         """Sum of two histograms with the same bounds (e.g. two processes of one server)."""
-        if [le for le, _ in self.buckets] != [le for le, _ in other.buckets]:
+        les = self.les
+        if les != other.les:
             raise ValueError("histograms with different bucket bounds cannot be merged")
         return Histogram(
-            tuple((le, a + b) for (le, a), (_, b) in zip(self.buckets, other.buckets, strict=True)),
+            tuple(zip(les, map(operator.add, self.counts, other.counts), strict=True)),
             self.sum + other.sum,
             self.count + other.count,
         )
@@ -80,6 +100,21 @@ class Histogram:
             (_format_bound(float(le) * factor) if rename_le else le, c) for le, c in self.buckets
         )
         return Histogram(buckets, self.sum * factor, self.count)
+
+
+_FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
+
+
+@functools.lru_cache(maxsize=1024)
+def _bounds_defect(les: tuple[str, ...]) -> str:
+    """Why these bounds cannot be a histogram's, or '' (a server's few layouts, memoized)."""
+    bounds = [bucket_bound(le) for le in les]
+    if bounds[-1] != math.inf:
+        return "no +Inf bucket"
+    if any(not b > a for a, b in pairwise(bounds)):
+        return "bucket bounds do not increase"
+    return ""
 
 
 def bucket_bound(le: str) -> float:

@@ -50,6 +50,12 @@ log = logging.getLogger("inferwatch.poller")
 DEFAULT_MAX_SERIES = 10_000
 
 
+# The largest page mapped on the event loop: four times the biggest real capture in
+# tests/fixtures (a vLLM 0.32 page is ~50 KB); mapping one costs a few milliseconds at most
+# (bench/exporter.py), less than a /metrics scrape waits anyway. A bigger page is mapped in
+# a worker thread.
+INLINE_PAGE_CHARS = 256 * 1024
+
 SampleT = TypeVar("SampleT", covariant=True)
 
 
@@ -263,14 +269,12 @@ class Poller:
             text = await self.upstream.get_exposition(
                 self.backend.metrics_path if self.backend else "/metrics"
             )
-            # Mapping a big page takes a while: off the event loop, /metrics and /healthz
-            # keep answering meanwhile.
-            sample = await asyncio.to_thread(self._normalize, text)
+            sample = await self._mapped(text)
             if not self._info_known:  # a page that is not this server's asks nothing more
                 assert self.backend is not None
                 await self._fetch_info(self.backend)
                 if self.backend.model_path:  # read again, with the model the server names
-                    sample = await asyncio.to_thread(self._normalize, text)
+                    sample = await self._mapped(text)
             sample = dataclasses.replace(sample, version=self._version)
         except (UpstreamError, ExpositionError, UnknownBackend) as exc:
             self._backend_log.failed(exc.kind, str(exc))
@@ -283,6 +287,14 @@ class Poller:
                 more = f" ({held} more like this in the last minute)" if held else ""
                 log.warning("%s page: %s%s", sample.backend, dropped.detail, more)
         return sample, CollectorStatus(True, time.perf_counter() - started)
+
+    async def _mapped(self, text: str) -> BackendSample:
+        """The page mapped: a page of a usual size on the event loop (a thread hop would cost
+        more than the mapping), a bigger one off it, so that /metrics and /healthz keep
+        answering meanwhile."""
+        if len(text) <= INLINE_PAGE_CHARS:
+            return self._normalize(text)
+        return await asyncio.to_thread(self._normalize, text)
 
     def _normalize(self, text: str) -> BackendSample:
         """Recognise the server (``--backend auto``) and map its page onto the contract."""

@@ -109,7 +109,7 @@ class LatencyWindow:
                 if last is None or total is None:  # first seen: from its first poll
                     total = Histogram(tuple((le, 0.0) for le, _ in hist.buckets), 0.0, 0.0)
                 grown = increase(last, hist) if last is not None else total
-                if [le for le, _ in grown.buckets] != [le for le, _ in total.buckets]:
+                if grown.les != total.les:
                     self._totals[key] = grown  # other bounds: a new series, from zero
                     self._forget(key)
                 else:

@@ -20,6 +20,7 @@ reports for ``histogram_quantile(q, increase(..._bucket[window]))`` over the sam
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Sequence
 
 from inferwatch.model import Histogram
@@ -77,12 +78,15 @@ def increase(before: Histogram, after: Histogram) -> Histogram:
     A histogram that went backwards or changed its bounds (the server restarted) counts from
     zero, as Prometheus' ``increase()`` treats a counter reset: the window is ``after``.
     """
-    if [le for le, _ in before.buckets] != [le for le, _ in after.buckets]:
+    les = after.les
+    if before.les != les:
         return after
-    deltas = [(le, b - a) for (le, a), (_, b) in zip(before.buckets, after.buckets, strict=True)]
-    if any(delta < 0 for _, delta in deltas) or after.count < before.count:
+    deltas = tuple(map(operator.sub, after.counts, before.counts))
+    if any(map((0.0).__gt__, deltas)) or after.count < before.count:
         return after
-    return Histogram(tuple(deltas), after.sum - before.sum, after.count - before.count)
+    return Histogram(
+        tuple(zip(les, deltas, strict=True)), after.sum - before.sum, after.count - before.count
+    )
 
 
 def sample_quantile(q: float, values: Sequence[float]) -> float:

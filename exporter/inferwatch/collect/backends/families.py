@@ -15,7 +15,9 @@ at all raises :class:`~inferwatch.collect.textparse.ExpositionError`.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from inferwatch.collect.backends.relabel import Relabeler
@@ -93,54 +95,128 @@ def product(
 
 
 def histograms(
-    samples: Samples, source: Source, relabel: Relabeler, dropped: list[Dropped]
+    samples: Samples,
+    source: Source,
+    relabel: Relabeler,
+    dropped: list[Dropped],
+    layouts: dict[tuple, HistogramLayout] | None = None,
 ) -> HistogramValues:
     """Histograms of one source. Raises ExpositionError when the family cannot be assembled
-    (a bound that is not a number; processes that disagree on the bounds)."""
-    buckets = samples.get(source.name + "_bucket")
+    (a bound that is not a number; processes that disagree on the bounds).
+
+    ``layouts`` (the caller's, kept from page to page) holds how the source's samples
+    assembled on the last pages, by their label texts: a page whose label texts are the
+    same only has its values read."""
+    name = source.name
+    buckets = samples.get(name + "_bucket")
     if not buckets:
         return MappingProxyType({})
-    # Group bucket lines by the series' labels without "le"; merge series that coincide
-    # after relabeling (the same series from several processes).
-    per_series: dict[Labels, dict[Labels, dict[str, tuple[float, float]]]] = {}
-    for text, value in buckets:
-        key, own, le, bound = relabel.bucket(text)
-        if source.where and not _matches(own, source.where):
-            continue
-        series = per_series.setdefault(key, {}).setdefault(own, {})
-        if le in series:
-            dropped.append(
-                Dropped(
-                    source.name, "duplicate", f"{_series(source.name + '_bucket', text)} repeated"
-                )
-            )
-            continue
-        series[le] = (bound, value)
-    sums = _by_own_labels(
-        samples.get(source.name + "_sum", ()), source.name + "_sum", relabel, dropped
-    )
-    counts = _by_own_labels(
-        samples.get(source.name + "_count", ()), source.name + "_count", relabel, dropped
-    )
-    out: dict[Labels, Histogram] = {}
-    for key, own_series in per_series.items():
-        parts = [_histogram(b, sums.get(own), counts.get(own)) for own, b in own_series.items()]
-        problem = next(filter(None, (part.defect() for part in parts)), "")
-        merged = parts[0]
-        for part in parts[1:]:
-            try:
-                merged = merged.merged(part)
-            except ValueError:
+    sums = samples.get(name + "_sum", ())
+    counts = samples.get(name + "_count", ())
+    texts = (tuple(map(_FIRST, buckets)), tuple(map(_FIRST, sums)), tuple(map(_FIRST, counts)))
+    layout = layouts.get(texts) if layouts is not None else None
+    if layout is None:
+        layout = HistogramLayout.of(texts, source, relabel)
+        if layouts is not None:
+            if len(layouts) >= LAYOUTS:
+                layouts.clear()
+            layouts[texts] = layout
+    return layout.read(
+        list(map(_SECOND, buckets)), list(map(_SECOND, sums)), list(map(_SECOND, counts)),
+        source, dropped,
+    )  # fmt: skip
+
+
+_FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
+# How many label layouts of one source a caller's ``layouts`` holds.
+LAYOUTS = 8
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One process's histogram in a series: where its buckets (in the order of their
+    bounds), its ``_sum`` and its ``_count`` are among the source's samples."""
+
+    positions: tuple[int, ...]
+    les: tuple[str, ...]
+    sum_at: int | None
+    count_at: int | None
+
+
+@dataclass(frozen=True)
+class HistogramLayout:
+    """How one source's samples assemble into contract series, told by their label texts
+    alone: which buckets, sums and counts make each series (the parts of several processes
+    added up), and what the label texts alone leave out (repeated series)."""
+
+    series: tuple[tuple[Labels, tuple[_Part, ...]], ...]
+    dropped: tuple[Dropped, ...]
+
+    @classmethod
+    def of(
+        cls, texts: tuple[tuple[str, ...], ...], source: Source, relabel: Relabeler
+    ) -> HistogramLayout:
+        """The layout of the samples with these label texts (buckets, sums, counts); raises
+        ExpositionError for a bound that is not a number or parts with different bounds."""
+        bucket_texts, sum_texts, count_texts = texts
+        dropped: list[Dropped] = []
+        # Group bucket lines by the series' labels without "le"; merge series that coincide
+        # after relabeling (the same series from several processes).
+        per_series: dict[Labels, dict[Labels, dict[str, tuple[float, int]]]] = {}
+        for at, text in enumerate(bucket_texts):
+            key, own, le, bound = relabel.bucket(text)
+            if source.where and not _matches(own, source.where):
+                continue
+            series = per_series.setdefault(key, {}).setdefault(own, {})
+            if le in series:
+                detail = f"{_series(source.name + '_bucket', text)} repeated"
+                dropped.append(Dropped(source.name, "duplicate", detail))
+                continue
+            series[le] = (bound, at)
+        sums = _by_own_labels(sum_texts, source.name + "_sum", relabel, dropped)
+        counts = _by_own_labels(count_texts, source.name + "_count", relabel, dropped)
+        out = []
+        for key, own_series in per_series.items():
+            parts = []
+            for own, by_le in own_series.items():
+                ordered = sorted(by_le.items(), key=lambda item: item[1][0])  # by bound
+                positions = tuple(at for _, (_, at) in ordered)
+                les = tuple(le for le, _ in ordered)
+                parts.append(_Part(positions, les, sums.get(own), counts.get(own)))
+            if any(part.les != parts[0].les for part in parts):
                 raise ExpositionError(
                     "series that merge into one have different bucket bounds", "bucket bounds"
-                ) from None
-        merged = merged.scaled(source.scale)
-        problem = problem or merged.defect()  # a sum can overflow
-        if problem:
-            dropped.append(_invalid_series(source, key, problem))
-            continue
-        out[key] = merged
-    return MappingProxyType(out)
+                )
+            out.append((key, tuple(parts)))
+        return cls(tuple(out), tuple(dropped))
+
+    def read(
+        self,
+        buckets: list[float],
+        sums: list[float],
+        counts: list[float],
+        source: Source,
+        dropped: list[Dropped],
+    ) -> HistogramValues:
+        """The series from the samples' values; one invalid for its kind is left out, with
+        why in ``dropped``."""
+        dropped.extend(self.dropped)
+        out: dict[Labels, Histogram] = {}
+        for key, parts in self.series:
+            histograms = [_histogram(part, buckets, sums, counts) for part in parts]
+            problem = next(filter(None, (h.defect() for h in histograms)), "")
+            merged = histograms[0]
+            for other in histograms[1:]:
+                merged = merged.merged(other)
+            merged = merged.scaled(source.scale)
+            if not problem and merged is not histograms[0]:
+                problem = merged.defect()  # a sum can overflow
+            if problem:
+                dropped.append(_invalid_series(source, key, problem))
+                continue
+            out[key] = merged
+        return MappingProxyType(out)
 
 
 def _series(name: str, labels: str) -> str:
@@ -197,29 +273,29 @@ def _invalid(feed: Feed, value: float) -> str:
 
 
 def _by_own_labels(
-    samples: list[tuple[str, float]], name: str, relabel: Relabeler, dropped: list[Dropped]
-) -> dict[Labels, float]:
-    out: dict[Labels, float] = {}
-    for text, value in samples:
+    texts: tuple[str, ...], name: str, relabel: Relabeler, dropped: list[Dropped]
+) -> dict[Labels, int]:
+    """Where each series' sample is among ``texts`` (its label texts), by its own labels."""
+    out: dict[Labels, int] = {}
+    for at, text in enumerate(texts):
         own = relabel.series(text)[0]
         if own in out:
             dropped.append(Dropped(name, "duplicate", f"{_series(name, text)} repeated"))
         else:
-            out[own] = value
+            out[own] = at
     return out
 
 
 def _histogram(
-    buckets: dict[str, tuple[float, float]], total: float | None, count: float | None
+    part: _Part, buckets: list[float], sums: list[float], counts: list[float]
 ) -> Histogram:
-    """Buckets re-exported as the backend wrote them, in order of their bounds. A missing
-    ``_count`` is the ``+Inf`` bucket's (the format defines them equal); a missing ``_sum``
-    is NaN, which :meth:`Histogram.defect` refuses."""
-    ordered = sorted(buckets.items(), key=lambda item: item[1][0])  # by bound
-    if count is None:
-        count = ordered[-1][1][1] if ordered[-1][1][0] == math.inf else math.nan
-    return Histogram(
-        tuple((le, cumulative) for le, (_, cumulative) in ordered),
-        math.nan if total is None else total,
-        count,
-    )
+    """A part's histogram, its buckets as the backend wrote them. A missing ``_count`` is the
+    ``+Inf`` bucket's (the format defines them equal); a missing ``_sum`` is NaN, which
+    :meth:`Histogram.defect` refuses."""
+    cumulative = [buckets[at] for at in part.positions]
+    if part.count_at is not None:
+        count = counts[part.count_at]
+    else:
+        count = cumulative[-1] if part.les[-1] == "+Inf" else math.nan
+    total = math.nan if part.sum_at is None else sums[part.sum_at]
+    return Histogram(tuple(zip(part.les, cumulative, strict=True)), total, count)

@@ -103,8 +103,9 @@ class Mapper:
     """Maps one server's pages onto the contract, for one owner (a poller, a sweep).
 
     It holds what makes the next page of the same server cheap: the scanner's per-block
-    cache, the relabeler's memo and each feed's series, reused as they are (the same
-    objects) while the lines they were read from are unchanged. Not shared between owners
+    cache and layouts, the relabeler's memo, each histogram's layout (which samples make
+    which series) and each feed's series, reused as they are (the same objects) while the
+    lines they were read from are unchanged. Not shared between owners
     and not for concurrent use: each poll maps one page at a time.
     """
 
@@ -114,6 +115,13 @@ class Mapper:
         self._scanner = PageScanner(backend.wanted)
         # feed key -> (its source, the sample lists read, its series, what was left out)
         self._memo: dict[str, tuple[Source, tuple, Mapping, list[Dropped]]] = {}
+        # (feed key, source) -> its histograms' layouts by label texts (families.histograms)
+        self._layouts: dict[tuple[str, str], dict[tuple, families.HistogramLayout]] = {}
+        # Each feed with its kind and its sources' sample names, worked out once.
+        self._feeds = tuple(
+            (f, f.kind, tuple((s, s.sample_names(f.kind)) for s in f.sources))
+            for f in backend.feeds
+        )
 
     def normalize(
         self, text: str, model_hint: str = "", max_series: float = math.inf
@@ -137,22 +145,28 @@ class Mapper:
         dropped: list[Dropped] = []
         values: dict[str, SeriesValues] = {}
         histograms: dict[str, HistogramValues] = {}
-        for f in self.backend.feeds:
-            source = next((s for s in f.sources if _present(found, s, f.kind)), None)
-            if source is None:
+        for f, kind, sources in self._feeds:
+            present = next((s for s in sources if _present(found, s[1])), None)
+            if present is None:
                 continue
-            series = self._read(found, f, source, dropped)
+            series = self._read(found, f, *present, dropped)
             if series:  # a family whose `where` keeps nothing leaves the key absent
-                (histograms if f.kind is Kind.HISTOGRAM else values)[f.key] = series
+                (histograms if kind is Kind.HISTOGRAM else values)[f.key] = series
         return self._sample(values, histograms, model_hint, dropped)
 
     def _read(
-        self, found: Scan, feed: Feed, source: Source, dropped: list[Dropped]
+        self,
+        found: Scan,
+        feed: Feed,
+        source: Source,
+        names: tuple[str, ...],
+        dropped: list[Dropped],
     ) -> SeriesValues | HistogramValues:
-        """The feed's series from ``source``; none when its family is malformed, which
-        rejects the page for a signal key and is said in ``dropped`` for any other."""
+        """The feed's series from ``source`` (its sample ``names``); none when its family is
+        malformed, which rejects the page for a signal key and is said in ``dropped`` for
+        any other."""
         try:
-            return self._family(found, feed, source, dropped)
+            return self._family(found, feed, source, names, dropped)
         except ExpositionError as exc:
             if feed.key in SIGNAL_KEYS:
                 raise ExpositionError(f"{source.name}: {exc}") from None
@@ -161,13 +175,18 @@ class Mapper:
             return MappingProxyType({})
 
     def _family(
-        self, found: Scan, feed: Feed, source: Source, dropped: list[Dropped]
+        self,
+        found: Scan,
+        feed: Feed,
+        source: Source,
+        names: tuple[str, ...],
+        dropped: list[Dropped],
     ) -> SeriesValues | HistogramValues:
         """The feed's series from ``source``; ExpositionError when its family is malformed."""
-        names = source.sample_names(feed.kind)
-        malformed = [found.malformed[n] for n in names if n in found.malformed]
-        if malformed:
-            raise ExpositionError(malformed[0])
+        if found.malformed:
+            malformed = [found.malformed[n] for n in names if n in found.malformed]
+            if malformed:
+                raise ExpositionError(malformed[0])
         lines = tuple(found.samples.get(n) for n in names)
         memo = self._memo.pop(feed.key, None)
         if memo is None or memo[0] is not source or not _same(memo[1], lines):
@@ -183,7 +202,8 @@ class Mapper:
     ) -> SeriesValues | HistogramValues:
         """The feed's series from its source's samples."""
         if feed.kind is Kind.HISTOGRAM:
-            return families.histograms(samples, source, self._relabel, dropped)
+            layouts = self._layouts.setdefault((feed.key, source.name), {})
+            return families.histograms(samples, source, self._relabel, dropped, layouts)
         series = families.scalars(samples[source.name], source, feed, self._relabel, dropped)
         if source.times is None:
             return series
@@ -222,10 +242,10 @@ def _same(before: tuple, now: tuple) -> bool:
     return all(a is b for a, b in zip(before, now, strict=True))
 
 
-def _present(found: Scan, source: Source, kind: Kind) -> bool:
-    """Whether the page holds the source's family (read or malformed)."""
-    name = source.name + "_bucket" if kind is Kind.HISTOGRAM else source.name
-    return name in found.samples or name in found.malformed
+def _present(found: Scan, names: tuple[str, ...]) -> bool:
+    """Whether the page holds the family of a source's sample ``names`` (read or malformed):
+    its first (the ``_bucket`` of a histogram)."""
+    return names[0] in found.samples or names[0] in found.malformed
 
 
 def _first_model(values: Mapping[str, Mapping[Labels, object]]) -> str:
