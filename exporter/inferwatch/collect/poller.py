@@ -50,10 +50,9 @@ log = logging.getLogger("inferwatch.poller")
 DEFAULT_MAX_SERIES = 10_000
 
 
-# The largest page mapped on the event loop: four times the biggest real capture in
-# tests/fixtures (a vLLM 0.32 page is ~50 KB); mapping one costs a few milliseconds at most
-# (bench/exporter.py), less than a /metrics scrape waits anyway. A bigger page is mapped in
-# a worker thread.
+# The largest page mapped on the event loop: about four times the biggest real capture in
+# tests/fixtures. A thread hop costs more than mapping a page of a usual size; a bigger page
+# is mapped in a worker thread (bench/exporter.py measures both).
 INLINE_PAGE_CHARS = 256 * 1024
 
 SampleT = TypeVar("SampleT", covariant=True)

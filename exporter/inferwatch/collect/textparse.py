@@ -207,8 +207,9 @@ def _labels_end(line: str, brace: int) -> int:
         pos = match.end()
 
 
-# How many layouts of one family a scanner remembers: a family may alternate between a few
-# (a series that comes and goes between polls).
+# How many layouts of one family a mapper remembers (the scanner's of its lines, the
+# histograms' of their label texts): a family may alternate between a few (a series that
+# comes and goes between polls).
 LAYOUTS = 8
 
 

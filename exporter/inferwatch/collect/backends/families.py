@@ -22,7 +22,7 @@ from types import MappingProxyType
 
 from inferwatch.collect.backends.relabel import Relabeler
 from inferwatch.collect.backends.table import Feed, LabelTest, Source
-from inferwatch.collect.textparse import ExpositionError, Samples
+from inferwatch.collect.textparse import LAYOUTS, ExpositionError, Samples
 from inferwatch.metrics import Kind
 from inferwatch.model import Dropped, Histogram, HistogramValues, Labels, SeriesValues
 
@@ -129,8 +129,6 @@ def histograms(
 
 _FIRST = operator.itemgetter(0)
 _SECOND = operator.itemgetter(1)
-# How many label layouts of one source a caller's ``layouts`` holds.
-LAYOUTS = 8
 
 
 @dataclass(frozen=True)
