@@ -112,8 +112,19 @@ def test_page_scanner_reads_a_family_whose_type_line_is_repeated() -> None:
     assert PageScanner({"g"}).scan(page) == Scan({"g": [("", 1.0)]})
 
 
-def test_page_scanner_falls_back_to_lines_on_untyped_pages() -> None:
-    assert PageScanner({"g"}).scan('g{x="1"} 3\n').samples == {"g": [('x="1"', 3.0)]}
+def test_page_scanner_reads_untyped_pages_and_their_next_values() -> None:
+    scanner = PageScanner({"g"})
+    assert scanner.scan('g{x="1"} 3\n').samples == {"g": [('x="1"', 3.0)]}
+    assert scanner.scan('g{x="1"} 4\n').samples == {"g": [('x="1"', 4.0)]}
+
+
+def test_page_scanner_reads_a_comment_that_became_a_sample_line() -> None:
+    # As many lines as the block read before, a comment now a sample of a wanted name: the
+    # block's layout no longer fits, so it is read in full.
+    scanner = PageScanner({"g", "h"})
+    assert scanner.scan("# TYPE g gauge\n# HELP h H.\ng 1\n").samples == {"g": [("", 1.0)]}
+    again = scanner.scan("# TYPE g gauge\nh 5\ng 2\n").samples
+    assert again == {"h": [("", 5.0)], "g": [("", 2.0)]}
 
 
 def test_page_scanner_rejects_truncated_pages() -> None:

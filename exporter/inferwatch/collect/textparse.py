@@ -102,10 +102,15 @@ def scan(text: str, wanted: Collection[str], limit: float = math.inf) -> Scan:
     """
     if text and not text.endswith("\n"):
         raise _truncated()
+    return _scan_lines(text.split("\n"), wanted, limit)
+
+
+def _scan_lines(lines: list[str], wanted: Collection[str], limit: float) -> Scan:
+    """:func:`scan` of a page already cut into its lines."""
     found = Scan()
     samples = found.samples
     count = 0
-    for line in text.split("\n"):
+    for line in lines:
         if not line or line[0] == "#":
             continue
         match = _NAME.match(line)
@@ -217,9 +222,9 @@ class _Layout:
     """Where the values of a family's block sit, from a block read in full.
 
     A block of as many lines whose every sample line of a wanted name starts with the same
-    head (name, label set and the blanks before the value) as then, whose other lines are
-    blank, comments or unchanged, and whose values all parse as plain numbers, holds the
-    same samples with new values: anything else (a timestamp, an exemplar, a line that
+    head (name, label set and the blanks before the value) as then, whose other lines
+    (comments, blanks, other names) are unchanged, and whose values all parse as plain
+    numbers, holds the same samples with new values: anything else (a timestamp, an exemplar, a line that
     changed its labels, a value the full reader handles specially) is read in full. The
     checks and the parse are passes in C over the block's lines.
     """
@@ -236,7 +241,7 @@ class _Layout:
         self._sample_lines = _getter(at)
         self._heads = tuple(head for _, head in heads)
         self._values = tuple(slice(len(head), None) for _, head in heads)
-        self._other = tuple(other)  # lines that are not blank or comments
+        self._other = tuple(other)  # every other line, as it was
         self._names = tuple(
             (name, _getter(positions), tuple(texts)) for name, (positions, texts) in names.items()
         )
@@ -253,8 +258,7 @@ class _Layout:
         except ValueError:
             return None
         for i, text in self._other:
-            line = lines[i]
-            if line and line[0] != "#" and line != text:
+            if lines[i] != text:
                 return None
         return Scan(
             {name: list(zip(texts, get(values), strict=True)) for name, get, texts in self._names}
@@ -280,9 +284,7 @@ def _layout_of(lines: list[str], wanted: frozenset[str], found: Scan) -> _Layout
     other: list[tuple[int, str]] = []
     names: dict[str, tuple[list[int], list[str]]] = {}
     for i, line in enumerate(lines):
-        if not line or line[0] == "#":
-            continue
-        match = _NAME.match(line)
+        match = _NAME.match(line) if line and line[0] != "#" else None
         if match is None or match.group(1) not in wanted:
             other.append((i, line))
             continue
@@ -309,8 +311,8 @@ class PageScanner:
 
     The page is cut at its ``# TYPE`` lines and only the wanted families' lines are read:
     the format requires all lines of a family to form one group after its TYPE line. Lines
-    before the first TYPE line (untyped samples) are always read; a page without TYPE lines
-    is read line by line. A family's lines are re-parsed only when its text differs from
+    before the first TYPE line (untyped samples; a whole page without TYPE lines) are one
+    block of their own. A family's lines are re-parsed only when its text differs from
     the last page, and the same list objects are returned for an unchanged family, so
     callers can reuse work of their own by identity. A family whose text changed but whose
     lines fit one of its last :data:`LAYOUTS` layouts has only its values parsed; its label
@@ -320,7 +322,7 @@ class PageScanner:
     def __init__(self, wanted: Collection[str]) -> None:
         self.wanted = frozenset(wanted)
         self._families = _families(self.wanted)
-        self._blocks: dict[str, tuple[str, Scan]] = {}
+        self._blocks: dict[str, tuple[str, Scan, int]] = {}  # key -> (text, samples, count)
         self._layouts: dict[str, list[_Layout]] = {}
         self._last_text: str | None = None
         self._last_chunks: list[tuple[str, str]] = []
@@ -329,8 +331,6 @@ class PageScanner:
         """Like :func:`scan` of the wanted names, over the whole page."""
         if text and not text.endswith("\n"):
             raise _truncated()
-        if "# TYPE " not in text:
-            return scan(text, self.wanted, limit)
         found = Scan()
         count = 0
         for family, chunk in self._chunks(text):
@@ -341,10 +341,11 @@ class PageScanner:
             block = chunk.partition("\n")[2] if family else chunk
             cached = self._blocks.get(key)
             if cached is None or cached[0] != block:
-                cached = (block, self._read(key, block, limit - count))
+                part = self._read(key, block, limit - count)
+                cached = (block, part, part.count())
                 self._blocks[key] = cached
             part = cached[1]
-            count += part.count()
+            count += cached[2]
             if count > limit:
                 raise _too_many(limit)
             for name, samples in part.samples.items():
@@ -368,7 +369,7 @@ class PageScanner:
                 if n:
                     layouts.insert(0, layouts.pop(n))
                 return part
-        part = scan(whole, self.wanted, limit)
+        part = _scan_lines(lines, self.wanted, limit)
         layout = _layout_of(lines, self.wanted, part)
         if layout is not None:
             layouts.insert(0, layout)

@@ -14,6 +14,7 @@ without a model label (an unlabelled server's, the process CPU) gets the page's 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -117,6 +118,8 @@ class Mapper:
         self._memo: dict[str, tuple[Source, tuple, Mapping, list[Dropped]]] = {}
         # (feed key, source) -> its histograms' layouts by label texts (families.histograms)
         self._layouts: dict[tuple[str, str], dict[tuple, families.HistogramLayout]] = {}
+        # feed key -> (its series, the page's model, the series under that model), last poll
+        self._modelled: dict[str, tuple[Mapping, str, Mapping]] = {}
         # Each feed with its kind and its sources' sample names, worked out once.
         self._feeds = tuple(
             (f, f.kind, tuple((s, s.sample_names(f.kind)) for s in f.sources))
@@ -142,6 +145,7 @@ class Mapper:
                 "not this server",
             )
         found = self._scanner.scan(page, max_series)
+        self._relabel.fit(found.count())
         dropped: list[Dropped] = []
         values: dict[str, SeriesValues] = {}
         histograms: dict[str, HistogramValues] = {}
@@ -187,7 +191,7 @@ class Mapper:
             malformed = [found.malformed[n] for n in names if n in found.malformed]
             if malformed:
                 raise ExpositionError(malformed[0])
-        lines = tuple(found.samples.get(n) for n in names)
+        lines = tuple(map(found.samples.get, names))
         memo = self._memo.pop(feed.key, None)
         if memo is None or memo[0] is not source or not _same(memo[1], lines):
             memo = None  # the stale series are not held while the family is mapped anew
@@ -228,18 +232,36 @@ class Mapper:
             or _first_model(histograms)
             or "unknown"
         )
+        last, self._modelled = self._modelled, {}
         return BackendSample(
             backend=self.backend.name,
             model=model,
-            values=MappingProxyType({k: _with_model(v, model) for k, v in values.items()}),
-            histograms=MappingProxyType({k: _with_model(v, model) for k, v in histograms.items()}),
+            values=MappingProxyType(
+                {k: self._with_model(k, v, model, last) for k, v in values.items()}
+            ),
+            histograms=MappingProxyType(
+                {k: self._with_model(k, v, model, last) for k, v in histograms.items()}
+            ),
             dropped=tuple(dropped),
         )
+
+    def _with_model(
+        self, key: str, series: Mapping, model: str, last: dict[str, tuple[Mapping, str, Mapping]]
+    ) -> Mapping:
+        """:func:`_with_model` of a feed's series, the last poll's result while its series
+        and the page's model are the same."""
+        was = last.get(key)
+        if was is not None and was[0] is series and was[1] == model:
+            out = was[2]
+        else:
+            out = _with_model(series, model)
+        self._modelled[key] = (series, model, out)
+        return out
 
 
 def _same(before: tuple, now: tuple) -> bool:
     """Whether every sample list is the very one read before (the scanner's, unchanged)."""
-    return all(a is b for a, b in zip(before, now, strict=True))
+    return len(before) == len(now) and all(map(operator.is_, before, now))
 
 
 def _present(found: Scan, names: tuple[str, ...]) -> bool:

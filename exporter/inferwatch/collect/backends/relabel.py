@@ -15,6 +15,9 @@ from inferwatch.model import Labels
 # Contract labels in the order they are exposed; a backend maps its own label names onto them.
 LABEL_ORDER = ("model", "engine", "reason", "status")
 
+# The fewest label texts the memo holds before a churning server makes it start over.
+MIN_ENTRIES = 50_000
+
 # The contract's ``status`` is an HTTP status class: a server's "2xx" is kept and its code
 # "200" becomes "2xx"; any other value makes the family malformed (left out).
 _STATUS = re.compile(r"([1-5])(?:xx|[0-9][0-9])")
@@ -24,15 +27,20 @@ class Relabeler:
     """Maps a sample's label text onto contract labels.
 
     Label texts repeat verbatim from poll to poll, so results are cached for the backend's
-    lifetime (bounded: cleared when a churning server makes it large).
+    lifetime, bounded: cleared when a churning server makes it larger than twice the samples
+    of the last page (:meth:`fit`), and never cleared below :data:`MIN_ENTRIES`.
     """
-
-    _MAX_ENTRIES = 50_000
 
     def __init__(self, mapping: Mapping[str, str]) -> None:
         self._mapping = mapping
+        self._max_entries = MIN_ENTRIES
         self._series: dict[str, tuple[Labels, Labels]] = {}
         self._buckets: dict[str, tuple[Labels, Labels, str, float]] = {}
+
+    def fit(self, samples: int) -> None:
+        """Size the memo for a page of ``samples`` samples: a page larger than the minimum
+        (the budget raised) is held whole, not cleared and re-parsed on every poll."""
+        self._max_entries = max(MIN_ENTRIES, 2 * samples)
 
     def series(self, text: str) -> tuple[Labels, Labels]:
         """Label text -> (the server's own labels, sorted; contract labels)."""
@@ -41,7 +49,7 @@ class Relabeler:
             own = tuple(sorted(parse_labels(text)))
             renamed = {self._mapping[k]: v for k, v in own if k in self._mapping}
             out = (own, _contract_labels(renamed))
-            if len(self._series) >= self._MAX_ENTRIES:
+            if len(self._series) >= self._max_entries:
                 self._series.clear()
             self._series[text] = out
         return out
@@ -63,7 +71,7 @@ class Relabeler:
             without_le = tuple((k, v) for k, v in own if k != "le")
             renamed = {self._mapping[k]: v for k, v in without_le if k in self._mapping}
             out = (_contract_labels(renamed), without_le, le, bound)
-            if len(self._buckets) >= self._MAX_ENTRIES:
+            if len(self._buckets) >= self._max_entries:
                 self._buckets.clear()
             self._buckets[text] = out
         return out
