@@ -224,9 +224,9 @@ class _Layout:
     A block of as many lines whose every sample line of a wanted name starts with the same
     head (name, label set and the blanks before the value) as then, whose other lines
     (comments, blanks, other names) are unchanged, and whose values all parse as plain
-    numbers, holds the same samples with new values: anything else (a timestamp, an exemplar, a line that
-    changed its labels, a value the full reader handles specially) is read in full. The
-    checks and the parse are passes in C over the block's lines.
+    numbers, holds the same samples with new values: anything else (a timestamp, an
+    exemplar, a line that changed its labels, a value the full reader handles specially) is
+    read in full. The checks and the parse are passes in C over the block's lines.
     """
 
     def __init__(

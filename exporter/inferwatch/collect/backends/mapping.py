@@ -237,15 +237,15 @@ class Mapper:
             backend=self.backend.name,
             model=model,
             values=MappingProxyType(
-                {k: self._with_model(k, v, model, last) for k, v in values.items()}
+                {k: self._under_model(k, v, model, last) for k, v in values.items()}
             ),
             histograms=MappingProxyType(
-                {k: self._with_model(k, v, model, last) for k, v in histograms.items()}
+                {k: self._under_model(k, v, model, last) for k, v in histograms.items()}
             ),
             dropped=tuple(dropped),
         )
 
-    def _with_model(
+    def _under_model(
         self, key: str, series: Mapping, model: str, last: dict[str, tuple[Mapping, str, Mapping]]
     ) -> Mapping:
         """:func:`_with_model` of a feed's series, the last poll's result while its series
