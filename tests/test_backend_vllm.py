@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from inferwatch.collect.backends import VLLM, Backend, detect
+from inferwatch.collect.backends import VLLM, Backend, Mapper, detect
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.metrics import BACKEND
 
@@ -184,6 +184,23 @@ def test_pid_label_is_dropped_and_series_merged() -> None:
     key = (("model", "m"), ("engine", "0"))
     assert sample.values["kv_cache_usage_ratio"] == {key: 0.75}  # gauges: max
     assert sample.values["prompt_tokens"] == {key: 15.0}  # counters: sum
+
+
+def test_a_busy_servers_pages_map_to_their_values_and_reuse_what_did_not_move() -> None:
+    # The second page leaves a layout of the whole page; the third fits it and is mapped by
+    # its plan: the moved gauge reads its new value, the unmoved histogram is the very
+    # object of the last page (the latency window folds only what moved).
+    page = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
+    mapper = Mapper(VLLM)
+    pages = [page.replace(
+        'vllm:num_requests_waiting{engine="0",model_name="tiny"} 20.0',
+        f'vllm:num_requests_waiting{{engine="0",model_name="tiny"}} {n}.0',
+    ) for n in (20, 21, 22, 23)]  # fmt: skip
+    samples = [mapper.normalize(p) for p in pages]
+    assert [s.values["requests_waiting"][E0] for s in samples] == [20.0, 21.0, 22.0, 23.0]
+    ttft = [s.histograms["time_to_first_token_seconds"] for s in samples]
+    assert ttft[3] is ttft[2]
+    assert samples[3] == VLLM.normalize(pages[3])
 
 
 def test_data_parallel_engines_stay_separate() -> None:

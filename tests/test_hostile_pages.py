@@ -676,12 +676,15 @@ def _mapped(mapper: Mapper, page: str) -> tuple | str:
 def test_a_mapper_that_read_the_last_pages_maps_a_page_as_a_fresh_one_does(
     named: tuple[str, str],
 ) -> None:
-    """The caches that make a poll pay only for change (the scanner's blocks and layouts,
-    the histograms' layouts, the feeds' memo) never change what a page maps to: after the
-    real capture, its values moved and the mutated page, each in turn, a mapper gives what
-    a new mapper gives for that page alone."""
+    """The caches that make a poll pay only for change (the scanner's blocks, its blocks'
+    and pages' layouts, the plans of those pages, the histograms' layouts, the feeds' memo)
+    never change what a page maps to: after the real capture, its values moved twice (the
+    second page fits the first's page layout), the mutated page and its values moved twice,
+    each in turn, a mapper gives what a new mapper gives for that page alone."""
     name, page = named
     backend = SERVER_OF[name]
     warm = Mapper(backend)
-    for text in (CAPTURES[name], _values_moved(CAPTURES[name]), page, _values_moved(page)):
-        assert _mapped(warm, text) == _mapped(Mapper(backend), text)
+    for start in (CAPTURES[name], page):
+        moved = _values_moved(start)
+        for text in (start, moved, _values_moved(moved)):
+            assert _mapped(warm, text) == _mapped(Mapper(backend), text)

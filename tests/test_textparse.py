@@ -127,6 +127,46 @@ def test_page_scanner_reads_a_comment_that_became_a_sample_line() -> None:
     assert again == {"h": [("", 5.0)], "g": [("", 2.0)]}
 
 
+def test_a_page_that_fits_a_page_layout_is_read_by_its_values() -> None:
+    page = (
+        '# TYPE g gauge\ng{x="1"} 1\n# TYPE other counter\nother_total 7\n'
+        '# TYPE h histogram\nh_bucket{le="+Inf"} 2\nh_count 2\n'
+    )
+    scanner = PageScanner({"g", "h_bucket", "h_count"})
+    assert scanner.by_layout(page) is None  # nothing known yet
+    scanner.scan(page)  # read in full: the blocks' layouts
+    scanner.scan(page.replace('g{x="1"} 1', 'g{x="1"} 3'))  # known blocks: the page's
+    moved = page.replace("} 1", "} 4").replace("other_total 7", "other_total 8")
+    layout, values = scanner.by_layout(moved)
+    assert values == [4.0, 2.0, 2.0]  # the other family's lines are not read
+    get, texts = layout.names["g"]
+    assert (get(values), texts) == ((4.0,), ('x="1"',))
+    with pytest.raises(ExpositionError, match="more than 2 samples"):
+        scanner.by_layout(moved, limit=2)
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        # A TYPE line where a skipped family had a sample: the page is cut otherwise.
+        lambda page: page.replace("other_total 7", "# TYPE g2 gauge"),
+        lambda page: page.replace('g{x="1"} 1', 'g{x="2"} 1'),  # a label changed
+        lambda page: page.replace('g{x="1"} 1', 'g{x="1"} 1 1700000000'),  # a timestamp
+        lambda page: page.replace("# TYPE h histogram", "# TYPE h summary"),
+        lambda page: page.replace("h_count 2\n", "h_count 2\nh_sum 1\n"),  # one line more
+    ],
+)
+def test_a_page_that_does_not_fit_its_page_layout_is_read_in_full(changed) -> None:
+    page = '# TYPE g gauge\ng{x="1"} 1\n# TYPE other counter\nother_total 7\n' + (
+        '# TYPE h histogram\nh_bucket{le="+Inf"} 2\nh_count 2\n'
+    )
+    scanner = PageScanner({"g", "g2", "h_bucket", "h_count", "h_sum"})
+    scanner.scan(page)
+    scanner.scan(page.replace("} 1", "} 5"))
+    assert scanner.by_layout(page) is not None
+    assert scanner.by_layout(changed(page)) is None
+
+
 def test_page_scanner_rejects_truncated_pages() -> None:
     with pytest.raises(ExpositionError, match="truncated"):
         PageScanner({"g"}).scan("# TYPE g gauge\ng 1")

@@ -257,6 +257,16 @@ def _from_labels(labels: Labels, alternatives: tuple[tuple[str, ...], ...]) -> f
     return problem
 
 
+def valid(feed: Feed, values: tuple[float, ...]) -> bool:
+    """Whether every value can be a sample of the feed's contract series (what
+    :func:`_invalid` says of each, told in a few passes in C)."""
+    if not values:
+        return True
+    if not (all(map(math.isfinite, values)) and min(values) >= 0):
+        return False
+    return max(values) <= 1 if feed.key.endswith("_ratio") else True
+
+
 def _invalid(feed: Feed, value: float) -> str:
     """Why ``value`` cannot be a sample of the feed's contract series, or ''.
 
