@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 
+from inferwatch.collect.http1 import Http1Connection, HttpFailure
 from inferwatch.urls import has_path, origin_of, redact_url, redirect_cause
 
 # Ask for classic text; SGLang and other prometheus_client servers otherwise negotiate
@@ -53,6 +54,9 @@ class Upstream:
         self.headers = dict(headers or {})  # the caller's (may hold a secret; never logged)
         self._headers = {"Accept": _ACCEPT, "Accept-Encoding": "identity", **self.headers}
         self._session: aiohttp.ClientSession | None = None
+        # The metrics page's own connection, by URL (collect/http1.py), and who holds it.
+        self._pages: dict[str, Http1Connection] = {}
+        self._page_lock = asyncio.Lock()
 
     def url(self, path: str) -> str:
         """The base URL if it already names a path (``http://h:8000/metrics``), else base+path."""
@@ -79,27 +83,55 @@ class Upstream:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        for connection in self._pages.values():
+            connection.close()
+        self._pages.clear()
 
     async def get_exposition(self, path: str) -> str:
-        """The metrics page (``path`` unless the base URL names one); raises UpstreamError."""
-        return await self._get(self.url(path), exposition=True)
+        """The metrics page (``path`` unless the base URL names one); raises UpstreamError.
+
+        Asked every poll, over a connection of its own (:mod:`.http1`)."""
+        url = self.url(path)
+        async with self._page_lock:
+            try:
+                connection = self._pages.get(url)
+                if connection is None:
+                    connection = Http1Connection(
+                        url,
+                        self._headers,
+                        timeout=self.timeout,
+                        max_bytes=self.max_bytes,
+                        ssl_context=self.ssl_context,
+                    )
+                    self._pages[url] = connection
+                answer = await connection.get()
+            except HttpFailure as exc:
+                raise self._failure(url, exc) from None
+        headers = answer.headers
+        _accept(
+            url, answer.status, headers.get("location"), _media_type(headers.get("content-type"))
+        )
+        return answer.body.decode("utf-8", errors="replace")
+
+    def _failure(self, url: str, exc: HttpFailure) -> UpstreamError:
+        """A failed exchange with ``url`` as one line."""
+        where = redact_url(url)
+        if exc.kind == "timeout":
+            return UpstreamError(f"no answer from {where} within {self.timeout:g} s", "timeout")
+        if exc.kind == "connect":
+            return UpstreamError(f"cannot connect to {where}: {exc}", "connect")
+        if exc.kind == "cut short":
+            return UpstreamError(f"response from {where} cut short", "cut short")
+        if exc.kind == "too large":
+            return _too_large(url, self.max_bytes)
+        return UpstreamError(f"{where}: {exc}", "http client")
 
     async def _get(self, url: str, *, exposition: bool) -> str:
         """The body at ``url`` as text; raises UpstreamError with a one-line cause."""
         request = self._client().get(url, headers=self._headers, allow_redirects=False)
         async with self._failures(url), request as resp:
-            _refuse_redirect(url, resp)
-            if resp.status != 200:
-                raise UpstreamError(
-                    f"HTTP {resp.status} from {redact_url(url)}", "http status", resp.status
-                )
-            ctype = resp.content_type if "Content-Type" in resp.headers else ""
-            if exposition and ctype not in _TEXT_TYPES:
-                raise UpstreamError(
-                    f"{redact_url(url)} answered {ctype}, not Prometheus text "
-                    "(wrong --backend-url?)",
-                    "content type",
-                )
+            media = resp.content_type if "Content-Type" in resp.headers else ""
+            _accept(url, resp.status, resp.headers.get("Location"), media if exposition else None)
             length = resp.content_length
             if length is not None and length > self.max_bytes:
                 raise _too_large(url, self.max_bytes)
@@ -115,7 +147,8 @@ class Upstream:
             url, data=json.dumps(doc), headers=headers, allow_redirects=False
         )
         async with self._failures(url), request as resp:
-            _refuse_redirect(url, resp)
+            if 300 <= resp.status < 400:
+                raise _redirect(url, resp.status, resp.headers.get("Location"))
             if not 200 <= resp.status < 300:
                 raise UpstreamError(f"HTTP {resp.status} from {redact_url(url)}", "http status")
 
@@ -182,8 +215,25 @@ def _too_large(url: str, limit: int) -> UpstreamError:
     )
 
 
-def _refuse_redirect(url: str, resp: aiohttp.ClientResponse) -> None:
-    """Raise UpstreamError of kind ``redirect`` for a 3xx answer."""
-    if 300 <= resp.status < 400:
-        cause = redirect_cause(url, resp.status, resp.headers.get("Location"))
-        raise UpstreamError(cause, "redirect")
+def _accept(url: str, status: int, location: str | None, media_type: str | None) -> None:
+    """Raise UpstreamError unless the answer of ``url`` is a 200 (a redirect is never
+    followed) of Prometheus text (``media_type``: the Content-Type's, '' when there is none;
+    None: any)."""
+    if 300 <= status < 400:
+        raise _redirect(url, status, location)
+    if status != 200:
+        raise UpstreamError(f"HTTP {status} from {redact_url(url)}", "http status", status)
+    if media_type is not None and media_type not in _TEXT_TYPES:
+        raise UpstreamError(
+            f"{redact_url(url)} answered {media_type}, not Prometheus text (wrong --backend-url?)",
+            "content type",
+        )
+
+
+def _redirect(url: str, status: int, location: str | None) -> UpstreamError:
+    return UpstreamError(redirect_cause(url, status, location), "redirect")
+
+
+def _media_type(content_type: str | None) -> str:
+    """``text/plain`` of ``text/plain; version=0.0.4``; '' when there is no Content-Type."""
+    return "" if content_type is None else content_type.partition(";")[0].strip().lower()

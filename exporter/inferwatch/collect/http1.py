@@ -1,0 +1,271 @@
+"""GETs of one URL over one kept-alive HTTP/1.1 connection: the poll's fetch.
+
+A poll every 0.1 s on a machine that idles between polls runs its fetch cold, and aiohttp's
+client runs a few hundred Python calls a request (its URL, cookie, tracing, request and
+response objects): ``bench/exporter.py`` measured that cold path as most of a poll. A poll
+only ever asks one URL the same question, so this keeps one connection open, writes the
+request's bytes made once, and parses the answer with llhttp (``httptools``, the parser
+uvicorn and aiohttp build on). What an answer must be to be taken (status, media type) is
+the caller's policy (:mod:`inferwatch.collect.upstream`); here is the transport, bounded:
+
+- the whole exchange, connect included, within ``timeout`` seconds;
+- at most ``max_bytes`` of body (a ``Content-Length`` above it is refused before any body is
+  read; a gzip or deflate body, sent although ``identity`` was asked for, is bounded
+  decompressed), and at most :data:`MAX_HEAD_BYTES` of status line and headers;
+- an answer that is not a 200 is not read further, and its connection is closed;
+- credentials in the URL (``http://user:password@host``) are sent as basic auth, unless an
+  ``Authorization`` header is given; a header with a line break is refused.
+
+A kept-alive connection the server closed between polls is opened again once, at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import quote, unquote, urlsplit
+
+import httptools
+
+MAX_HEAD_BYTES = 64 * 1024
+_CHUNK = 256 * 1024
+# Bytes of a path and query sent as they are: RFC 3986's reserved and unreserved, and "%".
+_SAFE = "/?#[]@!$&'()*+,;=-._~%:"
+
+
+class HttpFailure(Exception):
+    """The exchange failed; ``kind``: ``connect``, ``timeout``, ``cut short``,
+    ``too large``, ``not http`` or ``request``. ``str()`` says what, without the URL."""
+
+    def __init__(self, what: str, kind: str) -> None:
+        super().__init__(what)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The server's answer: its status, its headers (lower-case names, the first of a
+    repeated one) and its body (decompressed; empty unless the status is 200)."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class Http1Connection:
+    """GETs of ``url`` over one connection, kept open between them; not for concurrent use
+    (:class:`~inferwatch.collect.upstream.Upstream` holds a lock around it)."""
+
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        *,
+        timeout: float,
+        max_bytes: int,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise HttpFailure("not an http:// or https:// URL with a host", "request")
+        try:
+            self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:
+            raise HttpFailure(str(exc), "request") from None
+        self._host = parts.hostname
+        self._ssl: ssl.SSLContext | None = None
+        if parts.scheme == "https":
+            self._ssl = ssl_context if ssl_context is not None else ssl.create_default_context()
+        self._request = _request(parts.netloc, parts.path, parts.query, headers)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._expired = False
+
+    async def get(self) -> Answer:
+        """One GET; raises :class:`HttpFailure`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        for _ in range(2):
+            kept = self._writer is not None
+            if not kept:
+                await self._connect(deadline - loop.time())
+            timer = loop.call_at(deadline, self._expire)
+            try:
+                return await self._exchange(kept)
+            except _ClosedWhileIdle:
+                continue  # the server closed the kept connection: once more, on a new one
+            except BaseException:
+                self.close()
+                raise
+            finally:
+                timer.cancel()
+        raise HttpFailure("the connection closed before an answer", "cut short")
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+    async def _connect(self, seconds: float) -> None:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self._host, self._port, ssl=self._ssl, limit=_CHUNK),
+                max(seconds, 0.0),
+            )
+        except asyncio.TimeoutError:
+            raise HttpFailure("timeout", "timeout") from None
+        except OSError as exc:
+            raise HttpFailure(str(exc), "connect") from None
+        self._expired = False
+
+    def _expire(self) -> None:
+        """The deadline passed mid-exchange: the connection is dropped, which ends the read."""
+        self._expired = True
+        if self._writer is not None:
+            self._writer.transport.abort()
+
+    async def _exchange(self, kept: bool) -> Answer:
+        assert self._reader is not None and self._writer is not None
+        reader = self._reader
+        self._writer.write(self._request)
+        answer = _Parse(self.max_bytes)
+        try:
+            return await self._answer(answer, reader, kept)
+        finally:
+            answer.release()
+
+    async def _answer(self, answer: _Parse, reader: asyncio.StreamReader, kept: bool) -> Answer:
+        parser = answer.parser
+        assert parser is not None
+        received = 0
+        while not answer.complete:
+            try:
+                data = await reader.read(_CHUNK)
+            except OSError:
+                data = b""
+            if not data:
+                if self._expired:
+                    raise HttpFailure("timeout", "timeout")
+                if received == 0 and kept:
+                    self.close()
+                    raise _ClosedWhileIdle
+                if answer.until_close():
+                    break
+                raise HttpFailure("cut short", "cut short")
+            received += len(data)
+            try:
+                parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                raise HttpFailure(f"not HTTP/1.1: {str(exc)[:100]}", "not http") from None
+            if answer.failure is not None:
+                raise answer.failure
+            if not answer.headers_done and received > MAX_HEAD_BYTES:
+                raise HttpFailure(f"headers over {MAX_HEAD_BYTES // 1024} KiB", "not http")
+            if answer.headers_done and parser.get_status_code() != 200:
+                self.close()  # its body is not read: the connection cannot serve another
+                return Answer(parser.get_status_code(), answer.headers, b"")
+        if not answer.keep_alive:
+            self.close()
+        body = _decoded(b"".join(answer.body), answer.headers, self.max_bytes)
+        return Answer(parser.get_status_code(), answer.headers, body)
+
+
+class _ClosedWhileIdle(Exception):
+    """A kept connection gave nothing back: the server closed it between two GETs."""
+
+
+class _Parse:
+    """httptools' callbacks: the answer as it arrives, bounded."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.headers: dict[str, str] = {}
+        self.body: list[bytes] = []
+        self.size = 0
+        self.headers_done = False
+        self.complete = False
+        self.keep_alive = False
+        self.failure: HttpFailure | None = None
+        # The parser calls back into this object: the reference cycle is broken after the
+        # exchange (release), so that the body goes at once, not at a collection.
+        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+
+    def release(self) -> None:
+        self.parser = None
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+        length = self.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_bytes:
+            self.failure = HttpFailure("too large", "too large")
+
+    def on_body(self, body: bytes) -> None:
+        self.size += len(body)
+        if self.size > self.max_bytes:
+            self.failure = HttpFailure("too large", "too large")
+        elif self.failure is None:
+            self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        assert self.parser is not None
+        self.keep_alive = self.parser.should_keep_alive()  # read now: the parser resets
+
+    def until_close(self) -> bool:
+        """Whether the body, its headers read, is the bytes until the connection closes."""
+        return (
+            self.headers_done
+            and "content-length" not in self.headers
+            and "transfer-encoding" not in self.headers
+        )
+
+
+def _request(netloc: str, path: str, query: str, headers: Mapping[str, str]) -> bytes:
+    """The bytes of the GET: the URL's path and query, its host, the caller's headers, and
+    basic auth from the URL's credentials where no Authorization header is given."""
+    userinfo, _, host = netloc.rpartition("@")
+    target = quote(path or "/", safe=_SAFE) + (f"?{quote(query, safe=_SAFE)}" if query else "")
+    fields = {"Host": host, "User-Agent": "inferwatch", **headers}
+    if userinfo and not any(k.lower() == "authorization" for k in headers):
+        user, _, password = userinfo.partition(":")
+        token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+        fields["Authorization"] = f"Basic {token}"
+    for name, value in fields.items():
+        if any(c in "\r\n\0" for c in name + value) or not name or ":" in name:
+            raise HttpFailure(f"header {name[:40]!r} is not a valid header", "request")
+    lines = [f"GET {target} HTTP/1.1", *(f"{k}: {v}" for k, v in fields.items()), "", ""]
+    try:
+        return "\r\n".join(lines).encode("latin-1")
+    except UnicodeEncodeError:
+        raise HttpFailure("a header holds a character HTTP cannot carry", "request") from None
+
+
+def _decoded(body: bytes, headers: Mapping[str, str], max_bytes: int) -> bytes:
+    """The body without its content coding (gzip or deflate), at most ``max_bytes``."""
+    coding = headers.get("content-encoding", "identity").strip().lower()
+    if coding in ("", "identity"):
+        return body
+    if coding not in ("gzip", "x-gzip", "deflate"):
+        raise HttpFailure(f"content coding {coding[:20]!r} is not supported", "not http")
+    # 47: a gzip or zlib header, told apart by the data; deflate may also come raw (-15).
+    for wbits in (47, -15):
+        inflate = zlib.decompressobj(wbits)
+        try:
+            out = inflate.decompress(body, max_bytes + 1)
+        except zlib.error:
+            continue
+        if len(out) > max_bytes or inflate.unconsumed_tail:
+            raise HttpFailure("too large", "too large")
+        if not inflate.eof:
+            raise HttpFailure("cut short", "cut short")
+        return out
+    raise HttpFailure(f"a {coding} body that does not decompress", "not http")
