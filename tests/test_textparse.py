@@ -7,14 +7,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferwatch.collect.textparse import (
-    ExpositionError,
-    PageScanner,
-    Scan,
-    parse_labels,
-    read_page,
-    scan,
-)
+from inferwatch.collect.scanner import PageScanner
+from inferwatch.collect.textparse import ExpositionError, Scan, parse_labels, read_page, scan
 
 from conftest import FIXTURES, fixture_text, oracle_samples
 

@@ -1,14 +1,11 @@
-"""A fast reader of the few families a backend maps, from Prometheus text exposition.
+"""Prometheus text exposition, read line by line: the samples of the wanted names.
 
 prometheus_client's ``text_string_to_metric_families`` parses every line of a ~50 KB vLLM
-page and costs ~15 ms per poll; at 10 Hz that is more than the whole CPU budget. This
-reader works family by family: it cuts the page at its ``# TYPE`` lines, skips the families
-nobody maps, and re-parses a wanted family only when its text changed since the last poll
-(between two polls most histograms of a server are unchanged: they move when a request
-finishes). A family whose lines keep their names and labels while its values move (every
-poll of a busy server) is read by where its values sit: the lines are checked to start as
-they did and only the values are parsed (:class:`_Layout`). ``bench/exporter.py`` measures
-it against prometheus_client in the same run.
+page into objects; this reads only the lines of the names asked for, and leaves each label
+text for :func:`parse_labels` so that callers can cache per text (``bench/exporter.py``
+measures it against prometheus_client in the same run). A poll reads successive pages of
+one server with :class:`~inferwatch.collect.scanner.PageScanner`, which reads with this
+only what changed.
 
 It follows the text format: ``name{label="value",...} value [timestamp]``, label values with
 ``\\\\``, ``\\"`` and ``\\n`` escapes, ``NaN``/``+Inf``/``-Inf`` values (and the
@@ -26,9 +23,8 @@ caller's budget, raises :class:`ExpositionError`.
 from __future__ import annotations
 
 import math
-import operator
 import re
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from inferwatch.model import Labels
@@ -37,10 +33,10 @@ _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?
 _UNESCAPE = re.compile(r"\\(.)")
 _ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
 # A sample name runs to the first brace or blank.
-_NAME = re.compile(r"([^{\s]+)[ \t]*")
+SAMPLE_NAME = re.compile(r"([^{\s]+)[ \t]*")
 
 # Suffixes a sample name adds to its family name (counters, histograms, _created gauges).
-_SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
+SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 
 Samples = dict[str, list[tuple[str, float]]]
 
@@ -101,11 +97,11 @@ def scan(text: str, wanted: Collection[str], limit: float = math.inf) -> Scan:
     the wanted names (checked before any of them is parsed further).
     """
     if text and not text.endswith("\n"):
-        raise _truncated()
-    return _scan_lines(text.split("\n"), wanted, limit)
+        raise truncated()
+    return scan_lines(text.split("\n"), wanted, limit)
 
 
-def _scan_lines(lines: list[str], wanted: Collection[str], limit: float) -> Scan:
+def scan_lines(lines: list[str], wanted: Collection[str], limit: float) -> Scan:
     """:func:`scan` of a page already cut into its lines."""
     found = Scan()
     samples = found.samples
@@ -113,7 +109,7 @@ def _scan_lines(lines: list[str], wanted: Collection[str], limit: float) -> Scan
     for line in lines:
         if not line or line[0] == "#":
             continue
-        match = _NAME.match(line)
+        match = SAMPLE_NAME.match(line)
         if match is None:  # a line starting with a blank or a brace: nobody's sample
             continue
         name = match.group(1)
@@ -121,9 +117,9 @@ def _scan_lines(lines: list[str], wanted: Collection[str], limit: float) -> Scan
             continue
         count += 1
         if count > limit:
-            raise _too_many(limit)
+            raise too_many(limit)
         try:
-            labels, value = _sample(line, match.end())
+            labels, value = read_sample(line, match.end())
         except ExpositionError as exc:
             found.malformed.setdefault(name, str(exc))
             continue
@@ -149,11 +145,11 @@ def read_page(text: str) -> Page:
     for line in text.split("\n"):
         if not line or line[0] == "#":
             continue
-        match = _NAME.match(line)
+        match = SAMPLE_NAME.match(line)
         if match is None:
             continue
         try:
-            label_text, value = _sample(line, match.end())
+            label_text, value = read_sample(line, match.end())
             labels = labels_of.get(label_text)
             if labels is None:
                 labels = labels_of[label_text] = dict(parse_labels(label_text))
@@ -163,18 +159,18 @@ def read_page(text: str) -> Page:
     return out
 
 
-def _truncated() -> ExpositionError:
+def truncated() -> ExpositionError:
     return ExpositionError("exposition truncated (last line has no newline)", "truncated")
 
 
-def _too_many(limit: float) -> ExpositionError:
+def too_many(limit: float) -> ExpositionError:
     return ExpositionError(
         f"more than {limit:.0f} samples of mapped families (--backend-max-series)",
         "too many series",
     )
 
 
-def _sample(line: str, pos: int) -> tuple[str, float]:
+def read_sample(line: str, pos: int) -> tuple[str, float]:
     """(label text, value) of a sample line whose name ends at ``pos``."""
     labels = ""
     if line.startswith("{", pos):
@@ -210,296 +206,3 @@ def _labels_end(line: str, brace: int) -> int:
             end = len(line) - len(line[pos:].lstrip())
             return end if line.startswith("}", end) else -1
         pos = match.end()
-
-
-# The most samples of wanted names a page may hold to have a layout of its own: a bigger page
-# (a series budget raised for a huge server) is read family by family, where what a family
-# costs besides its lines is nothing next to them, and a second layout of all its lines
-# would double what the scanner holds.
-PAGE_LAYOUT_SAMPLES = 10_000
-
-# How many layouts of one family a mapper remembers (the scanner's of its lines, the
-# histograms' of their label texts): a family may alternate between a few (a series that
-# comes and goes between polls).
-LAYOUTS = 8
-
-
-class _Layout:
-    """Where the values of a block's lines sit, from a block read in full.
-
-    A block of as many lines whose every sample line of a wanted name starts with the same
-    head (name, label set and the blanks before the value) as then, whose other lines
-    (comments, blanks, other names) are unchanged, and whose values all parse as plain
-    numbers, holds the same samples with new values: anything else (a timestamp, an
-    exemplar, a line that changed its labels, a value the full reader handles specially) is
-    read in full. The checks and the parse are passes in C over the block's lines. A whole
-    page has a layout too (:class:`_PageLayout`): its lines that no wanted family holds are
-    not looked at.
-    """
-
-    def __init__(
-        self,
-        lines: int,
-        heads: list[tuple[int, str]],
-        other: list[tuple[int, str]],
-        names: dict[str, tuple[list[int], list[str]]],
-    ) -> None:
-        self.lines = lines
-        self.count = len(heads)  # samples of the wanted names
-        self._sample_lines = _getter([i for i, _ in heads])
-        self._heads = tuple(head for _, head in heads)
-        starts: dict[int, slice] = {}  # one slice per length of head
-        self._values = tuple(
-            starts.setdefault(len(head), slice(len(head), None)) for _, head in heads
-        )
-        self._other_lines = _getter([i for i, _ in other])
-        self._other = tuple(text for _, text in other)  # every other line, as it was
-        # Each wanted name: the positions of its values and its samples' label texts (the
-        # same tuple for every page of this layout).
-        self.names = {
-            name: (_getter(positions), tuple(texts)) for name, (positions, texts) in names.items()
-        }
-
-    def values(self, lines: list[str]) -> list[float] | None:
-        """The values of the wanted samples in line order if ``lines`` fit, else None."""
-        if len(lines) != self.lines or self._other_lines(lines) != self._other:
-            return None
-        sample_lines = self._sample_lines(lines)
-        if not all(map(str.startswith, sample_lines, self._heads)):
-            return None
-        try:
-            return list(map(float, map(operator.getitem, sample_lines, self._values)))
-        except ValueError:
-            return None
-
-    def read(self, lines: list[str]) -> Scan | None:
-        """The block's samples if ``lines`` fit this layout, else None."""
-        values = self.values(lines)
-        if values is None:
-            return None
-        return Scan(
-            {
-                name: list(zip(texts, get(values), strict=True))
-                for name, (get, texts) in self.names.items()
-            }
-        )
-
-
-@dataclass(frozen=True, eq=False)
-class _PageLayout:
-    """A whole page's layout: the lines of the wanted families' blocks (the untyped prologue
-    among them) and every ``# TYPE`` line, at their places. A page with as many TYPE lines
-    that fits it is cut into the same families at the same lines, so the lines of the
-    other families need no look: they are skipped as :meth:`PageScanner.scan` skips them."""
-
-    layout: _Layout
-    types: int  # the page's TYPE lines
-
-
-def _getter(positions: list[int]) -> Callable[[list], tuple]:
-    """The items at ``positions`` of a list, as a tuple (of one or none too)."""
-    if not positions:
-        return lambda items: ()
-    if len(positions) == 1:
-        (k,) = positions
-        return lambda items: (items[k],)
-    return operator.itemgetter(*positions)
-
-
-def _layout_of(
-    lines: list[str], wanted: frozenset[str], at: Iterable[int] | None = None
-) -> _Layout | None:
-    """The layout of the lines read in full (those at ``at``, all by default), or None when
-    they have none: a malformed line, a timestamp, an exemplar or a value that is not a
-    plain number."""
-    heads: list[tuple[int, str]] = []
-    other: list[tuple[int, str]] = []
-    names: dict[str, tuple[list[int], list[str]]] = {}
-    for i in range(len(lines)) if at is None else at:
-        line = lines[i]
-        match = _NAME.match(line) if line and line[0] != "#" else None
-        if match is None or match.group(1) not in wanted:
-            other.append((i, line))
-            continue
-        if " # " in line:
-            return None
-        try:
-            labels, value = _sample(line, match.end())
-        except ExpositionError:
-            return None
-        pos = line.rfind("}") + 1 if line.startswith("{", match.end()) else match.end()
-        rest = line[pos:]
-        head = line[: pos + len(rest) - len(rest.lstrip())]
-        try:
-            if repr(float(line[len(head) :])) != repr(value):
-                return None
-        except ValueError:
-            return None
-        positions, texts = names.setdefault(match.group(1), ([], []))
-        positions.append(len(heads))
-        texts.append(labels)
-        heads.append((i, head))
-    return _Layout(len(lines), heads, other, names)
-
-
-def _page_layout(
-    text: str, lines: list[str], wanted: frozenset[str], families: frozenset[str]
-) -> _PageLayout | None:
-    """The layout of a page (``lines``: ``text`` cut at its newlines), as the scanner cuts
-    it into families: the lines before the first TYPE line, and those of each family whose
-    name is wanted (or empty), are read; None when a TYPE line names no type."""
-    at: list[int] = []
-    reading = True  # the untyped prologue is read
-    for i, line in enumerate(lines):
-        if line.startswith("# TYPE "):
-            rest = line[7:]
-            space = rest.find(" ")
-            if space < 0:
-                return None
-            reading = not rest[:space] or rest[:space] in families
-            at.append(i)
-        elif reading:
-            at.append(i)
-    layout = _layout_of(lines, wanted, at)
-    return None if layout is None else _PageLayout(layout, _type_lines(text))
-
-
-def _type_lines(text: str) -> int:
-    """How many lines of the page are TYPE lines."""
-    return text.count("\n# TYPE ") + text.startswith("# TYPE ")
-
-
-class PageScanner:
-    """Scans successive pages of one server, reusing what did not change.
-
-    The page is cut at its ``# TYPE`` lines and only the wanted families' lines are read:
-    the format requires all lines of a family to form one group after its TYPE line. Lines
-    before the first TYPE line (untyped samples; a whole page without TYPE lines) are one
-    block of their own. A family's lines are re-parsed only when its text differs from
-    the last page, and the same list objects are returned for an unchanged family, so
-    callers can reuse work of their own by identity. A family whose text changed but whose
-    lines fit one of its last :data:`LAYOUTS` layouts has only its values parsed; its label
-    texts are the very strings of the layout, so callers can compare them cheaply.
-
-    A page whose every wanted family was known (unchanged, or fitting a layout) leaves a
-    layout of the whole page: :meth:`by_layout` reads a next page that fits one of the
-    last :data:`LAYOUTS` of those with a few passes in C over its lines, and gives its values
-    without cutting it into families.
-    """
-
-    def __init__(self, wanted: Collection[str]) -> None:
-        self.wanted = frozenset(wanted)
-        self._families = _families(self.wanted)
-        self._blocks: dict[str, tuple[str, Scan, int]] = {}  # key -> (text, samples, count)
-        self._layouts: dict[str, list[_Layout]] = {}
-        self._last_text: str | None = None
-        self._last_chunks: list[tuple[str, str]] = []
-        self._pages: list[_PageLayout] = []  # the last pages' layouts, last fitted first
-        self._full_reads = 0  # blocks read in full so far
-
-    def by_layout(self, text: str, limit: float = math.inf) -> tuple[_Layout, list[float]] | None:
-        """The page's values by one of the last pages' layouts: (the layout, the values of
-        the wanted samples in line order; :attr:`_Layout.names` says whose) when the page
-        fits one, else None, and then :meth:`scan` reads it. Raises
-        :class:`ExpositionError` when a page that fits holds more than ``limit`` samples."""
-        if not self._pages or (text and not text.endswith("\n")):
-            return None
-        types = _type_lines(text)
-        lines = None
-        for n, page in enumerate(self._pages):
-            if page.types != types:
-                continue
-            if lines is None:
-                lines = text.split("\n")
-            values = page.layout.values(lines)
-            if values is None:
-                continue
-            if page.layout.count > limit:
-                raise _too_many(limit)
-            if n:
-                self._pages.insert(0, self._pages.pop(n))
-            return page.layout, values
-        return None
-
-    def scan(self, text: str, limit: float = math.inf) -> Scan:
-        """Like :func:`scan` of the wanted names, over the whole page."""
-        if text and not text.endswith("\n"):
-            raise _truncated()
-        full_reads = self._full_reads
-        found = Scan()
-        count = 0
-        for family, chunk in self._chunks(text):
-            if family and family not in self._families:
-                continue
-            key = family or "\n"  # the untyped prologue has no family name
-            # A TYPE line followed at once by another leaves a chunk of its own line only.
-            block = chunk.partition("\n")[2] if family else chunk
-            cached = self._blocks.get(key)
-            if cached is None or cached[0] != block:
-                part = self._read(key, block, limit - count)
-                cached = (block, part, part.count())
-                self._blocks[key] = cached
-            part = cached[1]
-            count += cached[2]
-            if count > limit:
-                raise _too_many(limit)
-            for name, samples in part.samples.items():
-                found.samples[name] = (
-                    found.samples[name] + samples if name in found.samples else samples
-                )
-            found.malformed.update(part.malformed)
-        for name in found.malformed:
-            found.samples.pop(name, None)  # a family announced twice, malformed once
-        if self._full_reads == full_reads and not found.malformed and count <= PAGE_LAYOUT_SAMPLES:
-            self._remember_page(text)
-        return found
-
-    def _remember_page(self, text: str) -> None:
-        """Keep the layout of a page whose families were all known, unless it fits one."""
-        if self.by_layout(text) is not None:
-            return
-        page = _page_layout(text, text.split("\n"), self.wanted, self._families)
-        if page is not None:
-            self._pages.insert(0, page)
-            del self._pages[LAYOUTS:]
-
-    def _read(self, key: str, block: str, limit: float) -> Scan:
-        """A changed block's samples: by one of its layouts where it fits one, else in full
-        (and its layout then remembered first)."""
-        whole = block if not block or block.endswith("\n") else block + "\n"
-        lines = whole.split("\n")
-        layouts = self._layouts.setdefault(key, [])
-        for n, layout in enumerate(layouts):
-            part = layout.read(lines)
-            if part is not None:
-                if n:
-                    layouts.insert(0, layouts.pop(n))
-                return part
-        self._full_reads += 1
-        part = _scan_lines(lines, self.wanted, limit)
-        layout = _layout_of(lines, self.wanted)
-        if layout is not None:
-            layouts.insert(0, layout)
-            del layouts[LAYOUTS:]
-        return part
-
-    def _chunks(self, text: str) -> list[tuple[str, str]]:
-        """(family, text from its TYPE line on) for each family; ("", prologue) first."""
-        if text is not self._last_text:
-            # Chunk i+1 starts with "<family> <type>\n" and holds the family's lines (and, at
-            # its end, the next family's # HELP line); chunk 0 precedes any TYPE line.
-            chunks = ("\n" + text).split("\n# TYPE ")
-            self._last_chunks = [("", chunks[0])] + [
-                (c[: c.find(" ", 0, c.find("\n"))], c) for c in chunks[1:]
-            ]
-            self._last_text = text
-            present = {family for family, _ in self._last_chunks}
-            for family in self._blocks.keys() - present - {"\n"}:
-                del self._blocks[family]  # a family that left the page
-                self._layouts.pop(family, None)
-        return self._last_chunks
-
-
-def _families(names: frozenset[str]) -> frozenset[str]:
-    """The family names whose TYPE line may announce the given sample names."""
-    return frozenset(names | {n[: -len(s)] for n in names for s in _SUFFIXES if n.endswith(s)})

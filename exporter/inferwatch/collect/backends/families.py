@@ -22,7 +22,8 @@ from types import MappingProxyType
 
 from inferwatch.collect.backends.relabel import Relabeler
 from inferwatch.collect.backends.table import Feed, LabelTest, Source
-from inferwatch.collect.textparse import LAYOUTS, ExpositionError, Samples
+from inferwatch.collect.scanner import LAYOUTS
+from inferwatch.collect.textparse import ExpositionError, Samples
 from inferwatch.metrics import Kind
 from inferwatch.model import Dropped, Histogram, HistogramValues, Labels, SeriesValues
 

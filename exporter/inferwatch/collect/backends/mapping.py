@@ -20,16 +20,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from inferwatch.collect.backends import families
+from inferwatch.collect.backends.plan import Plan
 from inferwatch.collect.backends.relabel import Relabeler
 from inferwatch.collect.backends.table import Feed, Profiler, Source
-from inferwatch.collect.textparse import (
-    BOM,
-    LAYOUTS,
-    ExpositionError,
-    PageScanner,
-    Samples,
-    Scan,
-)
+from inferwatch.collect.scanner import LAYOUTS, PageScanner
+from inferwatch.collect.textparse import BOM, ExpositionError, Samples, Scan
 from inferwatch.metrics import Kind
 from inferwatch.model import BackendSample, Dropped, HistogramValues, Labels, SeriesValues
 
@@ -128,9 +123,8 @@ class Mapper:
         # feed key -> (its series, the page's model, the series under that model), last poll
         self._modelled: dict[str, tuple[Mapping, str, Mapping]] = {}
         # A page layout of the scanner's -> how its values map (None: they cannot be mapped
-        # by layout), and each feed's last read by a plan (_Step.read).
-        self._plans: dict[object, tuple[_Step, ...] | None] = {}
-        self._planned: dict[str, tuple[_Step, tuple, Mapping, list[Dropped]]] = {}
+        # by layout alone).
+        self._plans: dict[object, Plan | None] = {}
         # Each feed with its kind and its sources' sample names, worked out once.
         self._feeds = tuple(
             (f, f.kind, tuple((s, s.sample_names(f.kind)) for s in f.sources))
@@ -157,9 +151,15 @@ class Mapper:
             )
         fitted = self._scanner.by_layout(page, max_series)
         if fitted is not None:
-            mapped = self._by_plan(*fitted)
-            if mapped is not None:
-                return self._sample(*mapped, model_hint)
+            layout, page_values = fitted
+            if layout not in self._plans:
+                if len(self._plans) >= 2 * LAYOUTS:
+                    self._plans.clear()
+                self._plans[layout] = Plan.of(self._feeds, layout.names, page_values, self._relabel)
+            plan = self._plans[layout]
+            if plan is not None:
+                self._relabel.fit(len(page_values))
+                return self._sample(*plan.map(page_values, self._relabel), model_hint)
         found = self._scanner.scan(page, max_series)
         self._relabel.fit(found.count())
         dropped: list[Dropped] = []
@@ -173,63 +173,6 @@ class Mapper:
             if series:  # a family whose `where` keeps nothing leaves the key absent
                 (histograms if kind is Kind.HISTOGRAM else values)[f.key] = series
         return self._sample(values, histograms, dropped, model_hint)
-
-    def _by_plan(
-        self, layout: object, page_values: list[float]
-    ) -> tuple[dict[str, SeriesValues], dict[str, HistogramValues], list[Dropped]] | None:
-        """A page the scanner read by one of its page layouts, mapped by that layout's plan
-        (made on its first page); None when it has none (a family that cannot be mapped
-        from its label texts alone: the page is then mapped family by family)."""
-        if layout not in self._plans:
-            if len(self._plans) >= 2 * LAYOUTS:
-                self._plans.clear()
-            self._plans[layout] = self._plan(layout, page_values)
-        plan = self._plans[layout]
-        if plan is None:
-            return None
-        self._relabel.fit(len(page_values))
-        last, self._planned = self._planned, {}
-        dropped: list[Dropped] = []
-        values: dict[str, SeriesValues] = {}
-        histograms: dict[str, HistogramValues] = {}
-        for step in plan:
-            read = step.values(page_values)
-            was = last.get(step.feed.key)
-            if was is not None and was[0] is step and was[1] == read:
-                memo = was  # the same values as the last page: the same series
-            else:
-                left_out: list[Dropped] = []
-                memo = (step, read, step.series(read, self._relabel, left_out), left_out)
-            self._planned[step.feed.key] = memo
-            dropped.extend(memo[3])
-            if memo[2]:
-                (histograms if step.feed.kind is Kind.HISTOGRAM else values)[step.feed.key] = memo[
-                    2
-                ]
-        return values, histograms, dropped
-
-    def _plan(self, layout: object, page_values: list[float]) -> tuple[_Step, ...] | None:
-        """How the pages of a layout map, feed by feed, or None where a family on it cannot
-        be mapped from its label texts alone: bounds that are not numbers or do not merge, a
-        malformed label set, a feed that multiplies two families. Its first page is mapped
-        once to find out."""
-        names: Mapping[str, tuple[Callable, tuple[str, ...]]] = layout.names  # type: ignore[attr-defined]
-        plan = []
-        for f, _, sources in self._feeds:
-            present = next(((s, n) for s, n in sources if n[0] in names), None)
-            if present is None:
-                continue
-            source, sample_names = present
-            if source.times is not None:
-                return None
-            parts = [names.get(n, _NONE) for n in sample_names]
-            try:
-                step = _Step.of(f, source, parts, self._relabel)
-                step.series(step.values(page_values), self._relabel, [])
-            except ExpositionError:
-                return None
-            plan.append(step)
-        return tuple(plan)
 
     def _read(
         self,
@@ -330,77 +273,6 @@ class Mapper:
             out = _with_model(series, model)
         self._modelled[key] = (series, model, out)
         return out
-
-
-_NONE: tuple[Callable[[list], tuple], tuple[str, ...]] = (lambda values: (), ())
-
-
-@dataclass(frozen=True, eq=False)
-class _Step:
-    """One feed of a page layout's plan: where its source's samples sit among the page's
-    values (``getters``, one per sample name of the source), their label texts, and for a
-    histogram which samples make which series."""
-
-    feed: Feed
-    source: Source
-    getters: tuple[Callable[[list], tuple], ...]
-    texts: tuple[tuple[str, ...], ...]
-    histogram: families.HistogramLayout | None
-    # A scalar family whose every sample is a series of its own, read as it is: the
-    # series' labels in sample order (else None).
-    keys: tuple[Labels, ...] | None
-
-    @classmethod
-    def of(
-        cls,
-        feed: Feed,
-        source: Source,
-        parts: list[tuple[Callable[[list], tuple], tuple[str, ...]]],
-        relabel: Relabeler,
-    ) -> _Step:
-        """The step of a source whose samples (``parts``: where each sample name's values
-        sit, and their label texts) are on the page; ExpositionError where they cannot be
-        mapped."""
-        getters = tuple(get for get, _ in parts)
-        texts = tuple(texts for _, texts in parts)
-        if feed.kind is Kind.HISTOGRAM:
-            return cls(
-                feed,
-                source,
-                getters,
-                texts,
-                families.HistogramLayout.of(texts, source, relabel),
-                None,
-            )
-        keys = tuple(relabel.series(text)[1] for text in texts[0])
-        simple = (
-            not source.where
-            and not source.from_labels
-            and source.times is None
-            and len(set(keys)) == len(keys)
-            and len({relabel.series(text)[0] for text in texts[0]}) == len(keys)
-        )
-        return cls(feed, source, getters, texts, None, keys if simple else None)
-
-    def values(self, page_values: list[float]) -> tuple[tuple[float, ...], ...]:
-        """The source's values on this page, per sample name."""
-        return tuple(get(page_values) for get in self.getters)
-
-    def series(
-        self, read: tuple[tuple[float, ...], ...], relabel: Relabeler, dropped: list[Dropped]
-    ) -> SeriesValues | HistogramValues:
-        """The feed's series from the source's values, as the family-by-family mapping
-        gives them."""
-        if self.histogram is not None:
-            return self.histogram.read(*read, self.source, dropped)
-        if self.keys is not None:
-            values = read[0]
-            if self.source.scale != 1.0:
-                values = tuple(v * self.source.scale for v in values)
-            if families.valid(self.feed, values):
-                return MappingProxyType(dict(zip(self.keys, values, strict=True)))
-        pairs = list(zip(self.texts[0], read[0], strict=True))
-        return families.scalars(pairs, self.source, self.feed, relabel, dropped)
 
 
 def _same(before: tuple, now: tuple) -> bool:

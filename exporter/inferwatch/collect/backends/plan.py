@@ -1,0 +1,156 @@
+"""A plan for the pages of one layout: how the values of a page that fits it map, feed by
+feed, without reading it family by family.
+
+The scanner reads a page that fits one of its page layouts as one list of values
+(:meth:`~inferwatch.collect.scanner.PageScanner.by_layout`); the layout says which values
+are whose and their label texts. A plan, made on the layout's first page, holds for each
+feed where its source's values sit, and what its label texts alone decide (the histograms'
+assembly, the series' labels); each page then only reads values. It maps a page as the
+family-by-family mapping does (the hostile pages' property test compares the two), and a
+feed whose values did not move keeps its series object::
+
+    plan = Plan.of(mapper_feeds, layout.names, values, relabel)
+    values, histograms, dropped = plan.map(next_values, relabel)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from inferwatch.collect.backends import families
+from inferwatch.collect.backends.relabel import Relabeler
+from inferwatch.collect.backends.table import Feed, Source
+from inferwatch.collect.textparse import ExpositionError
+from inferwatch.metrics import Kind
+from inferwatch.model import Dropped, HistogramValues, Labels, SeriesValues
+
+# A layout's names: where each name's values sit among the page's, and its label texts.
+Names = Mapping[str, tuple[Callable[[list], tuple], tuple[str, ...]]]
+# Each feed of a backend with its kind and its sources' sample names (the mapper's).
+Feeds = tuple[tuple[Feed, Kind, tuple[tuple[Source, tuple[str, ...]], ...]], ...]
+
+_NONE: tuple[Callable[[list], tuple], tuple[str, ...]] = (lambda values: (), ())
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One feed of a page layout's plan: where its source's samples sit among the page's
+    values (``getters``, one per sample name of the source), their label texts, and for a
+    histogram which samples make which series."""
+
+    feed: Feed
+    source: Source
+    getters: tuple[Callable[[list], tuple], ...]
+    texts: tuple[tuple[str, ...], ...]
+    histogram: families.HistogramLayout | None
+    # A scalar family whose every sample is a series of its own, read as it is: the
+    # series' labels in sample order (else None).
+    keys: tuple[Labels, ...] | None
+
+    @classmethod
+    def of(
+        cls,
+        feed: Feed,
+        source: Source,
+        parts: list[tuple[Callable[[list], tuple], tuple[str, ...]]],
+        relabel: Relabeler,
+    ) -> Step:
+        """The step of a source whose samples (``parts``: where each sample name's values
+        sit, and their label texts) are on the page; ExpositionError where they cannot be
+        mapped."""
+        getters = tuple(get for get, _ in parts)
+        texts = tuple(texts for _, texts in parts)
+        if feed.kind is Kind.HISTOGRAM:
+            return cls(
+                feed,
+                source,
+                getters,
+                texts,
+                families.HistogramLayout.of(texts, source, relabel),
+                None,
+            )
+        keys = tuple(relabel.series(text)[1] for text in texts[0])
+        simple = (
+            not source.where
+            and not source.from_labels
+            and source.times is None
+            and len(set(keys)) == len(keys)
+            and len({relabel.series(text)[0] for text in texts[0]}) == len(keys)
+        )
+        return cls(feed, source, getters, texts, None, keys if simple else None)
+
+    def values(self, page_values: list[float]) -> tuple[tuple[float, ...], ...]:
+        """The source's values on this page, per sample name."""
+        return tuple(get(page_values) for get in self.getters)
+
+    def series(
+        self, read: tuple[tuple[float, ...], ...], relabel: Relabeler, dropped: list[Dropped]
+    ) -> SeriesValues | HistogramValues:
+        """The feed's series from the source's values, as the family-by-family mapping
+        gives them."""
+        if self.histogram is not None:
+            return self.histogram.read(*read, self.source, dropped)
+        if self.keys is not None:
+            values = read[0]
+            if self.source.scale != 1.0:
+                values = tuple(v * self.source.scale for v in values)
+            if families.valid(self.feed, values):
+                return MappingProxyType(dict(zip(self.keys, values, strict=True)))
+        pairs = list(zip(self.texts[0], read[0], strict=True))
+        return families.scalars(pairs, self.source, self.feed, relabel, dropped)
+
+
+class Plan:
+    """The steps of a layout's feeds, and what each read on the last page it mapped."""
+
+    def __init__(self, steps: tuple[Step, ...]) -> None:
+        self.steps = steps
+        # feed key -> (its values on the last page, its series, what was left out)
+        self._last: dict[str, tuple[tuple, SeriesValues | HistogramValues, list[Dropped]]] = {}
+
+    @classmethod
+    def of(
+        cls, feeds: Feeds, names: Names, page_values: list[float], relabel: Relabeler
+    ) -> Plan | None:
+        """The plan of a layout (``names``), or None where a family on it cannot be mapped
+        from its label texts alone: bounds that are not numbers or do not merge, a
+        malformed label set, a feed that multiplies two families. Its first page
+        (``page_values``) is mapped once to find out."""
+        steps = []
+        for feed, _, sources in feeds:
+            present = next(((s, n) for s, n in sources if n[0] in names), None)
+            if present is None:
+                continue
+            source, sample_names = present
+            if source.times is not None:
+                return None
+            try:
+                step = Step.of(feed, source, [names.get(n, _NONE) for n in sample_names], relabel)
+                step.series(step.values(page_values), relabel, [])
+            except ExpositionError:
+                return None
+            steps.append(step)
+        return cls(tuple(steps))
+
+    def map(
+        self, page_values: list[float], relabel: Relabeler
+    ) -> tuple[dict[str, SeriesValues], dict[str, HistogramValues], list[Dropped]]:
+        """The page's series by feed (scalars, histograms) and what was left out."""
+        last, self._last = self._last, {}
+        dropped: list[Dropped] = []
+        values: dict[str, SeriesValues] = {}
+        histograms: dict[str, HistogramValues] = {}
+        for step in self.steps:
+            key = step.feed.key
+            read = step.values(page_values)
+            memo = last.get(key)
+            if memo is None or memo[0] != read:  # the same values: the same series
+                left_out: list[Dropped] = []
+                memo = (read, step.series(read, relabel, left_out), left_out)
+            self._last[key] = memo
+            dropped.extend(memo[2])
+            if memo[1]:
+                (histograms if step.feed.kind is Kind.HISTOGRAM else values)[key] = memo[1]
+        return values, histograms, dropped
