@@ -8,7 +8,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferwatch.collect.scanner import PageScanner
-from inferwatch.collect.textparse import ExpositionError, Scan, parse_labels, read_page, scan
+from inferwatch.collect.textparse import (
+    ExpositionError,
+    PageReader,
+    Scan,
+    parse_labels,
+    read_page,
+    scan,
+)
 
 from conftest import FIXTURES, fixture_text, oracle_samples
 
@@ -188,3 +195,14 @@ def test_read_page_reads_every_served_page_as_prometheus_client_does(golden: Pat
 def test_read_page_refuses_a_malformed_line_in_one_line() -> None:
     with pytest.raises(ValueError, match=r"^not Prometheus text: value 'x' is not a number$"):
         read_page('inferwatch_backend_up{backend="vllm"} x\n')
+
+
+def test_a_page_reader_shares_the_label_sets_of_the_last_page() -> None:
+    # The verdict keeps a window's two ends side by side: one dict per series, not two.
+    reader = PageReader()
+    first = reader.read('a{x="1"} 1\na{x="2"} 1\n')
+    second = reader.read('a{x="1"} 2\na{x="3"} 5\n')
+    assert second == {"a": [({"x": "1"}, 2.0), ({"x": "3"}, 5.0)]}
+    assert second["a"][0][0] is first["a"][0][0]
+    third = reader.read('a{x="2"} 1\n')  # only the last page's are kept
+    assert third["a"][0][0] is not first["a"][1][0]

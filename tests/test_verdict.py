@@ -216,10 +216,10 @@ async def test_a_failing_verdict_never_reaches_the_request(exporter, monkeypatch
     await poll(exporter, AFTER, AFTER)
     _, before = await get(client)
 
-    def broken(text):
+    def broken(self, text):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(verdict_module, "read_page", broken)
+    monkeypatch.setattr(verdict_module.PageReader, "read", broken)
     await poll(exporter, KV_FULL)
     _page, doc = await get(client)
     assert doc["state"] == before["state"] == "healthy"  # the last good verdict stays

@@ -124,11 +124,14 @@ def _getter(positions: list[int]) -> Callable[[list], tuple]:
 
 
 def _layout_of(
-    lines: list[str], wanted: frozenset[str], at: Iterable[int] | None = None
+    lines: list[str],
+    wanted: frozenset[str],
+    at: Iterable[int] | None = None,
+    texts: Scan | None = None,
 ) -> _Layout | None:
     """The layout of the lines read in full (those at ``at``, all by default), or None when
     they have none: a malformed line, a timestamp, an exemplar or a value that is not a
-    plain number."""
+    plain number. It keeps the label texts of ``texts`` (the lines' scan), not copies."""
     heads: list[tuple[int, str]] = []
     other: list[tuple[int, str]] = []
     names: dict[str, tuple[list[int], list[str]]] = {}
@@ -152,9 +155,12 @@ def _layout_of(
                 return None
         except ValueError:
             return None
-        positions, texts = names.setdefault(match.group(1), ([], []))
+        positions, kept = names.setdefault(match.group(1), ([], []))
+        read = texts.samples.get(match.group(1), ()) if texts is not None else ()
+        if len(kept) < len(read) and read[len(kept)][0] == labels:
+            labels = read[len(kept)][0]
         positions.append(len(heads))
-        texts.append(labels)
+        kept.append(labels)
         heads.append((i, head))
     return _Layout(len(lines), heads, other, names)
 
@@ -209,8 +215,6 @@ class PageScanner:
         self._families = _families(self.wanted)
         self._blocks: dict[str, tuple[str, Scan, int]] = {}  # key -> (text, samples, count)
         self._layouts: dict[str, list[_Layout]] = {}
-        self._last_text: str | None = None
-        self._last_chunks: list[tuple[str, str]] = []
         self._pages: list[_PageLayout] = []  # the last pages' layouts, last fitted first
         self._full_reads = 0  # blocks read in full so far
 
@@ -294,27 +298,24 @@ class PageScanner:
                 return part
         self._full_reads += 1
         part = scan_lines(lines, self.wanted, limit)
-        layout = _layout_of(lines, self.wanted)
+        layout = _layout_of(lines, self.wanted, texts=part)
         if layout is not None:
             layouts.insert(0, layout)
             del layouts[LAYOUTS:]
         return part
 
     def _chunks(self, text: str) -> list[tuple[str, str]]:
-        """(family, text from its TYPE line on) for each family; ("", prologue) first."""
-        if text is not self._last_text:
-            # Chunk i+1 starts with "<family> <type>\n" and holds the family's lines (and, at
-            # its end, the next family's # HELP line); chunk 0 precedes any TYPE line.
-            chunks = ("\n" + text).split("\n# TYPE ")
-            self._last_chunks = [("", chunks[0])] + [
-                (c[: c.find(" ", 0, c.find("\n"))], c) for c in chunks[1:]
-            ]
-            self._last_text = text
-            present = {family for family, _ in self._last_chunks}
-            for family in self._blocks.keys() - present - {"\n"}:
-                del self._blocks[family]  # a family that left the page
-                self._layouts.pop(family, None)
-        return self._last_chunks
+        """(family, text from its TYPE line on) for each family; ("", prologue) first. The
+        blocks of a family that left the page are forgotten."""
+        # Chunk i+1 starts with "<family> <type>\n" and holds the family's lines (and, at its
+        # end, the next family's # HELP line); chunk 0 precedes any TYPE line.
+        chunks = ("\n" + text).split("\n# TYPE ")
+        out = [("", chunks[0])] + [(c[: c.find(" ", 0, c.find("\n"))], c) for c in chunks[1:]]
+        present = {family for family, _ in out}
+        for family in self._blocks.keys() - present - {"\n"}:
+            del self._blocks[family]
+            self._layouts.pop(family, None)
+        return out
 
 
 def _families(names: frozenset[str]) -> frozenset[str]:

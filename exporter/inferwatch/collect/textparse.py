@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -70,7 +71,11 @@ class Scan:
 
 
 def parse_labels(text: str) -> Labels:
-    """``'engine="0",model_name="m"'`` -> ``(("engine", "0"), ("model_name", "m"))``."""
+    """``'engine="0",model_name="m"'`` -> ``(("engine", "0"), ("model_name", "m"))``.
+
+    Names and values are interned: the same few (``model_name``, the model's name) recur in
+    every series of a page, and the memos that keep parsed label sets (a huge page's
+    hundred thousand) then hold one string of each."""
     pairs = []
     pos = 0
     while pos < len(text):
@@ -82,7 +87,7 @@ def parse_labels(text: str) -> Labels:
         value = match.group(2)
         if "\\" in value:
             value = _UNESCAPE.sub(lambda m: _ESCAPES.get(m.group(1), "\\" + m.group(1)), value)
-        pairs.append((match.group(1), value))
+        pairs.append((sys.intern(match.group(1)), sys.intern(value)))
         pos = match.end()
     return tuple(pairs)
 
@@ -140,23 +145,41 @@ def read_page(text: str) -> Page:
 
     Raises ValueError (one line) on a malformed sample line.
     """
-    out: Page = {}
-    labels_of: dict[str, dict[str, str]] = {}
-    for line in text.split("\n"):
-        if not line or line[0] == "#":
-            continue
-        match = SAMPLE_NAME.match(line)
-        if match is None:
-            continue
-        try:
-            label_text, value = read_sample(line, match.end())
-            labels = labels_of.get(label_text)
-            if labels is None:
-                labels = labels_of[label_text] = dict(parse_labels(label_text))
-        except ExpositionError as exc:
-            raise ValueError(f"not Prometheus text: {exc}") from None
-        out.setdefault(match.group(1), []).append((labels, value))
-    return out
+    return PageReader().read(text)
+
+
+class PageReader:
+    """Reads successive pages of one exporter (:func:`read_page`), each label set parsed
+    once: a page shares the label dicts of the last page read for its unchanged label
+    texts (a series keeps its label text from page to page), so that the pages kept side
+    by side (a window's two ends) hold one dict per series, not one each."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, dict[str, str]] = {}
+
+    def read(self, text: str) -> Page:
+        out: Page = {}
+        known = self._last
+        labels_of: dict[str, dict[str, str]] = {}
+        for line in text.split("\n"):
+            if not line or line[0] == "#":
+                continue
+            match = SAMPLE_NAME.match(line)
+            if match is None:
+                continue
+            try:
+                label_text, value = read_sample(line, match.end())
+                labels = labels_of.get(label_text)
+                if labels is None:
+                    labels = known.get(label_text)
+                    if labels is None:
+                        labels = dict(parse_labels(label_text))
+                    labels_of[label_text] = labels
+            except ExpositionError as exc:
+                raise ValueError(f"not Prometheus text: {exc}") from None
+            out.setdefault(match.group(1), []).append((labels, value))
+        self._last = labels_of
+        return out
 
 
 def truncated() -> ExpositionError:

@@ -7,6 +7,7 @@ import logging
 import socket
 import ssl
 import stat
+import sys
 from pathlib import Path
 
 from aiohttp import web
@@ -32,6 +33,9 @@ from inferwatch.urls import redact_url
 __all__ = ["OPTIONS", "ServeConfig", "build_poller", "run"]
 
 log = logging.getLogger("inferwatch")
+
+# Seconds a thread holds the GIL before another that waits for it takes it (sys's).
+SWITCH_INTERVAL = 0.001
 
 
 def build_poller(config: ServeConfig, latency_window: float = 300.0) -> Poller:
@@ -190,6 +194,10 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         )
     if canary_settings is not None:
         log.info("%s", describe_canary(canary_settings, redact_url))
+    # A big page is mapped, and the verdict computed, in worker threads that hold the GIL;
+    # the event loop answering scrapes takes it back at every switch, each time after up
+    # to the interval (5 ms by default): a scrape that needs a few took tens of ms.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     web.run_app(
         app,
         sock=sockets,

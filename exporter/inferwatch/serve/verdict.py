@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inferwatch.collect.poller import Poller
-from inferwatch.collect.textparse import read_page
+from inferwatch.collect.textparse import PageReader
 from inferwatch.logs import LogLimiter
 from inferwatch.method.alerts import Cond
 from inferwatch.method.findings import Finding, exporter_labels, exporter_report, fmt, phase_of
@@ -168,6 +168,7 @@ class VerdictHistory:
         self._wall = wall
         self._page = page  # a snapshot's /metrics page (the renderer's, in the sidecar)
         self._lock = asyncio.Lock()
+        self._reader = PageReader()  # used by _compute only, one at a time (the lock)
         self._bug_log = LogLimiter()
         self.verdict = COLLECTING
         # Called with each new verdict, on the event loop (evidence capture's trigger).
@@ -208,7 +209,7 @@ class VerdictHistory:
         self, snap: Snapshot, at: float, points: tuple[Point, ...], previous: Samples
     ) -> tuple[Point, Samples, Verdict]:
         text = self._page(snap)
-        page = read_page(text.decode())
+        page = self._reader.read(text.decode())
         values: dict[str, float | None] = dict.fromkeys(SERIES)
         if points and at > points[-1].at:
             window = Window(previous, page, at - points[-1].at, self.spec)
@@ -221,7 +222,7 @@ class VerdictHistory:
             if first is points[-1]:
                 before = previous
             else:
-                before = read_page(zlib.decompress(first.page).decode())
+                before = self._reader.read(zlib.decompress(first.page).decode())
             verdict = compute_verdict(before, page, at - first.at, self.spec)
         return point, page, Verdict(**{**verdict.__dict__, "updated": point.wall})
 
