@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inferwatch.method.alerts import ALERTS, Alert, Cond
 from inferwatch.method.quantile import histogram_quantile
@@ -58,6 +58,11 @@ class Window:
     after: Samples
     seconds: float
     spec: Spec | None = None
+    # What a window has read of its pages, by (page, name, where): the signals of a verdict
+    # read the same series many times. Never changed once read.
+    _read: dict[tuple, dict[tuple, float]] = field(default_factory=dict, repr=False, compare=False)
+    # Each label set's key (its pairs, sorted), by the dict's identity: both pages hold it.
+    _keys: dict[int, tuple] = field(default_factory=dict, repr=False, compare=False)
 
     def signal(self, name: str) -> float | None:
         """A signal of :data:`SIGNALS` over the window. A share (unit ``ratio``) is clipped
@@ -96,11 +101,22 @@ class Window:
         raise TypeError(recipe)
 
     def _series(self, samples: Samples, name: str, where: Mapping[str, str]) -> dict[tuple, float]:
-        return {
-            tuple(sorted(labels.items())): value
-            for labels, value in samples.get(name, [])
-            if _matches(labels, where)
-        }
+        """The series of ``name`` on a page that match ``where``, by their sorted labels."""
+        read = (id(samples), name, tuple(where.items()))
+        series = self._read.get(read)
+        if series is None:
+            series = self._read[read] = {
+                self._key(labels): value
+                for labels, value in samples.get(name, [])
+                if _matches(labels, where)
+            }
+        return series
+
+    def _key(self, labels: Mapping[str, str]) -> tuple:
+        key = self._keys.get(id(labels))
+        if key is None:
+            key = self._keys[id(labels)] = tuple(sorted(labels.items()))
+        return key
 
     def _increases(self, name: str, where: Mapping[str, str]) -> dict[tuple, float]:
         """Each series' increase over the window; a reset counts from zero. A series missing
