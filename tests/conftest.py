@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from demo.stack import VllmServer
 from inferwatch.collect.backends import VLLM, Backend
 from inferwatch.collect.backends.relabel import LABEL_ORDER
+from inferwatch.collect.backends.table import Source
 from inferwatch.collect.gpu import GpuSource
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
@@ -218,8 +219,9 @@ def oracle_mapping(backend: Backend, text: str, model_hint: str = "") -> tuple[d
         model_hint or "unknown",
     )
 
-    def contract_labels(labels: dict[str, str]) -> tuple:
-        renamed = {backend.labels[k]: v for k, v in labels.items() if k in backend.labels}
+    def contract_labels(labels: dict[str, str], source: Source) -> tuple:
+        names = {**backend.labels, **source.labels}  # the source's own kept labels too
+        renamed = {names[k]: v for k, v in labels.items() if k in names}
         key = tuple((k, renamed[k]) for k in LABEL_ORDER if k in renamed)
         return key if key and key[0][0] == "model" else (("model", model), *key)
 
@@ -238,14 +240,14 @@ def oracle_mapping(backend: Backend, text: str, model_hint: str = "") -> tuple[d
                 for labels, value in buckets:
                     if not kept(labels, source.where):
                         continue
-                    key = contract_labels(labels)
+                    key = contract_labels(labels, source)
                     hist = series.setdefault(key, {"buckets": {}, "sum": 0.0, "count": 0.0})
                     bound = float(labels["le"]) * source.scale
                     hist["buckets"][bound] = hist["buckets"].get(bound, 0.0) + value
                 for suffix in ("sum", "count"):
                     seen = set()
                     for labels, value in samples.get(f"{source.name}_{suffix}", []):
-                        key = contract_labels(labels)
+                        key = contract_labels(labels, source)
                         if key in series and kept(labels, source.where):
                             scale = source.scale if suffix == "sum" else 1.0
                             series[key][suffix] += value * scale
@@ -263,7 +265,7 @@ def oracle_mapping(backend: Backend, text: str, model_hint: str = "") -> tuple[d
                 series = {}
                 for labels, value in samples[source.name]:
                     if kept(labels, source.where):
-                        key = contract_labels(labels)
+                        key = contract_labels(labels, source)
                         value *= source.scale
                         series[key] = merge(series[key], value) if key in series else value
                 if series:

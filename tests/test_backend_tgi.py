@@ -5,7 +5,10 @@ from __future__ import annotations
 from inferwatch.collect.backends import TGI, detect
 
 from conftest import TGI_PAGE as PAGE
-from conftest import assert_matches_oracle
+from conftest import assert_matches_oracle, fixture_text
+
+# A real TGI v3 page (DataDog's integration tests), its families copied whole.
+REAL = "tgi-3.x-datadog-payload-excerpt.prom"
 
 M = (("model", "meta-llama/Llama-3.1-8B-Instruct"),)  # GET /info -> model_id
 
@@ -63,3 +66,49 @@ def test_every_series_matches_an_independent_parse() -> None:
 
 def test_auto_detection_recognises_tgi() -> None:
     assert detect(PAGE) is TGI
+
+
+def test_a_real_tgi_page_maps_to_its_values() -> None:
+    sample = TGI.normalize(fixture_text(REAL), model_hint="m")
+    m = (("model", "m"),)
+    assert sample.dropped == ()
+    assert sample.values["requests_waiting"] == {m: 0.0}
+    assert sample.values["requests_running"] == {m: 0.0}
+    assert sample.values["engine_steps"] == {m: 1525.0}  # decode 1509 + prefill 16
+    duration = sample.histograms["request_duration_seconds"][m]
+    assert (duration.sum, duration.count) == (541.2140316159999, 109.0)
+    assert dict(duration.buckets)["19.175105923288406"] == 108.0
+    queue = sample.histograms["request_queue_time_seconds"][m]
+    assert (queue.sum, queue.count, queue.buckets[0]) == (
+        295.275961956,
+        109.0,
+        ("0.00015000000000000001", 9.0),
+    )
+
+
+def test_a_real_tgi_pages_step_latency_by_kind() -> None:
+    # tgi_batch_inference_duration by method: the step latency the method reads where
+    # TGI has no per-request TTFT or inter-token histogram.
+    steps = TGI.normalize(fixture_text(REAL), model_hint="m").histograms["engine_step_seconds"]
+    decode = steps[(("model", "m"), ("kind", "decode"))]
+    prefill = steps[(("model", "m"), ("kind", "prefill"))]
+    assert (decode.count, decode.sum) == (1509.0, 90.32630366600002)
+    assert dict(decode.buckets)["0.0656840835571289"] == 1434.0
+    assert dict(decode.buckets)["0.49878850951194753"] == 1509.0
+    assert (prefill.count, prefill.sum) == (16.0, 1.3892931830000002)
+    assert dict(prefill.buckets)["0.22168378200531003"] == 15.0
+    assert len(steps) == 2
+
+
+def test_step_latency_falls_back_to_the_forward_duration() -> None:
+    page = fixture_text(REAL)
+    start = page.index("# HELP tgi_batch_inference_duration")
+    steps = TGI.normalize(page[:start], model_hint="m").histograms["engine_step_seconds"]
+    decode = steps[(("model", "m"), ("kind", "decode"))]
+    assert (decode.count, decode.sum) == (1509.0, 89.03133092599998)
+
+
+def test_method_is_a_kind_of_step_only() -> None:
+    # engine_steps stays one series per pod: method is not a label of its contract series.
+    sample = TGI.normalize(fixture_text(REAL), model_hint="m")
+    assert list(sample.values["engine_steps"]) == [(("model", "m"),)]

@@ -77,6 +77,13 @@ BACKEND: dict[str, MetricDef] = _defs(
     MetricDef("request_generation_tokens", H, "Output length of finished requests, in tokens."),
     MetricDef("engine_step_tokens", H, "Tokens per scheduler step (batch size proxy)."),
     MetricDef(
+        "engine_step_seconds",
+        H,
+        "Duration of one engine step (a forward of the running batch) by kind, prefill or "
+        "decode: a decode step gives every running request one token.",
+        ("kind",),
+    ),
+    MetricDef(
         "request_time_per_output_token_seconds",
         H,
         "Time per output token of finished requests (TPOT: decode time over output tokens "

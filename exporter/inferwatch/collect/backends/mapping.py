@@ -115,6 +115,13 @@ class Mapper:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._relabel = Relabeler(backend.labels)
+        # Sources that keep labels of their own (Source.labels) relabel with their own.
+        self._relabels = {
+            id(s): Relabeler({**backend.labels, **s.labels})
+            for f in backend.feeds
+            for s in f.sources
+            if s.labels
+        }
         self._scanner = PageScanner(backend.wanted)
         # feed key -> (its source, the sample lists read, its series, what was left out)
         self._memo: dict[str, tuple[Source, tuple, Mapping, list[Dropped]]] = {}
@@ -155,13 +162,13 @@ class Mapper:
             if layout not in self._plans:
                 if len(self._plans) >= 2 * LAYOUTS:
                     self._plans.clear()
-                self._plans[layout] = Plan.of(self._feeds, layout.names, page_values, self._relabel)
+                self._plans[layout] = Plan.of(self._feeds, layout.names, page_values, self._of)
             plan = self._plans[layout]
             if plan is not None:
-                self._relabel.fit(len(page_values))
-                return self._sample(*plan.map(page_values, self._relabel), model_hint)
+                self._fit(len(page_values))
+                return self._sample(*plan.map(page_values), model_hint)
         found = self._scanner.scan(page, max_series)
-        self._relabel.fit(found.count())
+        self._fit(found.count())
         dropped: list[Dropped] = []
         values: dict[str, SeriesValues] = {}
         histograms: dict[str, HistogramValues] = {}
@@ -223,13 +230,23 @@ class Mapper:
         """The feed's series from its source's samples."""
         if feed.kind is Kind.HISTOGRAM:
             layouts = self._layouts.setdefault((feed.key, source.name), {})
-            return families.histograms(samples, source, self._relabel, dropped, layouts)
-        series = families.scalars(samples[source.name], source, feed, self._relabel, dropped)
+            return families.histograms(samples, source, self._of(source), dropped, layouts)
+        series = families.scalars(samples[source.name], source, feed, self._of(source), dropped)
         if source.times is None:
             return series
         other = samples.get(source.times.name, [])
-        factors = families.scalars(other, source.times, feed, self._relabel, dropped)
+        factors = families.scalars(other, source.times, feed, self._of(source.times), dropped)
         return families.product(series, factors, source, feed, dropped)
+
+    def _of(self, source: Source) -> Relabeler:
+        """The relabeler of a source's samples."""
+        return self._relabels.get(id(source), self._relabel) if source.labels else self._relabel
+
+    def _fit(self, samples: int) -> None:
+        """Size the relabelers' memos for a page of ``samples`` samples."""
+        self._relabel.fit(samples)
+        for relabel in self._relabels.values():
+            relabel.fit(samples)
 
     def _sample(
         self,

@@ -9,8 +9,8 @@ assembly, the series' labels); each page then only reads values. It maps a page 
 family-by-family mapping does (the hostile pages' property test compares the two), and a
 feed whose values did not move keeps its series object::
 
-    plan = Plan.of(mapper_feeds, layout.names, values, relabel)
-    values, histograms, dropped = plan.map(next_values, relabel)
+    plan = Plan.of(mapper_feeds, layout.names, values, relabeler_of_source)
+    values, histograms, dropped = plan.map(next_values)
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class Step:
     # A scalar family whose every sample is a series of its own, read as it is: the
     # series' labels in sample order (else None).
     keys: tuple[Labels, ...] | None
+    relabel: Relabeler  # the source's
 
     @classmethod
     def of(
@@ -70,6 +71,7 @@ class Step:
                 texts,
                 families.HistogramLayout.of(texts, source, relabel),
                 None,
+                relabel,
             )
         keys = tuple(relabel.series(text)[1] for text in texts[0])
         simple = (
@@ -79,14 +81,14 @@ class Step:
             and len(set(keys)) == len(keys)
             and len({relabel.series(text)[0] for text in texts[0]}) == len(keys)
         )
-        return cls(feed, source, getters, texts, None, keys if simple else None)
+        return cls(feed, source, getters, texts, None, keys if simple else None, relabel)
 
     def values(self, page_values: list[float]) -> tuple[tuple[float, ...], ...]:
         """The source's values on this page, per sample name."""
         return tuple(get(page_values) for get in self.getters)
 
     def series(
-        self, read: tuple[tuple[float, ...], ...], relabel: Relabeler, dropped: list[Dropped]
+        self, read: tuple[tuple[float, ...], ...], dropped: list[Dropped]
     ) -> SeriesValues | HistogramValues:
         """The feed's series from the source's values, as the family-by-family mapping
         gives them."""
@@ -99,7 +101,7 @@ class Step:
             if families.valid(self.feed, values):
                 return MappingProxyType(dict(zip(self.keys, values, strict=True)))
         pairs = list(zip(self.texts[0], read[0], strict=True))
-        return families.scalars(pairs, self.source, self.feed, relabel, dropped)
+        return families.scalars(pairs, self.source, self.feed, self.relabel, dropped)
 
 
 class Plan:
@@ -112,7 +114,11 @@ class Plan:
 
     @classmethod
     def of(
-        cls, feeds: Feeds, names: Names, page_values: list[float], relabel: Relabeler
+        cls,
+        feeds: Feeds,
+        names: Names,
+        page_values: list[float],
+        relabel_of: Callable[[Source], Relabeler],
     ) -> Plan | None:
         """The plan of a layout (``names``), or None where a family on it cannot be mapped
         from its label texts alone: bounds that are not numbers or do not merge, a
@@ -127,15 +133,16 @@ class Plan:
             if source.times is not None:
                 return None
             try:
-                step = Step.of(feed, source, [names.get(n, _NONE) for n in sample_names], relabel)
-                step.series(step.values(page_values), relabel, [])
+                parts = [names.get(n, _NONE) for n in sample_names]
+                step = Step.of(feed, source, parts, relabel_of(source))
+                step.series(step.values(page_values), [])
             except ExpositionError:
                 return None
             steps.append(step)
         return cls(tuple(steps))
 
     def map(
-        self, page_values: list[float], relabel: Relabeler
+        self, page_values: list[float]
     ) -> tuple[dict[str, SeriesValues], dict[str, HistogramValues], list[Dropped]]:
         """The page's series by feed (scalars, histograms) and what was left out."""
         last, self._last = self._last, {}
@@ -148,7 +155,7 @@ class Plan:
             memo = last.get(key)
             if memo is None or memo[0] != read:  # the same values: the same series
                 left_out: list[Dropped] = []
-                memo = (read, step.series(read, relabel, left_out), left_out)
+                memo = (read, step.series(read, left_out), left_out)
             self._last[key] = memo
             dropped.extend(memo[2])
             if memo[1]:

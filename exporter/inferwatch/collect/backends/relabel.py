@@ -13,7 +13,7 @@ from inferwatch.collect.textparse import ExpositionError, parse_labels
 from inferwatch.model import Labels
 
 # Contract labels in the order they are exposed; a backend maps its own label names onto them.
-LABEL_ORDER = ("model", "engine", "reason", "status")
+LABEL_ORDER = ("model", "engine", "kind", "reason", "status")
 
 # The fewest label texts the memo holds before a churning server makes it start over.
 MIN_ENTRIES = 50_000

@@ -38,7 +38,9 @@ class Source:
 
     Gauges and counters may derive their value instead of reading it: ``from_labels`` (see
     :func:`info`) takes it from the sample's label values, and ``times`` multiplies each
-    series by the series of another source with the same contract labels.
+    series by the series of another source with the same contract labels. ``labels`` keeps
+    server labels of this source only, beside the backend's (server name -> contract name:
+    TGI's ``method`` is the ``kind`` of its step durations, not of its other families).
     """
 
     name: str
@@ -46,6 +48,7 @@ class Source:
     scale: float = 1.0
     from_labels: tuple[tuple[str, ...], ...] = ()
     times: Source | None = None
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def sample_names(self, kind: Kind) -> tuple[str, ...]:
         if kind is Kind.HISTOGRAM:

@@ -27,6 +27,15 @@ prefill or decode forward of the running batch). Token counters are the sums of 
 per-request histograms: prompt tokens are counted when a request is validated, generated
 tokens when it finishes.
 
+``engine_step_seconds{kind}`` is ``tgi_batch_inference_duration`` by ``method`` (its
+``method`` is the contract's ``kind``; ``tgi_batch_forward_duration``, the model's forward
+alone, where a release lacks it): the time of one inference call of the running batch. A
+decode step gives every running request its next token, so its duration is the batch's
+per-token latency as the server measures it; prefill steps are what a first token waits
+for after the queue. Per step, not per request: it misses the time a request's decode
+waits behind another's prefill (the request's own inter-token gaps, which only a client
+or the canary sees).
+
 Absent, and why:
 
 - ``time_to_first_token_seconds``: TGI has no TTFT histogram. The closest signals are
@@ -41,7 +50,7 @@ Absent, and why:
   ``tgi_request_mean_time_per_token_duration`` (prefill included) is not the contract's
   TPOT (decode time over the tokens after the first).
 - ``request_prefill_time_seconds`` / ``request_decode_time_seconds``: only per-batch
-  durations exist.
+  durations exist (``engine_step_seconds`` above).
 - ``kv_cache_usage_ratio``: ``tgi_batch_current_max_tokens / tgi_batch_max_total_tokens`` is
   the token budget the batch reserves, not KV blocks in use.
 - ``requests_finished``: ``tgi_request_success`` has no finish reason (stop vs length) and
@@ -57,7 +66,9 @@ Absent, and why:
 """
 
 from inferwatch.collect.backends.mapping import Backend
-from inferwatch.collect.backends.table import feed
+from inferwatch.collect.backends.table import Source, feed
+
+_KIND = {"method": "kind"}  # prefill or decode
 
 TGI = Backend(
     name="tgi",
@@ -77,5 +88,10 @@ TGI = Backend(
         feed("request_queue_time_seconds", "tgi_request_queue_duration"),
         feed("request_prompt_tokens", "tgi_request_input_length"),
         feed("request_generation_tokens", "tgi_request_generated_tokens"),
+        feed(
+            "engine_step_seconds",
+            Source("tgi_batch_inference_duration", labels=_KIND),
+            Source("tgi_batch_forward_duration", labels=_KIND),
+        ),
     ),
 )
