@@ -129,14 +129,20 @@ def process_tree(pid: int, proc: Path = PROC) -> list[int]:
 
 def thread_times(pids: list[int], proc: Path = PROC) -> dict[int, tuple[float, float]]:
     """Per thread of ``pids``: (seconds on a CPU, seconds runnable but waiting for one), from
-    ``schedstat`` (nanoseconds). Threads that end while read are left out."""
+    ``schedstat`` (nanoseconds). Threads that end while read are left out.
+
+    A server has a hundred threads and this runs every second: read with plain ``os``
+    calls, as ``pathlib``'s objects cost more per file than the read itself."""
     out = {}
     for pid in pids:
+        tasks = f"{os.fspath(proc)}/{pid}/task"
         with contextlib.suppress(OSError):
-            for task in (proc / str(pid) / "task").iterdir():
+            for name in os.listdir(tasks):
                 with contextlib.suppress(OSError, ValueError):
-                    run, wait, _ = (
-                        (proc / str(pid) / "task" / task.name / "schedstat").read_text().split()
-                    )
-                    out[int(task.name)] = (int(run) / 1e9, int(wait) / 1e9)
+                    fd = os.open(f"{tasks}/{name}/schedstat", os.O_RDONLY)
+                    try:
+                        run, wait, _ = os.read(fd, 256).split()
+                    finally:
+                        os.close(fd)
+                    out[int(name)] = (int(run) / 1e9, int(wait) / 1e9)
     return out
