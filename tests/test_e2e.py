@@ -202,6 +202,15 @@ def findings_of(seen: Seen) -> list[str]:
     return [f["alert"] for f in seen.verdict["findings"]]
 
 
+def recent_signals(seen: Seen, points: int = 4) -> dict:
+    """The verdict's phase signals and each sparkline's last points: what a failure shows
+    of why the page judged as it did."""
+    series = {
+        name: [v for _, v in values[-points:]] for name, values in seen.verdict["series"].items()
+    }
+    return {"phase": seen.verdict["phase_signals"], **series}
+
+
 def sparkline_with_data(dom: str, series: str) -> bool:
     """The page's sparkline of ``series`` draws a line of at least two points."""
     cell = re.search(rf'data-series="{series}">(.*?)</div>', dom, re.S)
@@ -347,7 +356,7 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
     (code, report), shown, alone, page = outcome.on_alert
     # The sidecar's own verdict page names the cause too, from its polls alone.
     print(f"verdict page: {', '.join(findings_of(shown)) or shown.verdict['state']}")
-    assert scenario.expect in findings_of(shown)
+    assert scenario.expect in findings_of(shown), (findings_of(shown), recent_signals(shown))
     SAVED[scenario.name] = (shown, scenario.expect)
     named = [f["alert"] for f in report["findings"]]
     print(f"diagnose (exit {code}): {', '.join(named)}")
