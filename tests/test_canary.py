@@ -4,6 +4,7 @@ that is down, one that hangs and one that streams garbage; then once against a r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import socket
@@ -31,10 +32,10 @@ from inferwatch.metrics import CANARY_RESULTS
 from inferwatch.model import BackendSample, Histogram
 from inferwatch.serve.command import OPTIONS, ServeConfig
 from inferwatch.serve.exposition import render, render_openmetrics
-from inferwatch.serve.sidecar import make_app
+from inferwatch.serve.sidecar import make_app, run_canary
 from inferwatch.settings import resolve
 
-from conftest import fixture_text, page_value
+from conftest import TGI_PAGE, fixture_text, page_value
 
 CAPTURE = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
 TINY = {"backend": "vllm", "model": "tiny"}
@@ -53,6 +54,7 @@ class Fake:
     canary: Canary | None = None
     in_flight_seen: list[int] = field(default_factory=list)  # the canary's, at each arrival
     url: str = ""
+    page: str = CAPTURE  # its /metrics
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -84,7 +86,7 @@ class Fake:
         return resp
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=CAPTURE, content_type="text/plain")
+        return web.Response(text=self.page, content_type="text/plain")
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -315,13 +317,42 @@ async def test_model_comes_from_the_backend_and_series_render(fake: Fake, canary
     assert "inferwatch_canary" not in without  # rendered only when the canary is on
 
 
-def test_options_default_to_the_backend_origin_and_off() -> None:
+def test_options_default_to_the_backend_origin_and_auto() -> None:
     flags = {"backend_url": "http://10.0.0.5:8000/metrics"}
-    assert ServeConfig.from_values(resolve(OPTIONS, flags, {}, {})).canary_settings() is None
+    auto = ServeConfig.from_values(resolve(OPTIONS, flags, {}, {})).canary_settings()
+    assert auto is not None and auto.only_without_ttft
     env = {"INFERWATCH_CANARY": "on", "INFERWATCH_CANARY_API": "chat"}
     on = ServeConfig.from_values(resolve(OPTIONS, flags, {}, env)).canary_settings()
     assert on is not None and on.url == "http://10.0.0.5:8000" and on.api == "chat"
-    assert on.interval == 15.0 and on.model is None
+    assert on.interval == 15.0 and on.model is None and not on.only_without_ttft
+    off = {"INFERWATCH_CANARY": "off"}
+    assert ServeConfig.from_values(resolve(OPTIONS, flags, {}, off)).canary_settings() is None
+
+
+@pytest.mark.parametrize(("page", "probes"), [(TGI_PAGE, True), (CAPTURE, False)])
+async def test_canary_auto_probes_a_server_without_ttft_only(
+    fake: Fake, poller_for, page: str, probes: bool
+) -> None:
+    # TGI has no TTFT histogram: the canary's first token is the only one there is. vLLM
+    # measures its own: auto leaves it alone, and no canary series is served.
+    fake.page = page
+    poller = poller_for(fake.url, backend=None)  # --backend auto
+    settings = CanarySettings(fake.url, model="m", interval=0.05, only_without_ttft=True)
+    task = asyncio.create_task(run_canary(settings, poller))
+    try:
+        await poller.poll_once()
+        deadline = time.monotonic() + 10.0
+        while probes and not fake.bodies and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # a canary that was to stay off has had its chance
+        await poller.poll_once()
+        assert bool(fake.bodies) is probes
+        assert (poller.snapshot.canary is not None) is probes
+        assert task.done() is not probes  # off: it has returned, nothing left running
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def test_bearer_token_file_is_read(tmp_path: Path) -> None:

@@ -69,6 +69,8 @@ class CanarySettings:
     api_key: str | None = field(default=None, repr=False)
     max_backoff: float = 120.0  # the longest wait after failures (never below interval)
     gap_window: float | None = None  # None: 5 min, as the rules' default rate window
+    # --canary auto: probe only a server whose table has no TTFT histogram.
+    only_without_ttft: bool = False
 
     @property
     def window(self) -> float:
@@ -299,7 +301,10 @@ class Canary:
 def describe(settings: CanarySettings, redact: Callable[[str], str]) -> str:
     """One line for the start-up log."""
     model = settings.model or "the backend's model"
+    when = (
+        " if the server has no TTFT histogram (--canary auto)" if settings.only_without_ttft else ""
+    )
     return (
         f"canary: one {settings.api} probe of {model} at {redact(settings.url)} every "
-        f"{settings.interval:g} s (timeout {settings.timeout:g} s)"
+        f"{settings.interval:g} s (timeout {settings.timeout:g} s){when}"
     )

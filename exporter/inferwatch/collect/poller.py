@@ -149,6 +149,12 @@ class Poller:
         """Each snapshot carries the CPU under the server (collector ``server_cpu``)."""
         self._server_cpu = _Registered("server_cpu", server_cpu)
 
+    async def recognised(self) -> Backend:
+        """The backend, once known (``--backend auto``: once a poll has recognised it)."""
+        while self.backend is None:
+            await asyncio.sleep(self.settings.interval)
+        return self.backend
+
     def metrics_url(self) -> str:
         return self.upstream.url(self.backend.metrics_path if self.backend else "/metrics")
 

@@ -136,7 +136,7 @@ class ServeConfig:
         """The canary's settings (None when off); reads its token file (ConfigError).
 
         ``gap_window``: seconds the TTFT gap is measured over (the rules' rate window)."""
-        if self.canary != "on":
+        if self.canary == "off":
             return None
         token = None
         if self.canary_bearer_token_file is not None:
@@ -152,6 +152,7 @@ class ServeConfig:
             output_tokens=self.canary_output_tokens,
             api_key=token,
             gap_window=gap_window,
+            only_without_ttft=self.canary == "auto",
         )
 
     def weight_bytes(self) -> int | None:

@@ -189,9 +189,11 @@ OPTIONS = (
     Option(
         "--canary",
         str,
-        "off",
-        "send small streamed requests of our own and time them client side (the canary_* series)",
-        choices=("off", "on"),
+        "auto",
+        "send small streamed requests of our own and time them client side (the canary_* "
+        "series); auto: only to a server that has no TTFT histogram of its own (TGI), where "
+        "the canary's is the only first-token measurement",
+        choices=("auto", "on", "off"),
     ),
     Option(
         "--canary-url",

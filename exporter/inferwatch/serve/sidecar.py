@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Collection
 
 from aiohttp import web
@@ -23,6 +24,8 @@ from inferwatch.serve.exposition import Renderer
 from inferwatch.serve.verdict import VerdictHistory
 from inferwatch.serve.web import CAPTURER, POLLER, VERDICT, http_app
 from inferwatch.serve.webconfig import WebConfig
+
+log = logging.getLogger("inferwatch")
 
 _CANARY = web.AppKey("canary_settings", CanarySettings)
 
@@ -83,12 +86,27 @@ def make_app(
 
 async def _canary_lifetime(app: web.Application) -> AsyncIterator[None]:
     """The canary's probe loop for the app's lifetime, on its own task; each poll reads it."""
-    canary = Canary(app[_CANARY])  # made in the app's loop: its client session belongs there
-    app[POLLER].register_canary(canary)
-    task = asyncio.create_task(canary.run(), name="inferwatch-canary")
+    task = asyncio.create_task(run_canary(app[_CANARY], app[POLLER]), name="inferwatch-canary")
     yield
     await _stop(task)
-    await canary.close()
+
+
+async def run_canary(settings: CanarySettings, poller: Poller) -> None:
+    """Probe until cancelled; with ``--canary auto``, only once the server is known to have
+    no TTFT histogram of its own (else the canary never starts, and no canary series is
+    served)."""
+    if settings.only_without_ttft:
+        backend = await poller.recognised()
+        if backend.measures_ttft:
+            log.info("canary off (--canary auto): %s measures TTFT itself", backend.name)
+            return
+        log.info("canary on (--canary auto): %s has no TTFT histogram", backend.name)
+    canary = Canary(settings)  # made in the app's loop: its client session belongs there
+    poller.register_canary(canary)
+    try:
+        await canary.run()
+    finally:
+        await canary.close()
 
 
 async def _capture_lifetime(app: web.Application) -> AsyncIterator[None]:

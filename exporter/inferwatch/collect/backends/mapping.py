@@ -66,6 +66,11 @@ class Backend:
         """Every sample name the feeds read."""
         return frozenset(n for f in self.feeds for s in f.sources for n in s.sample_names(f.kind))
 
+    @property
+    def measures_ttft(self) -> bool:
+        """Whether the server has a TTFT histogram of its own (its table feeds one)."""
+        return any(f.key == "time_to_first_token_seconds" for f in self.feeds)
+
     def readable(self, text: str) -> str:
         """The page as this server's mapping reads it: a leading byte-order mark skipped,
         then :attr:`preprocess` applied (which raises ExpositionError for a body it cannot
