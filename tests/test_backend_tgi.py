@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from inferwatch.collect.backends import TGI, detect
+from inferwatch.collect.textparse import read_page
+from inferwatch.method.findings import exporter_report, fmt, phase_of
+from inferwatch.method.spec import spec_from_config
+from inferwatch.model import CollectorStatus, Snapshot
+from inferwatch.serve.exposition import render
+from inferwatch.tools.report import render as render_report
 
 from conftest import TGI_PAGE as PAGE
 from conftest import assert_matches_oracle, fixture_text
@@ -112,3 +120,52 @@ def test_method_is_a_kind_of_step_only() -> None:
     # engine_steps stays one series per pod: method is not a label of its contract series.
     sample = TGI.normalize(fixture_text(REAL), model_hint="m")
     assert list(sample.values["engine_steps"]) == [(("model", "m"),)]
+
+
+def _exporter_page(tgi_page: str) -> str:
+    """inferwatch's /metrics page after a good poll of a TGI server serving ``tgi_page``."""
+    snap = Snapshot(
+        backend_kind="tgi",
+        backend_up=True,
+        backend_scrape_seconds=0.003,
+        backend=TGI.normalize(tgi_page, model_hint="m"),
+        collectors={"backend": CollectorStatus(True, 0.003)},
+    )
+    return render(snap).decode()
+
+
+def _slower_decode_steps(page: str, steps: int, seconds_each: float) -> str:
+    """The real page ``steps`` decode steps later, each in the 0.148 s bucket."""
+    out = []
+    for line in page.splitlines():
+        name, _, value = line.rpartition(" ")
+        decode = name.startswith("tgi_batch_inference_duration") and 'method="decode"' in name
+        if (
+            decode and "_bucket" in name and float(name.split('le="')[1].split('"')[0]) >= 0.14
+        ) or (decode and "_count" in name):
+            line = f"{name} {int(value) + steps}"
+        elif decode and "_sum" in name:
+            line = f"{name} {float(value) + steps * seconds_each!r}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_the_verdict_judges_a_real_tgi_page_by_its_decode_steps() -> None:
+    # No TTFT or inter-token histogram on TGI: the phase is read off its decode steps, and
+    # says so. Over the window the server took 1000 decode steps of ~0.14 s each.
+    before = fixture_text(REAL)
+    after = _slower_decode_steps(before, 1000, 0.14)
+    spec = spec_from_config({})
+    report = exporter_report(
+        "tgi", read_page(_exporter_page(before)), read_page(_exporter_page(after)), 60.0, spec
+    )
+    assert report.phase_signals["itl_p95"] is None and report.phase_signals["ttft_p95"] is None
+    step = report.phase_signals["decode_step_p95"]
+    assert step == pytest.approx(
+        0.09852612533569335 + 0.95 * (0.14778918800354002 - 0.09852612533569335)
+    )
+    phase, detail = phase_of(report.phase_signals, spec)
+    assert phase == "decode"
+    assert detail.endswith(f"decode step p95 (server step latency) {fmt(step, 'seconds')} > 100 ms")
+    text = render_report(report)
+    assert "phase: decode" in text and "decode step p95 (server step latency)" in text

@@ -93,6 +93,17 @@ HISTOGRAMS = {
         {"0": ((1.0, 0.8, 0.4, 0.2, 0.05, 0.0), 0.12), "1": ((0.2, 0.5, 0.4, 0.3, 0.2, 0.0), 0.6)},
     ),
 }
+# The engines' step durations by kind (a server that times its steps, as TGI does).
+ENGINE_STEP_SECONDS = {
+    "decode": (
+        ("0.01", "0.025", "0.05", "0.1", "+Inf"),
+        {"0": ((10, 25, 4, 1, 0), 0.02), "1": ((6, 20, 10, 3, 1), 0.03)},
+    ),
+    "prefill": (
+        ("0.05", "0.1", "0.5", "+Inf"),
+        {"0": ((1.0, 0.5, 0.2, 0.0), 0.08), "1": ((0.4, 0.6, 0.3, 0.1), 0.2)},
+    ),
+}
 # Per GPU (GPU k runs engine k): busy seconds per second, and one throttle flag that turns
 # on half-way (off on the first three pages, on on the last three: avg_over_time 0.5).
 GPU_BUSY = {0: 0.5, 1: 0.3}
@@ -161,6 +172,11 @@ def backend_sample(step: int) -> BackendSample:
     histograms = {
         name: {_engine(e): _histogram(bounds, *per[e], step) for e in ENGINES}
         for name, (bounds, per) in HISTOGRAMS.items()
+    }
+    histograms["engine_step_seconds"] = {
+        _engine(e, ("kind", kind)): _histogram(bounds, *per[e], step)
+        for kind, (bounds, per) in ENGINE_STEP_SECONDS.items()
+        for e in ENGINES
     }
     return BackendSample("vllm", MODEL, "0.32.0", values, histograms)
 

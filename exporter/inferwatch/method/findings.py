@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from inferwatch.method import slo
 from inferwatch.method.alerts import RELATIONS, Alert, Cond
 from inferwatch.method.local import Samples, Window, holding, signal_values
+from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import SEVERITY_ORDER, Spec
 
 EXIT = {"none": 0, "info": 1, "warning": 3, "critical": 4}
@@ -195,10 +196,23 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value:.3g}"
 
 
-def phase_of(ttft: float | None, itl: float | None, spec: Spec) -> tuple[str, str]:
+# The signals the phase is judged on: TTFT and ITL p95, and where a server measures
+# neither (TGI) the canary's TTFT and the server's decode step latency in their place.
+PHASE_SIGNALS = ("ttft_p95", "itl_p95", "canary_ttft_p95", "decode_step_p95")
+
+
+def phase_of(signals: Mapping[str, float | None], spec: Spec) -> tuple[str, str]:
     """Prefill or decode: which of TTFT and per-token latency is above its threshold, and
-    the comparison that says so."""
+    the comparison that says so. Without the server's own TTFT the canary's is read, without
+    its inter-token latency its decode step latency, each named as what it is."""
     ttft_limit, itl_limit = spec.threshold("ttft_p95_seconds"), spec.threshold("itl_p95_seconds")
+    ttft_name = "ttft_p95" if signals.get("ttft_p95") is not None else "canary_ttft_p95"
+    itl_name = "itl_p95" if signals.get("itl_p95") is not None else "decode_step_p95"
+    if signals.get(ttft_name) is None:
+        ttft_name = "ttft_p95"
+    if signals.get(itl_name) is None:
+        itl_name = "itl_p95"
+    ttft, itl = signals.get(ttft_name), signals.get(itl_name)
     high_ttft = ttft is not None and ttft > ttft_limit
     high_itl = itl is not None and itl > itl_limit
     phase = {
@@ -208,8 +222,9 @@ def phase_of(ttft: float | None, itl: float | None, spec: Spec) -> tuple[str, st
         (False, False): "neither (latency within thresholds)",
     }[(high_ttft, high_itl)]
     detail = (
-        f"TTFT p95 {fmt(ttft, 'seconds')} {'>' if high_ttft else '<='} {fmt(ttft_limit, 'seconds')}; "
-        f"ITL p95 {fmt(itl, 'seconds')} {'>' if high_itl else '<='} {fmt(itl_limit, 'seconds')}"
+        f"{SIGNALS[ttft_name].label} {fmt(ttft, 'seconds')} {'>' if high_ttft else '<='} "
+        f"{fmt(ttft_limit, 'seconds')}; {SIGNALS[itl_name].label} {fmt(itl, 'seconds')} "
+        f"{'>' if high_itl else '<='} {fmt(itl_limit, 'seconds')}"
     )
     return phase, detail
 
@@ -239,6 +254,6 @@ def exporter_report(
     """The report over two pages of one exporter ``seconds`` apart: ``diagnose --exporter``
     and the exporter's own verdict page."""
     window = Window(before, after, seconds, spec)
-    phase = {name: window.signal(name) for name in ("ttft_p95", "itl_p95")}
+    phase = {name: window.signal(name) for name in PHASE_SIGNALS}
     findings = evaluate(window, spec, exporter_labels(after))
     return Report(source, f"{seconds:.1f}s", spec, phase, findings, judged_with=judged_with)

@@ -155,7 +155,7 @@ class Window:
 
     def _quantile(self, recipe: Quantile) -> float | None:
         """Over the increase of every series' buckets, merged by bound (all engines)."""
-        increases = self._increases(f"inferwatch_{recipe.histogram}_bucket", {})
+        increases = self._increases(f"inferwatch_{recipe.histogram}_bucket", recipe.where)
         if not increases:
             return None
         buckets: dict[str, float] = {}

@@ -13,8 +13,12 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class Quantile:
+    """A quantile over the increase of the histogram's buckets, its series merged by bound
+    (those that match ``where``: label -> regex)."""
+
     histogram: str
     q: float
+    where: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,27 @@ SIGNALS: dict[str, Signal] = {
             _q95("instance", ITL, "0.99"),
             Quantile(ITL, 0.99),
         ),
+        # Where a server has no TTFT or inter-token histogram (TGI), the phase is read off
+        # what it does measure: the canary's first token (client side) and the server's
+        # decode steps (a decode step gives every running request its next token).
+        Signal(
+            "canary_ttft_p95",
+            "TTFT p95 (canary, client side)",
+            "seconds",
+            INSTANCE,
+            "histogram_quantile(0.95, sum without (engine) "
+            "(rate(inferwatch_canary_time_to_first_token_seconds_bucket[%(window)s])))",
+            Quantile("canary_time_to_first_token_seconds", 0.95),
+        ),
+        Signal(
+            "decode_step_p95",
+            "decode step p95 (server step latency)",
+            "seconds",
+            INSTANCE,
+            "histogram_quantile(0.95, sum without (engine) "
+            '(rate(inferwatch_engine_step_seconds_bucket{kind="decode"}[%(window)s])))',
+            Quantile("engine_step_seconds", 0.95, {"kind": "decode"}),
+        ),
         Signal(
             "itl_tail_share",
             "ITL share above the tail bound",

@@ -101,7 +101,7 @@ def compute_verdict(before: Samples, after: Samples, seconds: float, spec: Spec)
     """The verdict over two pages ``seconds`` apart, as ``diagnose --exporter`` reads them."""
     report = exporter_report("self", before, after, seconds, spec)
     phase_signals = report.phase_signals
-    phase, detail = phase_of(phase_signals["ttft_p95"], phase_signals["itl_p95"], spec)
+    phase, detail = phase_of(phase_signals, spec)
     up = [value for _, value in after.get("inferwatch_backend_up", [])]
     return Verdict(
         state="findings" if report.findings else "healthy",

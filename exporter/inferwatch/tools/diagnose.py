@@ -65,6 +65,7 @@ from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS, Alert
 from inferwatch.method.findings import (
+    PHASE_SIGNALS,
     SEVERITY_ORDER,
     Burn,
     Finding,
@@ -171,7 +172,7 @@ async def from_prometheus(
                 late.firing = True
                 findings.append(late)
         phase = {}
-        for name in ("ttft_p95", "itl_p95"):
+        for name in PHASE_SIGNALS:
             known = [v for _, v in await signal(name) if not math.isnan(v)]
             phase[name] = max(known) if known else None
         burns = await _burns(upstream, spec)

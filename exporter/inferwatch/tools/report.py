@@ -25,8 +25,7 @@ def evidence_text(alert: Alert, cond: Cond, value: float | None, spec: Spec) -> 
 
 
 def _phase(report: Report) -> tuple[str, str]:
-    signals = report.phase_signals
-    return phase_of(signals.get("ttft_p95"), signals.get("itl_p95"), report.spec)
+    return phase_of(report.phase_signals, report.spec)
 
 
 def phase_verdict(report: Report) -> str:
