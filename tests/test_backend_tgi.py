@@ -108,6 +108,15 @@ def test_a_real_tgi_pages_step_latency_by_kind() -> None:
     assert len(steps) == 2
 
 
+def test_the_token_budget_and_what_the_batch_reserved() -> None:
+    real = TGI.normalize(fixture_text(REAL), model_hint="m")
+    assert real.values["batch_reserved_tokens"] == {(("model", "m"),): 0.0}
+    assert "batch_token_budget" not in real.values  # set before the recorder: often absent
+    page = "# TYPE tgi_batch_max_total_tokens gauge\ntgi_batch_max_total_tokens 16000\n"
+    with_budget = TGI.normalize(fixture_text(REAL) + page, model_hint="m")
+    assert with_budget.values["batch_token_budget"] == {(("model", "m"),): 16000.0}
+
+
 def test_step_latency_falls_back_to_the_forward_duration() -> None:
     page = fixture_text(REAL)
     start = page.index("# HELP tgi_batch_inference_duration")

@@ -133,11 +133,13 @@ def test_every_exposed_family_is_in_the_contract() -> None:
     contract = {d.name for d in ALL.values()}
     assert families <= contract
     # With a GPU, a vLLM page, the derived signals and a baseline, every family shows but
-    # those vLLM lacks (SGLang's own idle counter, TGI's step durations) or this server did
-    # not use (speculative decoding was off).
+    # those vLLM lacks (SGLang's own idle counter, TGI's step durations and token budget) or
+    # this server did not use (speculative decoding was off).
     assert contract - families == {
         "inferwatch_scheduler_idle_seconds_total",
         "inferwatch_engine_step_seconds",
+        "inferwatch_batch_reserved_tokens",
+        "inferwatch_batch_token_budget",
         "inferwatch_spec_decode_draft_tokens_total",
         "inferwatch_spec_decode_accepted_tokens_total",
     }

@@ -95,6 +95,18 @@ BACKEND: dict[str, MetricDef] = _defs(
         "Tokens the KV cache holds when full (its size in tokens, or blocks x block size), as "
         "the server reports it.",
     ),
+    MetricDef(
+        "batch_reserved_tokens",
+        G,
+        "Tokens the running batch has reserved (its requests' prompts and most new tokens): "
+        "what a server that admits by a token budget counts against it.",
+    ),
+    MetricDef(
+        "batch_token_budget",
+        G,
+        "The most tokens the running batch may reserve: a full budget holds new requests in "
+        "the queue, as a full KV cache does elsewhere.",
+    ),
     MetricDef("spec_decode_draft_tokens", C, "Speculative decoding: draft tokens proposed."),
     MetricDef(
         "spec_decode_accepted_tokens",

@@ -52,7 +52,11 @@ Absent, and why:
 - ``request_prefill_time_seconds`` / ``request_decode_time_seconds``: only per-batch
   durations exist (``engine_step_seconds`` above).
 - ``kv_cache_usage_ratio``: ``tgi_batch_current_max_tokens / tgi_batch_max_total_tokens`` is
-  the token budget the batch reserves, not KV blocks in use.
+  the token budget the batch reserves, not KV blocks in use: they are mapped under their own
+  names, ``batch_reserved_tokens`` and ``batch_token_budget`` (TGI's admission limit, the
+  role KV-cache use plays for vLLM's scheduler). The budget gauge exists on the v3 backend
+  (2.3.1+) and is set at start-up, often before the metrics recorder is installed: many
+  pages lack it (the real page in tests/fixtures does).
 - ``requests_finished``: ``tgi_request_success`` has no finish reason (stop vs length) and
   ``tgi_request_failure{err}`` uses other categories.
 - ``preemptions``, ``prefix_cache_*``, ``engine_step_tokens``, ``frontend_cpu_seconds``:
@@ -88,6 +92,8 @@ TGI = Backend(
         feed("request_queue_time_seconds", "tgi_request_queue_duration"),
         feed("request_prompt_tokens", "tgi_request_input_length"),
         feed("request_generation_tokens", "tgi_request_generated_tokens"),
+        feed("batch_reserved_tokens", "tgi_batch_current_max_tokens"),
+        feed("batch_token_budget", "tgi_batch_max_total_tokens"),
         feed(
             "engine_step_seconds",
             Source("tgi_batch_inference_duration", labels=_KIND),
