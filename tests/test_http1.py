@@ -7,6 +7,7 @@ import asyncio
 import base64
 import gc
 import gzip
+import time
 import zlib
 from collections.abc import Awaitable, Callable
 
@@ -253,3 +254,68 @@ async def test_an_answer_is_freed_at_once_not_at_a_garbage_collection() -> None:
             gc.enable()
             http.close()
     assert cyclic == []
+
+
+async def test_trailers_count_against_the_header_bound() -> None:
+    async def trailers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.head(reader)
+        writer.write(answer(b"", "Transfer-Encoding: chunked") + b"4\r\nx 1\n\r\n0\r\n")
+        for n in range(2 * MAX_HEAD_BYTES // 1024):
+            writer.write(f"X-Trailer-{n}: {'y' * 1000}\r\n".encode())
+        writer.write(b"\r\n")
+
+    async with RawServer(trailers) as server:
+        with pytest.raises(HttpFailure, match="headers over") as failed:
+            await get_once(server.url)
+    assert failed.value.kind == "not http"
+
+
+async def test_a_refusal_is_its_status_whatever_length_it_promises() -> None:
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.head(reader)
+        writer.write(answer(b"", "Content-Length: 999999999", status="404 Not Found"))
+
+    async with RawServer(refuse) as server:
+        upstream = Upstream(server.url, timeout=1.0, max_bytes=1 << 20)
+        with pytest.raises(UpstreamError) as failed:
+            await upstream.get_exposition("/metrics")
+        await upstream.close()
+    assert (failed.value.kind, failed.value.status) == ("http status", 404)
+
+
+async def test_an_interim_answer_is_skipped_and_bytes_past_the_answer_are_not_read() -> None:
+    async def extra(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.head(reader)
+        early = b"HTTP/1.1 103 Early Hints\r\nContent-Type: text/html\r\n\r\n"
+        ok = answer(PAGE, f"Content-Length: {len(PAGE)}", "Content-Type: text/plain")
+        writer.write(early + ok + answer(b"junk!", "Content-Length: 5"))
+        await server.head(reader)  # on a new connection: the first had bytes left over
+        writer.write(ok)
+
+    async with RawServer(extra) as server:
+        http = connection(server.url)
+        first = await http.get()
+        assert (first.status, first.body, first.headers["content-type"]) == (
+            200,
+            PAGE,
+            "text/plain",
+        )
+        assert (await http.get()).body == PAGE
+        http.close()
+    assert server.connections == 2
+
+
+async def test_an_answer_at_the_deadline_leaves_the_next_get_a_fresh_connection() -> None:
+    async def late(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await server.head(reader)
+            writer.write(answer(PAGE, f"Content-Length: {len(PAGE)}"))
+            await writer.drain()
+            if len(server.heads) == 1:
+                time.sleep(0.4)  # the whole loop stalls past the client's deadline
+
+    async with RawServer(late) as server:
+        http = connection(server.url, timeout=0.2)
+        bodies = [(await http.get()).body for _ in range(3)]
+        http.close()
+    assert bodies == [PAGE] * 3

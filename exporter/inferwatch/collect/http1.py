@@ -71,13 +71,13 @@ class Http1Connection:
     ) -> None:
         self.timeout = timeout
         self.max_bytes = max_bytes
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise HttpFailure("not an http:// or https:// URL with a host", "request")
         try:
+            parts = urlsplit(url)
             self._port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError as exc:
             raise HttpFailure(str(exc), "request") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise HttpFailure("not an http:// or https:// URL with a host", "request")
         self._host = parts.hostname
         self._ssl: ssl.SSLContext | None = None
         if parts.scheme == "https":
@@ -95,9 +95,10 @@ class Http1Connection:
             kept = self._writer is not None
             if not kept:
                 await self._connect(deadline - loop.time())
+            self._expired = False
             timer = loop.call_at(deadline, self._expire)
             try:
-                return await self._exchange(kept)
+                answer = await self._exchange(kept)
             except _ClosedWhileIdle:
                 continue  # the server closed the kept connection: once more, on a new one
             except BaseException:
@@ -105,6 +106,9 @@ class Http1Connection:
                 raise
             finally:
                 timer.cancel()
+            if self._expired:
+                self.close()  # answered as the deadline passed: the connection was dropped
+            return answer
         raise HttpFailure("the connection closed before an answer", "cut short")
 
     def close(self) -> None:
@@ -122,7 +126,6 @@ class Http1Connection:
             raise HttpFailure("timeout", "timeout") from None
         except OSError as exc:
             raise HttpFailure(str(exc), "connect") from None
-        self._expired = False
 
     def _expire(self) -> None:
         """The deadline passed mid-exchange: the connection is dropped, which ends the read."""
@@ -163,17 +166,22 @@ class Http1Connection:
                 parser.feed_data(data)
             except httptools.HttpParserError as exc:
                 raise HttpFailure(f"not HTTP/1.1: {str(exc)[:100]}", "not http") from None
-            if answer.failure is not None:
-                raise answer.failure
-            if not answer.headers_done and received > MAX_HEAD_BYTES:
-                raise HttpFailure(f"headers over {MAX_HEAD_BYTES // 1024} KiB", "not http")
-            if answer.headers_done and parser.get_status_code() != 200:
+            if answer.headers_done and answer.status != 200:
                 self.close()  # its body is not read: the connection cannot serve another
-                return Answer(parser.get_status_code(), answer.headers, b"")
-        if not answer.keep_alive:
-            self.close()
+                return Answer(answer.status, answer.headers, b"")
+            if answer.failure is not None:
+                raise HttpFailure(*answer.failure)
+            # What is not body (status line, headers, trailers, chunk framing) is bounded.
+            if received - answer.size > MAX_HEAD_BYTES + answer.chunks * _FRAMING:
+                raise HttpFailure(f"headers over {MAX_HEAD_BYTES // 1024} KiB", "not http")
+        if not answer.keep_alive or answer.more:
+            self.close()  # told to, or bytes past the answer: the connection is not reused
         body = _decoded(b"".join(answer.body), answer.headers, self.max_bytes)
-        return Answer(parser.get_status_code(), answer.headers, body)
+        return Answer(answer.status, answer.headers, body)
+
+
+# Bytes a chunk's framing may take (its size line, extensions aside, and CRLF).
+_FRAMING = 64
 
 
 class _ClosedWhileIdle(Exception):
@@ -181,51 +189,74 @@ class _ClosedWhileIdle(Exception):
 
 
 class _Parse:
-    """httptools' callbacks: the answer as it arrives, bounded."""
+    """httptools' callbacks: one answer as it arrives, bounded. An interim answer (1xx) is
+    skipped; bytes past the answer are not read into it (``more``)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.headers: dict[str, str] = {}
         self.body: list[bytes] = []
         self.size = 0
+        self.chunks = 0
+        self.status = 0
         self.headers_done = False
         self.complete = False
+        self.more = False
         self.keep_alive = False
-        self.failure: HttpFailure | None = None
+        self.failure: tuple[str, str] | None = None  # (what, kind): raised by the reader
         # The parser calls back into this object: the reference cycle is broken after the
         # exchange (release), so that the body goes at once, not at a collection.
         self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
 
     def release(self) -> None:
         self.parser = None
+        self.body = []
+
+    def on_message_begin(self) -> None:
+        if self.complete:
+            self.more = True
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+        if not self.complete:
+            self.headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
 
     def on_headers_complete(self) -> None:
+        if self.complete:
+            return
+        assert self.parser is not None
+        self.status = self.parser.get_status_code()
         self.headers_done = True
         length = self.headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_bytes:
-            self.failure = HttpFailure("too large", "too large")
+        if self.status == 200 and length.isdigit() and int(length) > self.max_bytes:
+            self.failure = ("too large", "too large")
+
+    def on_chunk_header(self) -> None:
+        self.chunks += 1
 
     def on_body(self, body: bytes) -> None:
+        if self.complete:
+            return
         self.size += len(body)
         if self.size > self.max_bytes:
-            self.failure = HttpFailure("too large", "too large")
+            self.failure = ("too large", "too large")
         elif self.failure is None:
             self.body.append(body)
 
     def on_message_complete(self) -> None:
+        if self.complete:
+            return
+        if 100 <= self.status < 200:  # an interim answer (103 Early Hints): the next counts
+            self.headers, self.headers_done, self.status = {}, False, 0
+            return
         self.complete = True
         assert self.parser is not None
         self.keep_alive = self.parser.should_keep_alive()  # read now: the parser resets
 
     def until_close(self) -> bool:
         """Whether the body, its headers read, is the bytes until the connection closes."""
+        coding = self.headers.get("transfer-encoding", "").lower()
         return (
-            self.headers_done
-            and "content-length" not in self.headers
-            and "transfer-encoding" not in self.headers
+            self.headers_done and "content-length" not in self.headers and "chunked" not in coding
         )
 
 
@@ -234,11 +265,19 @@ def _request(netloc: str, path: str, query: str, headers: Mapping[str, str]) -> 
     basic auth from the URL's credentials where no Authorization header is given."""
     userinfo, _, host = netloc.rpartition("@")
     target = quote(path or "/", safe=_SAFE) + (f"?{quote(query, safe=_SAFE)}" if query else "")
-    fields = {"Host": host, "User-Agent": "inferwatch", **headers}
-    if userinfo and not any(k.lower() == "authorization" for k in headers):
+    given = {k.lower() for k in headers}  # a header given in any case replaces the default
+    fields = {
+        k: v for k, v in (("Host", host), ("User-Agent", "inferwatch")) if k.lower() not in given
+    }
+    fields.update(headers)
+    if userinfo and "authorization" not in given:
         user, _, password = userinfo.partition(":")
-        token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
-        fields["Authorization"] = f"Basic {token}"
+        credentials = f"{unquote(user)}:{unquote(password)}"
+        try:
+            raw = credentials.encode("latin-1")  # as aiohttp's basic auth encodes them
+        except UnicodeEncodeError:
+            raw = credentials.encode()
+        fields["Authorization"] = f"Basic {base64.b64encode(raw).decode()}"
     for name, value in fields.items():
         if any(c in "\r\n\0" for c in name + value) or not name or ":" in name:
             raise HttpFailure(f"header {name[:40]!r} is not a valid header", "request")
