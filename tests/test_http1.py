@@ -232,20 +232,27 @@ async def test_a_header_that_would_split_the_request_is_refused(header: dict) ->
 
 async def test_an_answer_is_freed_at_once_not_at_a_garbage_collection() -> None:
     # A body held until a collection would pile up at a poll every 0.1 s (a 6 MB page:
-    # hundreds of MB before the collector comes round).
+    # hundreds of MB before the collector comes round); a failure's too.
+    big = b"x 1\n" * 300
+
     async def keep(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
             await server.head(reader)
-            writer.write(answer(PAGE, f"Content-Length: {len(PAGE)}"))
+            body = big if len(server.heads) % 2 == 0 else PAGE  # too large every other time
+            writer.write(answer(b"", "Transfer-Encoding: chunked"))
+            writer.write(f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n")
 
     async with RawServer(keep) as server:
-        http = connection(server.url)
+        http = connection(server.url, max_bytes=len(big) - 1)
         gc.collect()
         gc.disable()
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
-            for _ in range(3):
-                await http.get()
+            for n in range(4):
+                try:
+                    await http.get()
+                except HttpFailure as failed:
+                    assert n % 2 == 1 and failed.kind == "too large"
             gc.collect()
             cyclic = [o for o in gc.garbage if type(o).__module__ == "inferwatch.collect.http1"]
         finally:
