@@ -259,8 +259,8 @@ def _from_labels(labels: Labels, alternatives: tuple[tuple[str, ...], ...]) -> f
 
 
 def valid(feed: Feed, values: tuple[float, ...]) -> bool:
-    """Whether every value can be a sample of the feed's contract series (what
-    :func:`_invalid` says of each, told in a few passes in C)."""
+    """Whether every value can be a sample of the feed's contract series (told in a few
+    passes in C; :func:`_invalid` says why one cannot)."""
     if not values:
         return True
     if not (all(map(math.isfinite, values)) and min(values) >= 0):
@@ -274,10 +274,10 @@ def _invalid(feed: Feed, value: float) -> str:
     Every scalar of the contract is a count, a counter or a ratio: finite and >= 0, and a
     ratio at most 1.
     """
-    if feed.key.endswith("_ratio"):
-        return "" if 0.0 <= value <= 1.0 else f"value {value} is not a ratio in [0, 1]"
-    if math.isfinite(value) and value >= 0:
+    if valid(feed, (value,)):
         return ""
+    if feed.key.endswith("_ratio"):
+        return f"value {value} is not a ratio in [0, 1]"
     return f"value {value} is not a {feed.kind.value} value (finite, >= 0)"
 
 
