@@ -225,8 +225,13 @@ class PageScanner:
         :class:`ExpositionError` when a page that fits holds more than ``limit`` samples."""
         if not self._pages or (text and not text.endswith("\n")):
             return None
+        return self._fit(text, None, limit)
+
+    def _fit(
+        self, text: str, lines: list[str] | None, limit: float
+    ) -> tuple[_Layout, list[float]] | None:
+        """:meth:`by_layout` of a page, cut into ``lines`` already or (None) when needed."""
         types = _type_lines(text)
-        lines = None
         for n, page in enumerate(self._pages):
             if page.types != types:
                 continue
@@ -277,9 +282,10 @@ class PageScanner:
 
     def _remember_page(self, text: str) -> None:
         """Keep the layout of a page whose families were all known, unless it fits one."""
-        if self.by_layout(text) is not None:
+        lines = text.split("\n")
+        if self._fit(text, lines, math.inf) is not None:
             return
-        page = _page_layout(text, text.split("\n"), self.wanted, self._families)
+        page = _page_layout(text, lines, self.wanted, self._families)
         if page is not None:
             self._pages.insert(0, page)
             del self._pages[LAYOUTS:]
