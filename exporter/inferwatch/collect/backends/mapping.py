@@ -124,8 +124,9 @@ class Mapper:
         self._relabels = {
             id(s): Relabeler({**backend.labels, **s.labels})
             for f in backend.feeds
-            for s in f.sources
-            if s.labels
+            for source in f.sources
+            for s in (source, source.times)
+            if s is not None and s.labels
         }
         self._scanner = PageScanner(backend.wanted)
         # feed key -> (its source, the sample lists read, its series, what was left out)
