@@ -8,7 +8,7 @@ from inferwatch.collect.backends import TGI, detect
 from inferwatch.collect.textparse import read_page
 from inferwatch.method.findings import exporter_report, fmt, phase_of
 from inferwatch.method.spec import spec_from_config
-from inferwatch.model import CollectorStatus, Snapshot
+from inferwatch.model import CanarySample, CollectorStatus, Histogram, Snapshot
 from inferwatch.serve.exposition import render
 from inferwatch.tools.report import render as render_report
 
@@ -131,16 +131,36 @@ def test_method_is_a_kind_of_step_only() -> None:
     assert list(sample.values["engine_steps"]) == [(("model", "m"),)]
 
 
-def _exporter_page(tgi_page: str) -> str:
-    """inferwatch's /metrics page after a good poll of a TGI server serving ``tgi_page``."""
+def _exporter_page(tgi_page: str, canary: CanarySample | None = None) -> str:
+    """inferwatch's /metrics page after a good poll of a TGI server serving ``tgi_page``
+    (and the canary's probes so far, with ``canary``)."""
     snap = Snapshot(
         backend_kind="tgi",
         backend_up=True,
         backend_scrape_seconds=0.003,
         backend=TGI.normalize(tgi_page, model_hint="m"),
         collectors={"backend": CollectorStatus(True, 0.003)},
+        canary=canary,
     )
     return render(snap).decode()
+
+
+def _canary(probes: int) -> CanarySample:
+    """The canary after ``probes`` probes, each with its first token in (0.1, 0.25] s."""
+    ttft = Histogram((("0.1", 0.0), ("0.25", probes), ("+Inf", probes)), 0.2 * probes, probes)
+    done = Histogram((("+Inf", probes),), 0.5 * probes, probes)
+    return CanarySample("m", ttft, done, done, {"ok": probes})
+
+
+def _generated_tokens(page: str, requests: int, tokens: int) -> str:
+    """The page with ``tgi_request_generated_tokens``, which the capture left out (a live
+    TGI has it): ``requests`` finished requests that generated ``tokens`` in all."""
+    return page + (
+        "# TYPE tgi_request_generated_tokens histogram\n"
+        f'tgi_request_generated_tokens_bucket{{le="+Inf"}} {requests}\n'
+        f"tgi_request_generated_tokens_sum {tokens}\n"
+        f"tgi_request_generated_tokens_count {requests}\n"
+    )
 
 
 def _slower_decode_steps(page: str, steps: int, seconds_each: float) -> str:
@@ -168,7 +188,9 @@ def test_the_verdict_judges_a_real_tgi_page_by_its_decode_steps() -> None:
     report = exporter_report(
         "tgi", read_page(_exporter_page(before)), read_page(_exporter_page(after)), 60.0, spec
     )
-    assert report.phase_signals["itl_p95"] is None and report.phase_signals["ttft_p95"] is None
+    # Read in their place: the canary's TTFT (off here: none) and the decode step latency.
+    assert list(report.phase_signals) == ["canary_ttft_p95", "decode_step_p95"]
+    assert report.phase_signals["canary_ttft_p95"] is None
     step = report.phase_signals["decode_step_p95"]
     assert step == pytest.approx(
         0.09852612533569335 + 0.95 * (0.14778918800354002 - 0.09852612533569335)
@@ -178,3 +200,25 @@ def test_the_verdict_judges_a_real_tgi_page_by_its_decode_steps() -> None:
     assert detail.endswith(f"decode step p95 (server step latency) {fmt(step, 'seconds')} > 100 ms")
     text = render_report(report)
     assert "phase: decode" in text and "decode step p95 (server step latency)" in text
+
+
+def test_a_real_tgi_page_with_slow_decode_steps_finds_the_decode_bottleneck() -> None:
+    # The canary on (--canary auto on TGI): its first tokens are normal, the decode steps
+    # slow. The finding's evidence names what was read: step latency and the canary's TTFT.
+    page = fixture_text(REAL)
+    before = _exporter_page(_generated_tokens(page, 109, 20_000), _canary(10))
+    after = _exporter_page(
+        _generated_tokens(_slower_decode_steps(page, 1000, 0.14), 150, 28_000), _canary(14)
+    )
+    spec = spec_from_config({})
+    report = exporter_report("tgi", read_page(before), read_page(after), 60.0, spec)
+    assert [f.alert.name for f in report.findings] == ["InferenceDecodeBottleneck"]
+    evidence = {cond.measured: value for cond, value in report.findings[0].evidence}
+    assert evidence["decode_step_p95"] == pytest.approx(
+        0.09852612533569335 + 0.95 * (0.14778918800354002 - 0.09852612533569335)
+    )
+    assert evidence["canary_ttft_p95"] == pytest.approx(0.1 + 0.95 * 0.15)
+    assert evidence["generation_rate"] == pytest.approx(8000 / 60)
+    text = render_report(report)
+    assert "decode step p95 (server step latency)" in text
+    assert "TTFT p95 (canary, client side)" in text

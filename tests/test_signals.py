@@ -16,6 +16,7 @@ first and last samples: what the local recipe computes from its two pages.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -29,7 +30,7 @@ from inferwatch.collect.textparse import read_page
 from inferwatch.collect.window import SUMMARIZED, LatencyWindow
 from inferwatch.method.local import Samples, Window
 from inferwatch.method.rules import dump_yaml, placeholders, rules_document
-from inferwatch.method.signals import SIGNALS
+from inferwatch.method.signals import SIGNALS, expression
 from inferwatch.method.spec import spec_from_config
 from inferwatch.metrics import WINDOW_QUANTILES
 from inferwatch.model import (
@@ -61,6 +62,9 @@ ENGINES = ("0", "1")
 RUNNING = {"0": (4.0, 8.0), "1": (12.0, 6.0)}
 KV_USAGE = {"0": (0.2, 0.6), "1": (0.9, 0.7)}
 WAITING = {"0": (0.0, 2.0), "1": (3.0, 1.0)}
+# A server that admits by a token budget: tokens reserved (first, last page) of a budget.
+RESERVED_TOKENS = {"0": (9000.0, 15000.0), "1": (12000.0, 14000.0)}
+TOKEN_BUDGET = {"0": (16000.0, 16000.0), "1": (16000.0, 16000.0)}
 PREEMPTIONS = {"0": 0.1, "1": 0.3}
 PROMPT_TOKENS = {"0": 800.0, "1": 1200.0}
 GENERATION_TOKENS = {"0": 150.0, "1": 90.0}
@@ -91,6 +95,10 @@ HISTOGRAMS = {
     "request_queue_time_seconds": (
         ("0.01", "0.1", "0.5", "1.0", "5.0", "+Inf"),
         {"0": ((1.0, 0.8, 0.4, 0.2, 0.05, 0.0), 0.12), "1": ((0.2, 0.5, 0.4, 0.3, 0.2, 0.0), 0.6)},
+    ),
+    "request_duration_seconds": (
+        ("1.0", "5.0", "20.0", "+Inf"),
+        {"0": ((0.5, 1.2, 0.8, 0.1), 6.0), "1": ((0.2, 0.4, 0.6, 0.1), 9.0)},
     ),
 }
 # The engines' step durations by kind (a server that times its steps, as TGI does).
@@ -158,6 +166,8 @@ def backend_sample(step: int) -> BackendSample:
         "requests_running": per_engine(lambda e: _line(RUNNING[e], step)),
         "requests_waiting": per_engine(lambda e: _line(WAITING[e], step)),
         "kv_cache_usage_ratio": per_engine(lambda e: _line(KV_USAGE[e], step)),
+        "batch_reserved_tokens": per_engine(lambda e: _line(RESERVED_TOKENS[e], step)),
+        "batch_token_budget": per_engine(lambda e: _line(TOKEN_BUDGET[e], step)),
         "preemptions": per_engine(lambda e: _counter(PREEMPTIONS[e], step)),
         "prompt_tokens": per_engine(lambda e: _counter(PROMPT_TOKENS[e], step)),
         "generation_tokens": per_engine(lambda e: _counter(GENERATION_TOKENS[e], step)),
@@ -262,11 +272,11 @@ LOCAL = {name: WINDOW.value(s.local) for name, s in SIGNALS.items() if s.local i
 
 
 def promtool_tests(
-    folder: Path, checks: dict[str, list[dict[str, Any]]]
+    folder: Path, checks: dict[str, list[dict[str, Any]]], pages: list[Samples] = PAGES
 ) -> subprocess.CompletedProcess:
     """Runs one promtool test group per signal over the pages; returns promtool's result."""
     (folder / "rules.yaml").write_text(dump_yaml(rules_document(SPEC)))
-    given = promtool_series(PAGES, TARGET)
+    given = promtool_series(pages, TARGET)
     doc = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": f"{STEP_SECONDS}s",
@@ -336,6 +346,74 @@ def test_every_signal_agrees_in_promql_and_locally(tmp_path: Path) -> None:
             f"local value (exp):\n{detail.stdout}{detail.stderr}\npromtool:\n{out.stdout}{out.stderr}"
         )
     assert out.stdout.count("SUCCESS") == 1, out.stdout
+
+
+# What a server without per-request latency histograms, KV-cache gauge or finish reasons
+# (TGI) leaves of the same pod: the signals with a fallback are read off it.
+LACKING = {"time_to_first_token_seconds", "inter_token_latency_seconds", "kv_cache_usage_ratio"}
+LACKING_PAGES = [
+    read_page(
+        render(
+            dataclasses.replace(
+                snap,
+                backend=dataclasses.replace(
+                    snap.backend,
+                    values={
+                        k: v
+                        for k, v in snap.backend.values.items()
+                        if k not in LACKING | {"requests_finished"}
+                    },
+                    histograms={
+                        k: v for k, v in snap.backend.histograms.items() if k not in LACKING
+                    },
+                ),
+                derived=dataclasses.replace(snap.derived, latency_window={}),
+            )
+        ).decode()
+    )
+    for snap in map(snapshot, range(STEPS + 1))
+]
+
+
+def test_a_signal_without_its_series_reads_its_fallback_in_both_forms(tmp_path: Path) -> None:
+    window = Window(LACKING_PAGES[0], LACKING_PAGES[-1], seconds=WINDOW_SECONDS, spec=SPEC)
+    falling_back = [name for name, s in SIGNALS.items() if s.fallback is not None]
+    readings = {name: window.reading(name) for name in falling_back}
+    # Each one reads its fallback, which has a value, and the full pod reads itself.
+    assert {name: read for name, (read, _) in readings.items()} == {
+        name: SIGNALS[name].fallback for name in falling_back
+    }
+    assert all(value is not None for _, value in readings.values()), readings
+    assert all(WINDOW.reading(name)[0] == name for name in falling_back)
+    values = placeholders(SPEC)
+    checks = {
+        name: [
+            _check(f"count({expression(name, values)})", 1),
+            _check(
+                f"abs(max({expression(name, values)}) - {value!r}) <= bool "
+                f"{1e-9 * max(1.0, abs(value))!r}",
+                1,
+            ),
+        ]
+        for name, (_, value) in readings.items()
+        if value is not None
+    }
+    out = promtool_tests(tmp_path, checks, LACKING_PAGES)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # On the full pod the same expressions give the signals' own values.
+    own = {
+        name: [
+            _check(
+                f"abs(max({expression(name, values)}) - {LOCAL[name]!r}) <= bool "
+                f"{1e-9 * max(1.0, abs(LOCAL[name]))!r}",
+                1,
+            )
+        ]
+        for name in falling_back
+    }
+    (tmp_path / "own").mkdir()
+    out = promtool_tests(tmp_path / "own", own)
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_the_exporters_latency_quantiles_are_prometheus_own(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from inferwatch.method import slo
 from inferwatch.method.alerts import RELATIONS, Alert, Cond
-from inferwatch.method.local import Samples, Window, holding, signal_values
+from inferwatch.method.local import Samples, Window, holding, signal_readings
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import SEVERITY_ORDER, Spec
 
@@ -196,23 +196,19 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value:.3g}"
 
 
-# The signals the phase is judged on: TTFT and ITL p95, and where a server measures
-# neither (TGI) the canary's TTFT and the server's decode step latency in their place.
-PHASE_SIGNALS = ("ttft_p95", "itl_p95", "canary_ttft_p95", "decode_step_p95")
+# The signals the phase is judged on, TTFT's then per-token latency's: where a server
+# measures neither (TGI), their fallbacks (the canary's TTFT, the decode step latency).
+PHASE_SIGNALS = ("ttft_p95", "itl_p95")
 
 
 def phase_of(signals: Mapping[str, float | None], spec: Spec) -> tuple[str, str]:
     """Prefill or decode: which of TTFT and per-token latency is above its threshold, and
-    the comparison that says so. Without the server's own TTFT the canary's is read, without
-    its inter-token latency its decode step latency, each named as what it is."""
+    the comparison that says so. ``signals`` holds the two phase signals' readings by the
+    signal read, TTFT's first (:data:`PHASE_SIGNALS`), each named as what it is (none: no
+    data)."""
     ttft_limit, itl_limit = spec.threshold("ttft_p95_seconds"), spec.threshold("itl_p95_seconds")
-    ttft_name = "ttft_p95" if signals.get("ttft_p95") is not None else "canary_ttft_p95"
-    itl_name = "itl_p95" if signals.get("itl_p95") is not None else "decode_step_p95"
-    if signals.get(ttft_name) is None:
-        ttft_name = "ttft_p95"
-    if signals.get(itl_name) is None:
-        itl_name = "itl_p95"
-    ttft, itl = signals.get(ttft_name), signals.get(itl_name)
+    readings = list(signals.items()) or [(name, None) for name in PHASE_SIGNALS]
+    (ttft_name, ttft), (itl_name, itl) = readings
     high_ttft = ttft is not None and ttft > ttft_limit
     high_itl = itl is not None and itl > itl_limit
     phase = {
@@ -233,7 +229,7 @@ def evaluate(window: Window, spec: Spec, labels: Mapping[str, str]) -> list[Find
     """The alerts whose conditions hold over the window (one exporter: one label set)."""
     return [
         Finding(alert, labels, evidence, severity=spec.severity(alert))
-        for alert, evidence in holding(signal_values(window), spec)
+        for alert, evidence in holding(signal_readings(window), spec)
     ]
 
 
@@ -254,6 +250,6 @@ def exporter_report(
     """The report over two pages of one exporter ``seconds`` apart: ``diagnose --exporter``
     and the exporter's own verdict page."""
     window = Window(before, after, seconds, spec)
-    phase = {name: window.signal(name) for name in PHASE_SIGNALS}
+    phase = dict(window.reading(name) for name in PHASE_SIGNALS)
     findings = evaluate(window, spec, exporter_labels(after))
     return Report(source, f"{seconds:.1f}s", spec, phase, findings, judged_with=judged_with)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from inferwatch.method.alerts import ALERTS, Alert, Cond
 from inferwatch.method.quantile import histogram_quantile
@@ -65,15 +65,45 @@ class Window:
     _keys: dict[int, tuple] = field(default_factory=dict, repr=False, compare=False)
 
     def signal(self, name: str) -> float | None:
-        """A signal of :data:`SIGNALS` over the window. A share (unit ``ratio``) is clipped
-        to [0, 1], as its rule is: a counter of seconds can gain a stall's first seconds at
-        once (``collect/derive.py`` counts a stall from its start), and over a window
-        shorter than the stall that would read as more than the whole window."""
+        """A signal of :data:`SIGNALS` over the window (its fallback's where the page has
+        none of its own series, see :meth:`reading`)."""
+        return self.reading(name)[1]
+
+    def reading(self, name: str) -> tuple[str, float | None]:
+        """The signal read for ``name`` and its value: ``name`` itself, or its fallback
+        where the newer page lacks a series the signal's own recipe reads (as PromQL's
+        ``or`` takes the fallback where the signal has no series). A share (unit ``ratio``)
+        is clipped to [0, 1], as its rule is: a counter of seconds can gain a stall's first
+        seconds at once (``collect/derive.py`` counts a stall from its start), and over a
+        window shorter than the stall that would read as more than the whole window."""
         signal = SIGNALS[name]
+        if signal.fallback is not None and not self._present(signal.local):
+            return self.reading(signal.fallback)
         value = self.value(signal.local)
         if value is not None and signal.unit == "ratio":
-            return min(max(value, 0.0), 1.0)
-        return value
+            value = min(max(value, 0.0), 1.0)
+        return name, value
+
+    def _present(self, recipe: Recipe | None) -> bool:
+        """Whether the newer page has series of every metric the recipe reads."""
+        if recipe is None:
+            return False
+        if isinstance(recipe, Ratio):
+            return self._present(recipe.numerator) and self._present(recipe.denominator)
+        if isinstance(recipe, Sum):
+            return all(self._present(part) for part in recipe.parts)
+        if isinstance(recipe, Rate):
+            name, where = recipe.counter, recipe.where
+        elif isinstance(recipe, Gauge):
+            name, where = recipe.metric, recipe.where
+        elif isinstance(recipe, Mean):
+            name, where = f"inferwatch_{recipe.histogram}_count", recipe.where
+        elif isinstance(recipe, (Quantile, ShareAbove)):
+            where = recipe.where if isinstance(recipe, Quantile) else {}
+            name = f"inferwatch_{recipe.histogram}_bucket"
+        else:
+            raise TypeError(recipe)
+        return bool(self._series(self.after, name, where))
 
     def value(self, recipe: Recipe | None) -> float | None:
         if recipe is None:
@@ -91,8 +121,8 @@ class Window:
         if isinstance(recipe, Gauge):
             return self._gauge(recipe)
         if isinstance(recipe, Mean):
-            total = self._delta(f"inferwatch_{recipe.histogram}_sum")
-            count = self._delta(f"inferwatch_{recipe.histogram}_count")
+            total = self._delta(f"inferwatch_{recipe.histogram}_sum", recipe.where)
+            count = self._delta(f"inferwatch_{recipe.histogram}_count", recipe.where)
             return None if total is None or not count else total / count
         if isinstance(recipe, Quantile):
             return self._quantile(recipe)
@@ -185,15 +215,20 @@ class Window:
 Evidence = list[tuple[Cond, float | None]]
 
 
-def signal_values(window: Window) -> dict[str, float | None]:
-    """Every signal over the window (None: no data); ``exporter_up`` is 1 (it answered)."""
-    values = {name: window.signal(name) for name in SIGNALS}
-    values["exporter_up"] = 1.0
-    return values
+def signal_readings(window: Window) -> dict[str, tuple[str, float | None]]:
+    """Every signal over the window: the signal read (itself or its fallback) and its value
+    (None: no data); ``exporter_up`` is 1 (it answered)."""
+    readings = {name: window.reading(name) for name in SIGNALS}
+    readings["exporter_up"] = ("exporter_up", 1.0)
+    return readings
 
 
-def holding(values: Mapping[str, float | None], spec: Spec) -> list[tuple[Alert, Evidence]]:
-    """The alerts whose conditions hold for these signal values, each with its evidence."""
+def holding(
+    readings: Mapping[str, tuple[str, float | None]], spec: Spec
+) -> list[tuple[Alert, Evidence]]:
+    """The alerts whose conditions hold for these readings, each with its evidence (the
+    conditions naming the signal read)."""
+    values = {name: value for name, (_, value) in readings.items()}
 
     def holds(cond: Cond) -> bool:
         value = values[cond.signal]
@@ -206,5 +241,13 @@ def holding(values: Mapping[str, float | None], spec: Spec) -> list[tuple[Alert,
         else:
             fires = all(holds(c) for c in alert.when) and not any(holds(c) for c in alert.unless)
         if fires:
-            out.append((alert, [(c, values[c.signal]) for c in alert.conditions()]))
+            out.append(
+                (
+                    alert,
+                    [
+                        (replace(c, read=readings[c.signal][0]), values[c.signal])
+                        for c in alert.conditions()
+                    ],
+                )
+            )
     return out

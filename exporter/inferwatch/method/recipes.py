@@ -23,7 +23,10 @@ class Quantile:
 
 @dataclass(frozen=True)
 class Mean:
+    """A histogram's mean over the window, its series (those that match ``where``) added."""
+
     histogram: str
+    where: Mapping[str, str] = field(default_factory=dict)
 
 
 # How a recipe combines the series of one exporter (its engines, its GPUs): as the PromQL

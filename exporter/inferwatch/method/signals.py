@@ -5,44 +5,27 @@ Each has a PromQL form (over the recording rules, for the rules and ``diagnose
 --exporter``, computed from two scrapes of one exporter). Both forms mean the same quantity
 over the same series: a recipe combines an exporter's engines and GPUs as the PromQL does
 (tests/test_signals.py evaluates both on the same series through promtool and
-:mod:`inferwatch.method.local`). Levels say which labels a signal's series carry:
-
-  INSTANCE  target labels + backend + model      MODEL  the fleet labels
-  NODE      target labels (+ gpu labels)         (joined to others on instance, job)
+:mod:`inferwatch.method.local`). What a signal is, and its levels:
+:mod:`inferwatch.method.signal`; the signals read where a server lacks a signal's own
+series: :mod:`inferwatch.method.fallbacks`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import textwrap
+from collections.abc import Mapping
 
-from inferwatch.method.recipes import Gauge, Mean, Quantile, Rate, Ratio, Recipe, ShareAbove, Sum
+from inferwatch.method.fallbacks import FALLBACKS
+from inferwatch.method.recipes import Gauge, Mean, Quantile, Rate, Ratio, ShareAbove, Sum
+from inferwatch.method.signal import INSTANCE, ITL, MODEL, NODE, QUEUE, TTFT, Signal
 from inferwatch.method.thresholds import THROTTLE_REASONS
 from inferwatch.metrics import CANARY_RESULTS
-
-# Per instance: keep every target label (instance, job, pod, namespace...), drop the
-# backend's data-parallel rank. Per model: the fleet labels.
-INSTANCE = "instance"
-MODEL = "model"
-NODE = "node"
-
-
-@dataclass(frozen=True)
-class Signal:
-    name: str
-    label: str  # how diagnose names it: "TTFT p95"
-    unit: str  # seconds, ratio, per_second, tokens, cores, factor, count
-    level: str
-    promql: str  # %-template (see Alert)
-    local: Recipe | None  # None: not computable from two scrapes of one exporter
 
 
 def _q95(level: str, hist: str, q: str = "0.95") -> str:
     return f'max without (quantile) ({level}:inferwatch_{hist}:quantile_%(w)s{{quantile="{q}"}})'
 
 
-TTFT = "time_to_first_token_seconds"
-ITL = "inter_token_latency_seconds"
-QUEUE = "request_queue_time_seconds"
 BASELINE95 = '{percentile="95"}'  # the baseline's gauges carry a percentile label
 _ERRORS = {"reason": "error"}
 _ABORTS = {"reason": "abort"}
@@ -59,9 +42,16 @@ SIGNALS: dict[str, Signal] = {
             INSTANCE,
             _q95("instance", TTFT),
             Quantile(TTFT, 0.95),
+            fallback="canary_ttft_p95",
         ),
         Signal(
-            "itl_p95", "ITL p95", "seconds", INSTANCE, _q95("instance", ITL), Quantile(ITL, 0.95)
+            "itl_p95",
+            "ITL p95",
+            "seconds",
+            INSTANCE,
+            _q95("instance", ITL),
+            Quantile(ITL, 0.95),
+            fallback="decode_step_p95",
         ),
         Signal(
             "itl_p99",
@@ -70,27 +60,6 @@ SIGNALS: dict[str, Signal] = {
             INSTANCE,
             _q95("instance", ITL, "0.99"),
             Quantile(ITL, 0.99),
-        ),
-        # Where a server has no TTFT or inter-token histogram (TGI), the phase is read off
-        # what it does measure: the canary's first token (client side) and the server's
-        # decode steps (a decode step gives every running request its next token).
-        Signal(
-            "canary_ttft_p95",
-            "TTFT p95 (canary, client side)",
-            "seconds",
-            INSTANCE,
-            "histogram_quantile(0.95, sum without (engine) "
-            "(rate(inferwatch_canary_time_to_first_token_seconds_bucket[%(window)s])))",
-            Quantile("canary_time_to_first_token_seconds", 0.95),
-        ),
-        Signal(
-            "decode_step_p95",
-            "decode step p95 (server step latency)",
-            "seconds",
-            INSTANCE,
-            "histogram_quantile(0.95, sum without (engine) "
-            '(rate(inferwatch_engine_step_seconds_bucket{kind="decode"}[%(window)s])))',
-            Quantile("engine_step_seconds", 0.95, {"kind": "decode"}),
         ),
         Signal(
             "itl_tail_share",
@@ -107,6 +76,7 @@ SIGNALS: dict[str, Signal] = {
             INSTANCE,
             f"instance:inferwatch_{QUEUE}:mean_per_ttft_mean_%(w)s",
             Ratio(Mean(QUEUE), Mean(TTFT)),
+            fallback="queue_share_of_steps",
         ),
         Signal(
             "itl_over_floor",
@@ -115,6 +85,7 @@ SIGNALS: dict[str, Signal] = {
             INSTANCE,
             f"instance:inferwatch_{ITL}:mean_per_decode_floor_%(w)s",
             Ratio(Mean(ITL), Gauge("inferwatch_decode_floor_seconds")),
+            fallback="decode_step_over_floor",
         ),
         Signal(
             "ttft_over_baseline",
@@ -145,22 +116,7 @@ SIGNALS: dict[str, Signal] = {
             INSTANCE,
             "instance:inferwatch_requests_finished:%(w)s",
             Rate("inferwatch_requests_finished_total"),
-        ),
-        Signal(
-            "generation_rate",
-            "generated tokens/s",
-            "per_second",
-            INSTANCE,
-            "instance:inferwatch_generation_tokens:%(w)s",
-            Rate("inferwatch_generation_tokens_total"),
-        ),
-        Signal(
-            "prompt_rate",
-            "prompt tokens/s",
-            "per_second",
-            INSTANCE,
-            "instance:inferwatch_prompt_tokens:%(w)s",
-            Rate("inferwatch_prompt_tokens_total"),
+            fallback="request_duration_rate",
         ),
         # Scheduler and memory
         Signal(
@@ -178,6 +134,7 @@ SIGNALS: dict[str, Signal] = {
             INSTANCE,
             "max without (engine) (avg_over_time(inferwatch_kv_cache_usage_ratio[%(window)s]))",
             Gauge("inferwatch_kv_cache_usage_ratio", averaged=True),
+            fallback="token_budget_use",
         ),
         Signal(
             "preemption_rate",
@@ -362,5 +319,17 @@ SIGNALS: dict[str, Signal] = {
             "model:inferwatch_requests_finished:%(w)s",
             Rate("inferwatch_requests_finished_total"),
         ),
+        *FALLBACKS,
     )
 }
+
+
+def expression(name: str, values: Mapping[str, str]) -> str:
+    """A signal's PromQL as the alerts compare it: its own series, and its fallback's for
+    the label sets that have none of its own (PromQL's ``or``)."""
+    signal = SIGNALS[name]
+    own = signal.promql % values
+    if signal.fallback is None:
+        return own
+    fallback = expression(signal.fallback, values)
+    return f"(\n{textwrap.indent(own, '  ')}\n  or\n{textwrap.indent(fallback, '  ')}\n)"

@@ -124,11 +124,11 @@ def evidence(finding: Finding, spec: Spec) -> list[dict[str, Any]]:
 
     out = []
     for cond, value in finding.evidence:
-        signal = SIGNALS[cond.signal]
+        signal = SIGNALS[cond.measured]
         bound = cond.bound(spec)
         out.append(
             {
-                "signal": cond.signal,
+                "signal": cond.measured,
                 "label": signal.label,
                 "value": number(value),
                 "op": cond.op,

@@ -59,6 +59,7 @@ import math
 import time
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import replace
 
 from inferwatch.collect.textparse import read_page
 from inferwatch.collect.upstream import Upstream, UpstreamError
@@ -122,6 +123,41 @@ def _covers(series: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     return all(series[k] == labels[k] for k in keys if k in series and k in labels)
 
 
+class _Signals:
+    """The signals' PromQL forms queried once each, read per finding's label set."""
+
+    def __init__(self, upstream: Upstream, spec: Spec) -> None:
+        self.upstream, self.values = upstream, placeholders(spec)
+        self.series: dict[str, list[tuple[dict[str, str], float]]] = {}
+
+    async def of(self, name: str) -> list[tuple[dict[str, str], float]]:
+        if name not in self.series:
+            self.series[name] = await _query(self.upstream, SIGNALS[name].promql % self.values)
+        return self.series[name]
+
+    async def reading(self, name: str, labels: Mapping[str, str]) -> tuple[str, float | None]:
+        """The signal read for a label set and its value: its fallback's where the signal
+        has no series for it (the alert expression's ``or``)."""
+        matches = [v for series, v in await self.of(name) if _covers(series, labels)]
+        fallback = SIGNALS[name].fallback
+        if not matches and fallback is not None:
+            return await self.reading(fallback, labels)
+        return name, (matches[0] if matches else None)
+
+    async def phase(self) -> dict[str, float | None]:
+        """The phase signals, the worst instance's; a fallback's where it has series and the
+        signal none."""
+        phase: dict[str, float | None] = {}
+        for first in PHASE_SIGNALS:
+            name: str | None = first
+            while name is not None and not await self.of(name):
+                name = SIGNALS[name].fallback
+            name = name or first
+            known = [v for _, v in await self.of(name) if not math.isnan(v)]
+            phase[name] = max(known) if known else None
+        return phase
+
+
 async def from_prometheus(
     url: str, spec: Spec, timeout: float = 10.0, judged_with: str = "the built-in defaults"
 ) -> Report:
@@ -141,18 +177,13 @@ async def from_prometheus(
                 + ("" if up else ", and scrape inferwatch")
                 + ", or use --exporter"
             )
-        signal_values: dict[str, list[tuple[dict[str, str], float]]] = {}
-
-        async def signal(name: str) -> list[tuple[dict[str, str], float]]:
-            if name not in signal_values:
-                signal_values[name] = await _query(upstream, SIGNALS[name].promql % values)
-            return signal_values[name]
+        signals = _Signals(upstream, spec)
 
         async def finding(alert: Alert, labels: Mapping[str, str], holds: bool) -> Finding:
             found = Finding(alert, labels, holds=holds, severity=spec.severity(alert))
             for cond in alert.conditions():
-                matches = [v for series, v in await signal(cond.signal) if _covers(series, labels)]
-                found.evidence.append((cond, matches[0] if matches else None))
+                read, value = await signals.reading(cond.signal, labels)
+                found.evidence.append((replace(cond, read=read), value))
             return found
 
         findings = []
@@ -171,10 +202,7 @@ async def from_prometheus(
                 late = await finding(alert, own, holds=False)
                 late.firing = True
                 findings.append(late)
-        phase = {}
-        for name in PHASE_SIGNALS:
-            known = [v for _, v in await signal(name) if not math.isnan(v)]
-            phase[name] = max(known) if known else None
+        phase = await signals.phase()
         burns = await _burns(upstream, spec)
     finally:
         await upstream.close()

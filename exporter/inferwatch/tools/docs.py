@@ -126,7 +126,11 @@ def flags_table() -> str:
 
 def _condition(cond: Cond, spec: Spec) -> str:
     signal = SIGNALS[cond.signal]
-    return f"{signal.label} {cond.op} {fmt(cond.bound(spec), signal.unit)}"
+    label, fallback = signal.label, signal.fallback
+    while fallback is not None:  # what the server lacking the signal's series is judged on
+        label += f" (else {SIGNALS[fallback].label})"
+        fallback = SIGNALS[fallback].fallback
+    return f"{label} {cond.op} {fmt(cond.bound(spec), signal.unit)}"
 
 
 def alert_table(spec: Spec | None = None, runbooks: str = "../alerts/runbooks/") -> str:

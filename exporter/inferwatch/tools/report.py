@@ -18,7 +18,7 @@ RUNBOOKS = "alerts/runbooks/"
 
 
 def evidence_text(alert: Alert, cond: Cond, value: float | None, spec: Spec) -> str:
-    signal = SIGNALS[cond.signal]
+    signal = SIGNALS[cond.measured]
     keyword = "unless " if cond in alert.unless else ("or " if cond in alert.any_of[1:] else "")
     bound = fmt(cond.bound(spec), signal.unit)
     return f"{keyword}{signal.label} {fmt(value, signal.unit)} {cond.op} {bound}"

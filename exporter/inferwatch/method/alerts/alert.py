@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from inferwatch.method.recipes import ShareAbove
-from inferwatch.method.signals import SIGNALS
+from inferwatch.method.signals import SIGNALS, expression
 from inferwatch.method.thresholds import THRESHOLDS
 
 if TYPE_CHECKING:
@@ -38,14 +38,25 @@ STEP_SPAN = "`execute_context_<P>(<p tokens>)_generation_<D>(<d tokens>)`"
 
 @dataclass(frozen=True)
 class Cond:
-    """``signal op threshold``; the threshold is a name in THRESHOLDS or a number."""
+    """``signal op threshold``; the threshold is a name in THRESHOLDS or a number.
+
+    Compared, the signal reads its fallback where its own series are absent
+    (:func:`~inferwatch.method.signals.expression`); in a finding's evidence, ``read`` names
+    the signal that gave the value (the condition's own where empty).
+    """
 
     signal: str
     op: str
     threshold: str | float
+    read: str = field(default="", compare=False)
+
+    @property
+    def measured(self) -> str:
+        """The signal whose value the evidence shows."""
+        return self.read or self.signal
 
     def promql(self, values: Mapping[str, str]) -> str:
-        signal = SIGNALS[self.signal].promql % values
+        signal = expression(self.signal, values)
         bound = (
             values[f"t.{self.threshold}"]
             if isinstance(self.threshold, str)

@@ -16,6 +16,33 @@ INSTANCE_TTFT = f"instance:inferwatch_{TTFT}"
 INSTANCE_ITL = f"instance:inferwatch_{ITL}"
 
 
+# What a description reads where a signal read its fallback (method/fallbacks.py): the
+# canary's TTFT, the server's steps, the token budget in use.
+CANARY_TTFT_P95 = (
+    "histogram_quantile(0.95, sum by (le) "
+    "(rate(inferwatch_canary_time_to_first_token_seconds_bucket[%(window)s])))"
+)
+STEP_P95 = (
+    "histogram_quantile(0.95, sum by (le) "
+    '(rate(inferwatch_engine_step_seconds_bucket{kind="decode"}[%(window)s])))'
+)
+
+
+def _step_mean(kind: str) -> str:
+    return (
+        f'sum(rate(inferwatch_engine_step_seconds_sum{{kind="{kind}"}}[%(window)s])) / '
+        f'sum(rate(inferwatch_engine_step_seconds_count{{kind="{kind}"}}[%(window)s]))'
+    )
+
+
+PREFILL_STEP_MEAN = _step_mean("prefill")
+DECODE_STEP_OVER_FLOOR = f"{_step_mean('decode')} / max(inferwatch_decode_floor_seconds)"
+TOKEN_BUDGET_USE = (
+    "avg_over_time(inferwatch_batch_reserved_tokens[%(window)s]) / "
+    "avg_over_time(inferwatch_batch_token_budget[%(window)s])"
+)
+
+
 def value_of(selector: str, level: str, fmt: str = "humanize", match_model: bool = True) -> str:
     """Annotation snippet: the value of another series for the alert's own labels.
 
@@ -27,6 +54,19 @@ def value_of(selector: str, level: str, fmt: str = "humanize", match_model: bool
     (series without a model label).
     """
     pipe = fmt if fmt.startswith("label ") else f"value | {fmt}"
+    return f"{{{{ with {_query(selector, level, match_model)} }}}}" + (
+        f"{{{{ . | first | {pipe} }}}}{{{{ else }}}}n/a{{{{ end }}}}"
+    )
+
+
+def if_present(selector: str, level: str, then: str, otherwise: str) -> str:
+    """Annotation snippet: ``then`` where ``selector`` has a series for the alert's labels,
+    else ``otherwise`` (where a signal read its fallback: say which was read)."""
+    return f"{{{{ if {_query(selector, level)} }}}}{then}{{{{ else }}}}{otherwise}{{{{ end }}}}"
+
+
+def _query(selector: str, level: str, match_model: bool = True) -> str:
+    """The template pipeline that queries ``selector`` for the alert's own labels."""
     part = r"(?:[a-zA-Z0-9_:]|%\(\w+\)s)"  # a name character, or a %(w)s placeholder
     metric = re.compile(rf"{part}*inferwatch_{part}+(\{{[^}}]*\}})?")
     if level == INSTANCE:
@@ -42,10 +82,7 @@ def value_of(selector: str, level: str, fmt: str = "humanize", match_model: bool
 
     query, count = metric.subn(with_labels, selector)
     assert count, selector
-    return (
-        f"{{{{ with printf `{query}` {' '.join([args] * count)} | query }}}}"
-        f"{{{{ . | first | {pipe} }}}}{{{{ else }}}}n/a{{{{ end }}}}"
-    )
+    return f"printf `{query}` {' '.join([args] * count)} | query"
 
 
 def window_mean(numerator: str, denominator: str = "") -> str:

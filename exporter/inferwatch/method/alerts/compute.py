@@ -2,22 +2,39 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from inferwatch.method.alerts.alert import STEP_SPAN, USERS_SEE, Alert, Cond
-from inferwatch.method.alerts.annotations import INSTANCE_ITL, P95, value_of, window_mean
+from inferwatch.method.alerts.annotations import (
+    INSTANCE_ITL,
+    INSTANCE_TTFT,
+    P95,
+    PREFILL_STEP_MEAN,
+    STEP_P95,
+    if_present,
+    value_of,
+    window_mean,
+)
 from inferwatch.method.alerts.memory import kv_pressure_on_a
 from inferwatch.method.scenario import (
-    SERVED_MODEL,
+    TGI_DECODE,
+    TGI_LE,
     A,
     B,
     Dist,
     Scenario,
+    bottleneck,
     healthy,
     instance_alert,
+    tgi,
 )
 from inferwatch.method.signals import INSTANCE, QUEUE
 
+prefill_bottleneck = partial(bottleneck, "prefill", "compute")
+
 # ---------------------------------------------------------------------------------------
 # InferencePrefillBottleneck
+
 
 LONG_PROMPTS = Scenario(
     # TTFT in (2.5, 5] s -> p95 4.875 s; queue 0.1 s of a 3.5 s mean TTFT; ITL normal.
@@ -36,16 +53,11 @@ LONG_PROMPTS = Scenario(
     place=2,
     fires={
         "InferencePrefillBottleneck": [
-            instance_alert(
-                "InferencePrefillBottleneck",
+            prefill_bottleneck(
                 i,
-                "warning",
-                "prefill",
-                "compute",
                 "TTFT p95 is 4.875s (threshold 2s) while queueing takes only 100ms and "
                 "inter-token latency p95 is a normal 48.75ms. Prompts take long to compute: "
                 "mean prompt 3k tokens, prefix-cache hit ratio 5%.",
-                f"Prefill is the bottleneck on {i} ({SERVED_MODEL})",
             )
             for i in (A, B)
         ]
@@ -86,6 +98,37 @@ KV_PRESSURE_AS_PREFILL = Scenario(
     silent=("InferencePrefillBottleneck",),
 )
 
+TGI_LONG_PROMPTS = Scenario(
+    # TGI: no TTFT histogram. The canary's first tokens in (2.5, 5] s -> p95 4.875 s; prefill
+    # steps in (2.53, 3.79] s, mean 3 s, against 5 ms queued: the queue's share 0.2 %.
+    # Decode steps normal. B's canary TTFT p95 1.75 s (near miss).
+    "TGI: long prompts",
+    (
+        tgi(
+            A,
+            canary_ttft=Dist({5.0: 1.0}, 3.5),
+            step_seconds={"prefill": Dist({TGI_LE[24]: 1.0}, 3.0), "decode": TGI_DECODE},
+            prompt_tokens=Dist({5000: 1.0}, 3000),
+        ),
+        tgi(B, canary_ttft=Dist({1.0: 0.9, 2.5: 0.1}, 1.0)),
+    ),
+    file="tgi.yaml",
+    place=2,
+    fires={
+        "InferencePrefillBottleneck": [
+            prefill_bottleneck(
+                A,
+                "The canary's TTFT p95 is 4.875s (threshold 2s; the server has no TTFT "
+                "histogram) while queueing takes only 5ms against 3s per prefill step, and "
+                "decode steps take a normal 28.71ms at p95. Prompts take long to compute: "
+                "mean prompt 3k tokens.",
+                backend="tgi",
+            )
+        ]
+    },
+    silent=("InferenceDecodeBottleneck", "InferenceKVCachePressure"),
+)
+
 PREFILL_BOTTLENECK = Alert(
     name="InferencePrefillBottleneck",
     order=4,
@@ -96,20 +139,38 @@ PREFILL_BOTTLENECK = Alert(
     explains=USERS_SEE,
     for_default="5m",
     summary="Prefill is the bottleneck on {{ $labels.instance }} ({{ $labels.model }})",
-    description="TTFT p95 is {{ $value | humanizeDuration }} (threshold %(t.ttft_p95_seconds)ss) "
-    "while queueing takes only "
-    + value_of(window_mean(f"inferwatch_{QUEUE}"), INSTANCE, "humanizeDuration")
-    + " and inter-token latency p95 is a normal "
-    + value_of(f"{INSTANCE_ITL}:quantile_%(w)s{P95}", INSTANCE, "humanizeDuration")
-    + ". Prompts take long to compute: mean prompt "
-    + value_of(window_mean("inferwatch_request_prompt_tokens"), INSTANCE)
-    + " tokens, prefix-cache hit ratio "
-    + value_of(
-        window_mean("inferwatch_prefix_cache_hits_total", "inferwatch_prefix_cache_queries_total"),
+    # Where the server has no TTFT histogram (TGI), the canary's first tokens, the queue
+    # and the prefill steps stand in (method/fallbacks.py), and the text says so.
+    description=if_present(
+        f"{INSTANCE_TTFT}:quantile_%(w)s{P95}",
         INSTANCE,
-        "humanizePercentage",
-    )
-    + ".",
+        "TTFT p95 is {{ $value | humanizeDuration }} (threshold %(t.ttft_p95_seconds)ss) "
+        "while queueing takes only "
+        + value_of(window_mean(f"inferwatch_{QUEUE}"), INSTANCE, "humanizeDuration")
+        + " and inter-token latency p95 is a normal "
+        + value_of(f"{INSTANCE_ITL}:quantile_%(w)s{P95}", INSTANCE, "humanizeDuration")
+        + ". Prompts take long to compute: mean prompt "
+        + value_of(window_mean("inferwatch_request_prompt_tokens"), INSTANCE)
+        + " tokens, prefix-cache hit ratio "
+        + value_of(
+            window_mean(
+                "inferwatch_prefix_cache_hits_total", "inferwatch_prefix_cache_queries_total"
+            ),
+            INSTANCE,
+            "humanizePercentage",
+        )
+        + ".",
+        "The canary's TTFT p95 is {{ $value | humanizeDuration }} (threshold "
+        "%(t.ttft_p95_seconds)ss; the server has no TTFT histogram) while queueing takes only "
+        + value_of(window_mean(f"inferwatch_{QUEUE}"), INSTANCE, "humanizeDuration")
+        + " against "
+        + value_of(PREFILL_STEP_MEAN, INSTANCE, "humanizeDuration")
+        + " per prefill step, and decode steps take a normal "
+        + value_of(STEP_P95, INSTANCE, "humanizeDuration")
+        + " at p95. Prompts take long to compute: mean prompt "
+        + value_of(window_mean("inferwatch_request_prompt_tokens"), INSTANCE)
+        + " tokens.",
+    ),
     when=(
         Cond("ttft_p95", ">", "ttft_p95_seconds"),
         Cond("queue_share", "<", "queue_share_low"),
@@ -129,7 +190,7 @@ PREFILL_BOTTLENECK = Alert(
         "their duration against p is the prefill throughput. Long steps with few tokens "
         "mean slow kernels (look inside the step: attention vs. MLP)."
     ),
-    scenarios=(LONG_PROMPTS, PREFILL_NEAR_MISS, KV_PRESSURE_AS_PREFILL),
+    scenarios=(LONG_PROMPTS, PREFILL_NEAR_MISS, KV_PRESSURE_AS_PREFILL, TGI_LONG_PROMPTS),
 )
 
 # ---------------------------------------------------------------------------------------

@@ -6,29 +6,42 @@ the GPU's memory bandwidth.
 
 from __future__ import annotations
 
+from functools import partial
+
 from inferwatch.method.alerts.alert import STEP_SPAN, USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import (
+    CANARY_TTFT_P95,
+    DECODE_STEP_OVER_FLOOR,
     INSTANCE_ITL,
     INSTANCE_TTFT,
     P95,
     PLAIN_NUMBER,
+    TOKEN_BUDGET_USE,
+    if_present,
     value_of,
     window_mean,
 )
 from inferwatch.method.scenario import (
     SERVED_MODEL,
+    TGI_LE,
+    TGI_PREFILL,
     A,
     B,
     C,
     Dist,
     Scenario,
+    bottleneck,
     healthy,
     instance_alert,
+    tgi,
 )
 from inferwatch.method.signals import INSTANCE
 
+decode_bottleneck = partial(bottleneck, "decode", "memory")
+
 # ---------------------------------------------------------------------------------------
 # InferenceDecodeBottleneck
+
 
 DECODE_BOUND = Scenario(
     # ITL in (0.15, 0.2] -> p95 197.5 ms, mean 170 ms = 35.4x the 4.8 ms floor; TTFT normal.
@@ -43,16 +56,11 @@ DECODE_BOUND = Scenario(
     place=5,
     fires={
         "InferenceDecodeBottleneck": [
-            instance_alert(
-                "InferenceDecodeBottleneck",
+            decode_bottleneck(
                 A,
-                "warning",
-                "decode",
-                "memory",
                 "Inter-token latency p95 is 197.5ms (threshold 0.1s) while TTFT p95 is a normal "
                 "487.5ms; mean ITL over the hardware floor is 35.4x (n/a: floor unknown), with "
                 "256 tokens per engine step. Decode is slower than the memory bandwidth allows.",
-                f"Decode is the bottleneck on {A} ({SERVED_MODEL})",
             )
         ]
     },
@@ -61,6 +69,35 @@ DECODE_BOUND = Scenario(
         "InferenceQueueingDelay",
         "InferenceDecodeAtHardwareFloor",
     ),
+)
+
+TGI_DECODE_BOUND = Scenario(
+    # TGI: no inter-token histogram; decode steps in (147.8, 221.7] ms -> p95 218 ms, mean
+    # 200 ms = 41.7x the 4.8 ms floor; the canary's first tokens normal. B's decode steps in
+    # (65.7, 98.5] ms -> p95 96.9 ms (near miss). C is an old TGI without step histograms
+    # or canary: nothing to judge the phase on, so silent.
+    "TGI: decode steps slow",
+    (
+        tgi(A, step_seconds={"prefill": TGI_PREFILL, "decode": Dist({TGI_LE[18]: 1.0}, 0.2)}),
+        tgi(B, step_seconds={"prefill": TGI_PREFILL, "decode": Dist({TGI_LE[16]: 1.0}, 0.09)}),
+        tgi(C, step_seconds=None, canary_ttft=None, canary_probes=None, token_budget_use=None),
+    ),
+    file="tgi.yaml",
+    place=1,
+    fires={
+        "InferenceDecodeBottleneck": [
+            decode_bottleneck(
+                A,
+                "Decode steps take 218ms at p95 (threshold 0.1s; a decode step is every "
+                "running request's next token, timed by the server) while the canary's TTFT "
+                "p95 is a normal 242.5ms; the mean decode step over the hardware floor is "
+                "41.7x (n/a: floor unknown), with 9.82 requests running. Decode is slower than "
+                "the memory bandwidth allows.",
+                backend="tgi",
+            )
+        ]
+    },
+    silent=("InferencePrefillBottleneck", "InferenceDecodeAtHardwareFloor"),
 )
 
 DECODE_BOTTLENECK = Alert(
@@ -73,14 +110,30 @@ DECODE_BOTTLENECK = Alert(
     explains=USERS_SEE,
     for_default="5m",
     summary="Decode is the bottleneck on {{ $labels.instance }} ({{ $labels.model }})",
-    description="Inter-token latency p95 is {{ $value | humanizeDuration }} (threshold "
-    "%(t.itl_p95_seconds)ss) while TTFT p95 is a normal "
-    + value_of(f"{INSTANCE_TTFT}:quantile_%(w)s{P95}", INSTANCE, "humanizeDuration")
-    + "; mean ITL over the hardware floor is "
-    + value_of(f"{INSTANCE_ITL}:mean_per_decode_floor_%(w)s", INSTANCE, PLAIN_NUMBER)
-    + "x (n/a: floor unknown), with "
-    + value_of(window_mean("inferwatch_engine_step_tokens"), INSTANCE)
-    + " tokens per engine step. Decode is slower than the memory bandwidth allows.",
+    # Where the server has no inter-token histogram (TGI), its decode steps and the canary's
+    # first tokens stand in (method/fallbacks.py), and the text says so.
+    description=if_present(
+        f"{INSTANCE_ITL}:quantile_%(w)s{P95}",
+        INSTANCE,
+        "Inter-token latency p95 is {{ $value | humanizeDuration }} (threshold "
+        "%(t.itl_p95_seconds)ss) while TTFT p95 is a normal "
+        + value_of(f"{INSTANCE_TTFT}:quantile_%(w)s{P95}", INSTANCE, "humanizeDuration")
+        + "; mean ITL over the hardware floor is "
+        + value_of(f"{INSTANCE_ITL}:mean_per_decode_floor_%(w)s", INSTANCE, PLAIN_NUMBER)
+        + "x (n/a: floor unknown), with "
+        + value_of(window_mean("inferwatch_engine_step_tokens"), INSTANCE)
+        + " tokens per engine step.",
+        "Decode steps take {{ $value | humanizeDuration }} at p95 (threshold "
+        "%(t.itl_p95_seconds)ss; a decode step is every running request's next token, "
+        "timed by the server) while the canary's TTFT p95 is a normal "
+        + value_of(CANARY_TTFT_P95, INSTANCE, "humanizeDuration")
+        + "; the mean decode step over the hardware floor is "
+        + value_of(DECODE_STEP_OVER_FLOOR, INSTANCE, PLAIN_NUMBER)
+        + "x (n/a: floor unknown), with "
+        + value_of("avg_over_time(inferwatch_requests_running[%(window)s])", INSTANCE, PLAIN_NUMBER)
+        + " requests running.",
+    )
+    + " Decode is slower than the memory bandwidth allows.",
     when=(
         Cond("itl_p95", ">", "itl_p95_seconds"),
         Cond("ttft_p95", "<=", "ttft_p95_seconds"),
@@ -93,7 +146,7 @@ DECODE_BOTTLENECK = Alert(
         "gaps between steps are host overhead (scheduling, sampling, detokenization: see "
         "the API server's stacks)."
     ),
-    scenarios=(DECODE_BOUND,),
+    scenarios=(DECODE_BOUND, TGI_DECODE_BOUND),
 )
 
 # ---------------------------------------------------------------------------------------
@@ -178,6 +231,36 @@ KV_PRESSURE = Scenario(
     fires={"InferenceKVCachePressure": [kv_pressure_on_a(99)]},
 )
 
+TGI_BUDGET_EXHAUSTED = Scenario(
+    # TGI: the running batch holds 97.55 % of its token budget and requests queue on A; B
+    # holds ~83 % (near miss).
+    "TGI: token budget exhausted with a queue",
+    (
+        tgi(A, token_budget_use=(0.96, 0.98, 0.99, 0.97), waiting=(5, 7, 6)),
+        tgi(B, token_budget_use=(0.8, 0.85, 0.83)),
+    ),
+    file="tgi.yaml",
+    place=3,
+    fires={
+        "InferenceKVCachePressure": [
+            instance_alert(
+                "InferenceKVCachePressure",
+                A,
+                "warning",
+                "decode",
+                "memory",
+                "The running batch has reserved 97.55% of its token budget (threshold 90 % "
+                "averaged over 5m) with 5 requests waiting: the server admits a request only "
+                "when its tokens fit the budget, so new requests wait for running ones to "
+                "finish.",
+                f"Batch token budget exhausted on {A} ({SERVED_MODEL})",
+                backend="tgi",
+            )
+        ]
+    },
+    silent=("InferenceDecodeBottleneck", "InferencePrefillBottleneck"),
+)
+
 KV_CACHE_PRESSURE = Alert(
     name="InferenceKVCachePressure",
     order=7,
@@ -194,14 +277,33 @@ KV_CACHE_PRESSURE = Alert(
         *USERS_SEE,
     ),
     for_default="5m",
-    summary="KV cache under pressure on {{ $labels.instance }} ({{ $labels.model }})",
-    description="KV-cache use now "
-    + value_of("inferwatch_kv_cache_usage_ratio", INSTANCE, "humanizePercentage")
-    + " (threshold %(pct.kv_usage_high)s averaged over %(window)s) and the scheduler "
-    "preempted "
-    + value_of("instance:inferwatch_preemptions:%(w)s", INSTANCE, PLAIN_NUMBER)
-    + " requests/s (threshold %(t.preemptions_per_second)s/s). Preempted requests lose "
-    "their KV cache and are recomputed later.",
+    summary=if_present(
+        "inferwatch_batch_token_budget",
+        INSTANCE,
+        "Batch token budget exhausted",
+        "KV cache under pressure",
+    )
+    + " on {{ $labels.instance }} ({{ $labels.model }})",
+    # A server that admits by a token budget (TGI) has no KV-cache gauge or preemptions:
+    # its budget in use is read instead (method/fallbacks.py).
+    description=if_present(
+        "inferwatch_batch_token_budget",
+        INSTANCE,
+        "The running batch has reserved "
+        + value_of(TOKEN_BUDGET_USE, INSTANCE, "humanizePercentage")
+        + " of its token budget (threshold %(pct.kv_usage_high)s averaged over %(window)s) "
+        "with "
+        + value_of("inferwatch_requests_waiting", INSTANCE)
+        + " requests waiting: the server admits a request only when its tokens fit the "
+        "budget, so new requests wait for running ones to finish.",
+        "KV-cache use now "
+        + value_of("inferwatch_kv_cache_usage_ratio", INSTANCE, "humanizePercentage")
+        + " (threshold %(pct.kv_usage_high)s averaged over %(window)s) and the scheduler "
+        "preempted "
+        + value_of("instance:inferwatch_preemptions:%(w)s", INSTANCE, PLAIN_NUMBER)
+        + " requests/s (threshold %(t.preemptions_per_second)s/s). Preempted requests lose "
+        "their KV cache and are recomputed later.",
+    ),
     any_of=(
         Cond("kv_usage", ">", "kv_usage_high"),
         Cond("preemption_rate", ">", "preemptions_per_second"),
@@ -210,7 +312,7 @@ KV_CACHE_PRESSURE = Alert(
         f"Steps ({STEP_SPAN}) whose decode count D drops and prefill count P jumps without new "
         "requests are preempted requests being recomputed."
     ),
-    scenarios=(KV_PRESSURE,),
+    scenarios=(KV_PRESSURE, TGI_BUDGET_EXHAUSTED),
 )
 
 ALERTS = (DECODE_BOTTLENECK, DECODE_AT_HARDWARE_FLOOR, KV_CACHE_PRESSURE)

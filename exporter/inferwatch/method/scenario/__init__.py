@@ -10,6 +10,7 @@ Each alert holds its scenarios (``Alert.scenarios``, in the layer modules of
 
 from inferwatch.method.scenario.expect import (
     Scenario,
+    bottleneck,
     instance_alert,
     model_alert,
     promtool_group,
@@ -20,6 +21,9 @@ from inferwatch.method.scenario.workload import (
     ITL_LE,
     SERVED_MODEL,
     STEP,
+    TGI_DECODE,
+    TGI_LE,
+    TGI_PREFILL,
     TTFT_LE,
     A,
     B,
@@ -28,6 +32,7 @@ from inferwatch.method.scenario.workload import (
     Replica,
     healthy,
     input_series,
+    tgi,
 )
 
 __all__ = [
@@ -36,6 +41,9 @@ __all__ = [
     "ITL_LE",
     "SERVED_MODEL",
     "STEP",
+    "TGI_DECODE",
+    "TGI_LE",
+    "TGI_PREFILL",
     "TTFT_LE",
     "A",
     "B",
@@ -43,9 +51,11 @@ __all__ = [
     "Dist",
     "Replica",
     "Scenario",
+    "bottleneck",
     "healthy",
     "input_series",
     "instance_alert",
     "model_alert",
     "promtool_group",
+    "tgi",
 ]

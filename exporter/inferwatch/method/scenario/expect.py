@@ -75,6 +75,21 @@ def instance_alert(
     return _expected(alertname, labels, description, summary)
 
 
+def bottleneck(phase: str, layer: str, instance: str, description: str, **extra: str) -> dict:
+    """``Inference<Phase>Bottleneck`` (a warning) on one instance."""
+    name = phase.capitalize()
+    return instance_alert(
+        f"Inference{name}Bottleneck",
+        instance,
+        "warning",
+        phase,
+        layer,
+        description,
+        f"{name} is the bottleneck on {instance} ({SERVED_MODEL})",
+        **extra,
+    )
+
+
 def model_alert(
     alertname: str, severity: str, phase: str, layer: str, description: str, summary: str
 ) -> dict:

@@ -35,6 +35,11 @@ LATENCY_LE = (
 TOKENS_LE = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 STEP_TOKENS_LE = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 # fmt: on
+# TGI's duration buckets (queue, request, batch steps): 0.1 ms x 1.5^i, i = 1..35.
+TGI_LE = tuple(0.0001 * 1.5**i for i in range(1, 36))
+# The canary's first-token bounds (collect/canary.py).
+CANARY_TTFT_LE = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+TOKEN_BUDGET = 16000.0  # a TGI batch's max total tokens
 
 CANARY_RESULTS = ("ok", "http_error", "timeout", "connect_error", "bad_stream")
 CANARY_OK = {"ok": 1 / 15}  # a probe every 15 s, all answered
@@ -54,27 +59,42 @@ class Dist:
     mean: float
 
 
+# A healthy TGI's steps: prefill in (65.7, 98.5] ms, decode in (19.5, 29.2] ms.
+TGI_PREFILL = Dist({TGI_LE[16]: 1.0}, 0.08)
+TGI_DECODE = Dist({TGI_LE[13]: 1.0}, 0.025)
+
+
 @dataclass(frozen=True)
 class Replica:
     """What one instance serves; the defaults are a healthy replica."""
 
     instance: str
+    backend: str = "vllm"
     requests_per_s: float = 2.0
     error_share: float = 0.0
-    ttft: Dist = Dist({0.5: 1.0}, 0.4)  # p95 487.5 ms
+    # The server's per-request latency histograms (None: it has none, as TGI).
+    ttft: Dist | None = Dist({0.5: 1.0}, 0.4)  # p95 487.5 ms
     queue: Dist = Dist({0.3: 1.0}, 0.02)
-    itl: Dist = Dist({0.05: 1.0}, 0.035)  # p95 48.75 ms
+    itl: Dist | None = Dist({0.05: 1.0}, 0.035)  # p95 48.75 ms
+    # A server that times its steps instead (TGI): step durations by kind, one prefill step
+    # per request and ``steps_per_s`` decode steps; its request durations; finish reasons
+    # (False: finished requests counted by the duration histogram only).
+    step_seconds: dict[str, Dist] | None = None
+    request_seconds: Dist | None = None
+    finish_reasons: bool = True
+    canary_ttft: Dist | None = None  # the canary's first tokens (None: canary off)
     prompt_tokens: Dist = Dist({1000: 1.0}, 800)
-    step_tokens: Dist = Dist({64: 1.0}, 48)
+    step_tokens: Dist | None = Dist({64: 1.0}, 48)
     steps_per_s: float = 40.0
     generation_tokens_per_request: float = 200
-    prefix_hit_share: float = 0.25
+    prefix_hit_share: float | None = 0.25
     running: tuple[float, ...] = (8, 10, 12, 11, 9)
     waiting: tuple[float, ...] = (0, 1, 0, 2, 0)
-    kv_usage: tuple[float, ...] = (0.42, 0.55, 0.61, 0.48)
-    preemptions_per_s: float = 0.0
+    kv_usage: tuple[float, ...] | None = (0.42, 0.55, 0.61, 0.48)
+    token_budget_use: tuple[float, ...] | None = None  # a TGI batch's share of its budget
+    preemptions_per_s: float | None = 0.0
     queued_while_idle_share: float = 0.0
-    frontend_cpu_cores: float = 0.3
+    frontend_cpu_cores: float | None = 0.3
     # The CPU under the server (None: not read): cores it runs, seconds per second its
     # threads wait for a CPU, the node's PSI share, its cgroup's throttled seconds per second.
     server_cpu_cores: float | None = None
@@ -99,6 +119,30 @@ class Replica:
 
 def healthy(instance: str, **changes: object) -> Replica:
     return dataclasses.replace(Replica(instance), **changes)
+
+
+def tgi(instance: str, **changes: object) -> Replica:
+    """A healthy TGI replica: step durations instead of TTFT and inter-token histograms, a
+    token budget instead of KV blocks, no finish reasons, preemptions or prefix cache; the
+    canary on (``--canary auto``)."""
+    shape = {
+        "backend": "tgi",
+        "ttft": None,
+        "itl": None,
+        "queue": Dist({TGI_LE[10]: 1.0}, 0.005),
+        "step_seconds": {"prefill": TGI_PREFILL, "decode": TGI_DECODE},
+        "request_seconds": Dist({TGI_LE[26]: 1.0}, 5.0),
+        "finish_reasons": False,
+        "canary_ttft": Dist({0.25: 1.0}, 0.15),
+        "canary_probes": CANARY_OK,
+        "kv_usage": None,
+        "token_budget_use": (0.42, 0.55, 0.61, 0.48),
+        "preemptions_per_s": None,
+        "prefix_hit_share": None,
+        "step_tokens": None,
+        "frontend_cpu_cores": None,
+    }
+    return dataclasses.replace(Replica(instance), **(shape | changes))
 
 
 def labels(**pairs: str) -> str:
@@ -148,67 +192,93 @@ def _target_series(r: Replica, target: dict) -> list[dict]:
     """The scrape's own series and the sidecar's view of its backend and collectors."""
     return [
         _series("up", "1x40", **target),
-        _series("inferwatch_backend_up", r.backend_up, **target, backend="vllm"),
+        _series("inferwatch_backend_up", r.backend_up, **target, backend=r.backend),
         _series(
             "inferwatch_backend_scrape_duration_seconds",
             r.scrape_duration,
             **target,
-            backend="vllm",
+            backend=r.backend,
         ),
         _series("inferwatch_collector_success", r.gpu_collector, **target, collector="gpu"),
     ]
 
 
 def _engine_series(r: Replica, engine: dict, backend: dict) -> list[dict]:
-    """The engine's gauges and counters, then the sidecar's per-backend counters."""
+    """The engine's gauges and counters, then the sidecar's per-backend counters; a series
+    whose value is None is one the server does not have."""
     rate = r.requests_per_s
+    prompt_rate = rate * r.prompt_tokens.mean
     gauges = (
         ("inferwatch_requests_running", r.running),
         ("inferwatch_requests_waiting", r.waiting),
         ("inferwatch_kv_cache_usage_ratio", r.kv_usage),
+        (
+            "inferwatch_batch_reserved_tokens",
+            r.token_budget_use and tuple(TOKEN_BUDGET * u for u in r.token_budget_use),
+        ),
+        ("inferwatch_batch_token_budget", r.token_budget_use and (TOKEN_BUDGET,)),
     )
+    hits = None if r.prefix_hit_share is None else prompt_rate * r.prefix_hit_share
     counters = (
         ("inferwatch_preemptions_total", {}, r.preemptions_per_s),
         ("inferwatch_engine_steps_total", {}, r.steps_per_s),
-        ("inferwatch_prompt_tokens_total", {}, rate * r.prompt_tokens.mean),
+        ("inferwatch_prompt_tokens_total", {}, prompt_rate),
         ("inferwatch_generation_tokens_total", {}, rate * r.generation_tokens_per_request),
-        ("inferwatch_prefix_cache_queries_total", {}, rate * r.prompt_tokens.mean),
-        (
-            "inferwatch_prefix_cache_hits_total",
-            {},
-            rate * r.prompt_tokens.mean * r.prefix_hit_share,
-        ),
-        ("inferwatch_requests_finished_total", {"reason": "stop"}, rate * (1 - r.error_share)),
-        ("inferwatch_requests_finished_total", {"reason": "error"}, rate * r.error_share),
+        ("inferwatch_prefix_cache_queries_total", {}, hits and prompt_rate),
+        ("inferwatch_prefix_cache_hits_total", {}, hits),
     )
-    out = [_series(name, _gauge(values), **engine) for name, values in gauges]
-    out += [_series(name, _counter(per_s), **engine, **extra) for name, extra, per_s in counters]
-    return [
-        *out,
+    if r.finish_reasons:
+        counters += (
+            ("inferwatch_requests_finished_total", {"reason": "stop"}, rate * (1 - r.error_share)),
+            ("inferwatch_requests_finished_total", {"reason": "error"}, rate * r.error_share),
+        )
+    out = [_series(name, _gauge(v), **engine) for name, v in gauges if v is not None]
+    out += [
+        _series(name, _counter(per_s), **engine, **extra)
+        for name, extra, per_s in counters
+        if per_s is not None
+    ]
+    out.append(
         _series(
             "inferwatch_queued_while_idle_seconds_total",
             _counter(r.queued_while_idle_share),
             **backend,
-        ),
-        _series("inferwatch_frontend_cpu_seconds_total", _counter(r.frontend_cpu_cores), **backend),
-    ]
+        )
+    )
+    if r.frontend_cpu_cores is not None:
+        cpu = _counter(r.frontend_cpu_cores)
+        out.append(_series("inferwatch_frontend_cpu_seconds_total", cpu, **backend))
+    return out
 
 
 def _histograms(r: Replica, engine: dict, backend: dict) -> list[dict]:
     """The latency and size histograms, and the exporter's window quantiles of latency."""
     rate = r.requests_per_s
     tokens_per_s = rate * r.generation_tokens_per_request
-    return [
-        *_histogram("inferwatch_time_to_first_token_seconds", engine, TTFT_LE, rate, r.ttft),
-        *_histogram("inferwatch_request_queue_time_seconds", engine, LATENCY_LE, rate, r.queue),
-        *_histogram("inferwatch_inter_token_latency_seconds", engine, ITL_LE, tokens_per_s, r.itl),
-        *_window("inferwatch_time_to_first_token_window_seconds", backend, TTFT_LE, r.ttft),
-        *_window("inferwatch_inter_token_latency_window_seconds", backend, ITL_LE, r.itl),
-        *_histogram("inferwatch_request_prompt_tokens", engine, TOKENS_LE, rate, r.prompt_tokens),
-        *_histogram(
-            "inferwatch_engine_step_tokens", engine, STEP_TOKENS_LE, r.steps_per_s, r.step_tokens
-        ),
-    ]
+    queue_le = TGI_LE if r.backend == "tgi" else LATENCY_LE
+    ttft, itl = "inferwatch_time_to_first_token", "inferwatch_inter_token_latency"
+    out = []
+    if r.ttft is not None:
+        out += _histogram(f"{ttft}_seconds", engine, TTFT_LE, rate, r.ttft)
+    out += _histogram("inferwatch_request_queue_time_seconds", engine, queue_le, rate, r.queue)
+    if r.itl is not None:
+        out += _histogram(f"{itl}_seconds", engine, ITL_LE, tokens_per_s, r.itl)
+    if r.ttft is not None:
+        out += _window(f"{ttft}_window_seconds", backend, TTFT_LE, r.ttft)
+    if r.itl is not None:
+        out += _window(f"{itl}_window_seconds", backend, ITL_LE, r.itl)
+    out += _histogram("inferwatch_request_prompt_tokens", engine, TOKENS_LE, rate, r.prompt_tokens)
+    if r.step_tokens is not None:
+        metric = "inferwatch_engine_step_tokens"
+        out += _histogram(metric, engine, STEP_TOKENS_LE, r.steps_per_s, r.step_tokens)
+    for kind, dist in (r.step_seconds or {}).items():
+        per_s = r.steps_per_s if kind == "decode" else rate
+        metric = "inferwatch_engine_step_seconds"
+        out += _histogram(metric, {**engine, "kind": kind}, TGI_LE, per_s, dist)
+    if r.request_seconds is not None:
+        metric = "inferwatch_request_duration_seconds"
+        out += _histogram(metric, engine, TGI_LE, rate, r.request_seconds)
+    return out
 
 
 def _optional_series(r: Replica, backend: dict) -> list[dict]:
@@ -232,6 +302,9 @@ def _optional_series(r: Replica, backend: dict) -> list[dict]:
             )
     if r.canary_gap is not None:
         out.append(_series("inferwatch_canary_ttft_gap_seconds", r.canary_gap, **backend))
+    if r.canary_ttft is not None:
+        metric = "inferwatch_canary_time_to_first_token_seconds"
+        out += _histogram(metric, backend, CANARY_TTFT_LE, 1 / 15, r.canary_ttft)
     for result in CANARY_RESULTS if r.canary_probes is not None else ():
         probes = _counter(r.canary_probes.get(result, 0.0))
         out.append(_series("inferwatch_canary_probes_total", probes, **backend, result=result))
@@ -306,8 +379,8 @@ def _links(r: Replica, gpu: int, pairs: dict) -> list[dict]:
 def input_series(r: Replica) -> list[dict]:
     """Every series inferwatch would expose for one replica."""
     target = {"instance": r.instance, "job": "inferwatch"}
-    backend = {**target, "backend": "vllm", "model": SERVED_MODEL}
-    engine = {**backend, "engine": "0"}
+    backend = {**target, "backend": r.backend, "model": SERVED_MODEL}
+    engine = {**backend, "engine": "0"} if r.backend == "vllm" else backend
     return [
         *_target_series(r, target),
         *_engine_series(r, engine, backend),
