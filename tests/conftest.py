@@ -222,11 +222,18 @@ def oracle_mapping(backend: Backend, text: str, model_hint: str = "") -> tuple[d
     def contract_labels(labels: dict[str, str], source: Source) -> tuple:
         names = {**backend.labels, **source.labels}  # the source's own kept labels too
         renamed = {names[k]: v for k, v in labels.items() if k in names}
+        for label, values in source.values.items():  # server values in the contract's terms
+            if label in renamed:
+                renamed[label] = values.get(renamed[label], renamed[label])
+        renamed |= source.constant
         key = tuple((k, renamed[k]) for k in LABEL_ORDER if k in renamed)
         return key if key and key[0][0] == "model" else (("model", model), *key)
 
     def kept(labels: dict[str, str], where) -> bool:
-        return all(labels.get(k) == v for k, v in where.items())
+        return all(
+            k in labels and (v(labels[k]) if callable(v) else labels[k] == v)
+            for k, v in where.items()
+        )
 
     values: dict = {}
     histograms: dict = {}
@@ -262,7 +269,8 @@ def oracle_mapping(backend: Backend, text: str, model_hint: str = "") -> tuple[d
                 # Series that coincide once extra labels (pid, tp_rank...) are dropped:
                 # gauges take the max (stale per-process copies read 0), counters add up.
                 merge = max if feed.kind is Kind.GAUGE else (lambda a, b: a + b)
-                series = {}
+                # A feed that adds its sources (feed_sum) goes on to the next one.
+                series = values.pop(feed.key, {}) if feed.adds else {}
                 for labels, value in samples[source.name]:
                     if kept(labels, source.where):
                         key = contract_labels(labels, source)
@@ -270,7 +278,8 @@ def oracle_mapping(backend: Backend, text: str, model_hint: str = "") -> tuple[d
                         series[key] = merge(series[key], value) if key in series else value
                 if series:
                     values[feed.key] = series
-                break
+                if not feed.adds:
+                    break
     return values, histograms
 
 

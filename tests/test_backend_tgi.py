@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from inferwatch.collect.backends import TGI, detect
+from inferwatch.collect.backends.mapping import Mapper
 from inferwatch.collect.textparse import read_page
 from inferwatch.method.findings import exporter_report, fmt, phase_of
 from inferwatch.method.spec import spec_from_config
@@ -54,7 +55,6 @@ def test_what_tgi_does_not_provide_honestly_is_absent() -> None:
         assert key not in sample.histograms, key
     for key in (
         "kv_cache_usage_ratio",
-        "requests_finished",
         "preemptions",
         "kv_cache_capacity_tokens",
         "spec_decode_draft_tokens",
@@ -83,6 +83,8 @@ def test_a_real_tgi_page_maps_to_its_values() -> None:
     assert sample.values["requests_waiting"] == {m: 0.0}
     assert sample.values["requests_running"] == {m: 0.0}
     assert sample.values["engine_steps"] == {m: 1525.0}  # decode 1509 + prefill 16
+    # 109 successes; its 2 validation failures are the client's errors, not counted.
+    assert sample.values["requests_finished"] == {(*m, ("reason", "success")): 109.0}
     duration = sample.histograms["request_duration_seconds"][m]
     assert (duration.sum, duration.count) == (541.2140316159999, 109.0)
     assert dict(duration.buckets)["19.175105923288406"] == 108.0
@@ -92,6 +94,27 @@ def test_a_real_tgi_page_maps_to_its_values() -> None:
         109.0,
         ("0.00015000000000000001", 9.0),
     )
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["fresh", "warm"])
+def test_tgi_failures_count_as_the_servers_errors_or_the_clients_aborts(warm: bool) -> None:
+    # The real page with failures of every kind TGI counts (backends/v3's err values): the
+    # server's refusals and faults are errors, a client gone is an abort, a request the
+    # client got wrong is not a finished request. Warm: the mapper's page-layout path.
+    page = fixture_text(REAL).replace(
+        'tgi_request_failure{err="validation"} 2\n',
+        'tgi_request_failure{err="validation"} 2\n'
+        'tgi_request_failure{err="template"} 5\n'
+        'tgi_request_failure{err="overloaded"} 7\n'
+        'tgi_request_failure{err="generation"} 1\n'
+        'tgi_request_failure{err="incomplete"} 2\n'
+        'tgi_request_failure{err="dropped"} 3\n',
+    )
+    mapper = Mapper(TGI)
+    for _ in range(3 if warm else 1):
+        sample = mapper.normalize(page, "m")
+    reason = {dict(k)["reason"]: v for k, v in sample.values["requests_finished"].items()}
+    assert reason == {"success": 109.0, "error": 10.0, "abort": 3.0}
 
 
 def test_a_real_tgi_pages_step_latency_by_kind() -> None:

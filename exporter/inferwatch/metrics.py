@@ -53,7 +53,8 @@ BACKEND: dict[str, MetricDef] = _defs(
     MetricDef(
         "requests_finished",
         C,
-        "Finished requests by reason (stop, length, abort, error).",
+        "Finished requests by reason (stop, length, abort, error; success where the server "
+        "does not tell stop from length).",
         ("reason",),
     ),
     MetricDef("prefix_cache_queries", C, "Prompt tokens looked up in the prefix cache."),

@@ -193,9 +193,12 @@ def _twin(source: Source) -> str:
 
 def feed_cell(found: Feed | None) -> str:
     """The matrix cell of one backend's feed: its first source, and how many other families
-    it falls back to (a family's ``_``-for-``:`` twin is not another one)."""
+    it falls back to (a family's ``_``-for-``:`` twin is not another one); a feed that adds
+    its sources, all of them."""
     if found is None:
         return ABSENT
+    if found.adds:  # every source on the page, added
+        return " + ".join(source_cell(s) for s in found.sources)
     cell = source_cell(found.sources[0])
     more = len({_twin(s) for s in found.sources}) - 1
     if more:

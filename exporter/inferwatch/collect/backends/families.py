@@ -73,6 +73,25 @@ def scalars(
     return MappingProxyType(out)
 
 
+def added(parts: list[SeriesValues], feed: Feed, dropped: list[Dropped]) -> SeriesValues:
+    """The series of a feed's sources added (:func:`~.table.feed_sum`): a label set two of
+    them give is their sum (a gauge's: the larger), left out if the sum is invalid."""
+    if len(parts) == 1:
+        return parts[0]
+    out: dict[Labels, float] = {}
+    for series in parts:
+        for key, value in series.items():
+            if key in out:
+                value = max(out[key], value) if feed.kind is Kind.GAUGE else out[key] + value
+            out[key] = value
+    for key, value in list(out.items()):
+        problem = _invalid(feed, value)
+        if problem:  # a sum can overflow
+            del out[key]
+            dropped.append(Dropped(feed.key, "invalid value", f"{feed.key}{key}: {problem}"))
+    return MappingProxyType(out)
+
+
 def product(
     series: SeriesValues,
     factors: SeriesValues,

@@ -122,15 +122,16 @@ class Mapper:
         self._relabel = Relabeler(backend.labels)
         # Sources that keep labels of their own (Source.labels) relabel with their own.
         self._relabels = {
-            id(s): Relabeler({**backend.labels, **s.labels})
+            id(s): Relabeler({**backend.labels, **s.labels}, s.values, s.constant)
             for f in backend.feeds
             for source in f.sources
             for s in (source, source.times)
-            if s is not None and s.labels
+            if s is not None and s.relabels
         }
         self._scanner = PageScanner(backend.wanted)
-        # feed key -> (its source, the sample lists read, its series, what was left out)
-        self._memo: dict[str, tuple[Source, tuple, Mapping, list[Dropped]]] = {}
+        # (feed key, source) -> (the source, the sample lists read, its series, what was
+        # left out)
+        self._memo: dict[tuple[str, str], tuple[Source, tuple, Mapping, list[Dropped]]] = {}
         # (feed key, source) -> its histograms' layouts by label texts (families.histograms)
         self._layouts: dict[tuple[str, str], dict[tuple, families.HistogramLayout]] = {}
         # feed key -> (its series, the page's model, the series under that model), last poll
@@ -179,10 +180,11 @@ class Mapper:
         values: dict[str, SeriesValues] = {}
         histograms: dict[str, HistogramValues] = {}
         for f, kind, sources in self._feeds:
-            present = next((s for s in sources if _present(found, s[1])), None)
-            if present is None:
+            present = [s for s in sources if _present(found, s[1])][: None if f.adds else 1]
+            if not present:
                 continue
-            series = self._read(found, f, *present, dropped)
+            parts = [self._read(found, f, *source, dropped) for source in present]
+            series = families.added(parts, f, dropped)
             if series:  # a family whose `where` keeps nothing leaves the key absent
                 (histograms if kind is Kind.HISTOGRAM else values)[f.key] = series
         return self._sample(values, histograms, dropped, model_hint)
@@ -221,12 +223,12 @@ class Mapper:
             if malformed:
                 raise ExpositionError(malformed[0])
         lines = tuple(map(found.samples.get, names))
-        memo = self._memo.pop(feed.key, None)
+        memo = self._memo.pop((feed.key, source.name), None)
         if memo is None or memo[0] is not source or not _same(memo[1], lines):
             memo = None  # the stale series are not held while the family is mapped anew
             left_out: list[Dropped] = []
             memo = (source, lines, self._map(found.samples, feed, source, left_out), left_out)
-        self._memo[feed.key] = memo
+        self._memo[feed.key, source.name] = memo
         dropped.extend(memo[3])
         return memo[2]
 
@@ -246,7 +248,7 @@ class Mapper:
 
     def _of(self, source: Source) -> Relabeler:
         """The relabeler of a source's samples."""
-        return self._relabels.get(id(source), self._relabel) if source.labels else self._relabel
+        return self._relabels.get(id(source), self._relabel) if source.relabels else self._relabel
 
     def _fit(self, samples: int) -> None:
         """Size the relabelers' memos for a page of ``samples`` samples."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import groupby
 from types import MappingProxyType
 
 from inferwatch.collect.backends import families
@@ -109,8 +110,10 @@ class Plan:
 
     def __init__(self, steps: tuple[Step, ...]) -> None:
         self.steps = steps
-        # feed key -> (its values on the last page, its series, what was left out)
-        self._last: dict[str, tuple[tuple, SeriesValues | HistogramValues, list[Dropped]]] = {}
+        # (feed key, source) -> (its values on the last page, its series, what was left out)
+        self._last: dict[
+            tuple[str, str], tuple[tuple, SeriesValues | HistogramValues, list[Dropped]]
+        ] = {}
 
     @classmethod
     def of(
@@ -126,19 +129,17 @@ class Plan:
         (``page_values``) is mapped once to find out."""
         steps = []
         for feed, _, sources in feeds:
-            present = next(((s, n) for s, n in sources if n[0] in names), None)
-            if present is None:
-                continue
-            source, sample_names = present
-            if source.times is not None:
-                return None
-            try:
-                parts = [names.get(n, _NONE) for n in sample_names]
-                step = Step.of(feed, source, parts, relabel_of(source))
-                step.series(step.values(page_values), [])
-            except ExpositionError:
-                return None
-            steps.append(step)
+            present = [(s, n) for s, n in sources if n[0] in names][: None if feed.adds else 1]
+            for source, sample_names in present:
+                if source.times is not None:
+                    return None
+                try:
+                    parts = [names.get(n, _NONE) for n in sample_names]
+                    step = Step.of(feed, source, parts, relabel_of(source))
+                    step.series(step.values(page_values), [])
+                except ExpositionError:
+                    return None
+                steps.append(step)
         return cls(tuple(steps))
 
     def map(
@@ -149,15 +150,18 @@ class Plan:
         dropped: list[Dropped] = []
         values: dict[str, SeriesValues] = {}
         histograms: dict[str, HistogramValues] = {}
-        for step in self.steps:
-            key = step.feed.key
-            read = step.values(page_values)
-            memo = last.get(key)
-            if memo is None or memo[0] != read:  # the same values: the same series
-                left_out: list[Dropped] = []
-                memo = (read, step.series(read, left_out), left_out)
-            self._last[key] = memo
-            dropped.extend(memo[2])
-            if memo[1]:
-                (histograms if step.feed.kind is Kind.HISTOGRAM else values)[key] = memo[1]
+        for key, steps in groupby(self.steps, lambda step: step.feed.key):
+            parts = []
+            for step in steps:  # one, or every source of a feed_sum on the page
+                read = step.values(page_values)
+                memo = last.get((key, step.source.name))
+                if memo is None or memo[0] != read:  # the same values: the same series
+                    left_out: list[Dropped] = []
+                    memo = (read, step.series(read, left_out), left_out)
+                self._last[key, step.source.name] = memo
+                dropped.extend(memo[2])
+                parts.append(memo[1])
+            series = families.added(parts, step.feed, dropped) if step.feed.adds else parts[0]
+            if series:
+                (histograms if step.feed.kind is Kind.HISTOGRAM else values)[key] = series
         return values, histograms, dropped

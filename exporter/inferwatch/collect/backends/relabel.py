@@ -31,8 +31,15 @@ class Relabeler:
     of the last page (:meth:`fit`), and never cleared below :data:`MIN_ENTRIES`.
     """
 
-    def __init__(self, mapping: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        mapping: Mapping[str, str],
+        values: Mapping[str, Mapping[str, str]] | None = None,
+        constant: Mapping[str, str] | None = None,
+    ) -> None:
         self._mapping = mapping
+        self._values = values or {}  # contract label -> {server value: contract value}
+        self._constant = constant or {}
         self._max_entries = MIN_ENTRIES
         self._series: dict[str, tuple[Labels, Labels]] = {}
         self._buckets: dict[str, tuple[Labels, Labels, str, float]] = {}
@@ -47,8 +54,7 @@ class Relabeler:
         out = self._series.get(text)
         if out is None:
             own = tuple(sorted(parse_labels(text)))
-            renamed = {self._mapping[k]: v for k, v in own if k in self._mapping}
-            out = (own, _contract_labels(renamed))
+            out = (own, self._contract(own))
             if len(self._series) >= self._max_entries:
                 self._series.clear()
             self._series[text] = out
@@ -69,12 +75,18 @@ class Relabeler:
             if bound == math.inf:
                 le = "+Inf"  # as the format writes it ("+inf" and "Inf" parse the same)
             without_le = tuple((k, v) for k, v in own if k != "le")
-            renamed = {self._mapping[k]: v for k, v in without_le if k in self._mapping}
-            out = (_contract_labels(renamed), without_le, le, bound)
+            out = (self._contract(without_le), without_le, le, bound)
             if len(self._buckets) >= self._max_entries:
                 self._buckets.clear()
             self._buckets[text] = out
         return out
+
+    def _contract(self, own: Labels) -> Labels:
+        renamed = {self._mapping[k]: v for k, v in own if k in self._mapping}
+        for label, values in self._values.items():
+            if label in renamed:
+                renamed[label] = values.get(renamed[label], renamed[label])
+        return _contract_labels({**renamed, **self._constant})
 
 
 def _contract_labels(renamed: Mapping[str, str]) -> Labels:

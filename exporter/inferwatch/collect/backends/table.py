@@ -40,7 +40,11 @@ class Source:
     :func:`info`) takes it from the sample's label values, and ``times`` multiplies each
     series by the series of another source with the same contract labels. ``labels`` keeps
     server labels of this source only, beside the backend's (server name -> contract name:
-    TGI's ``method`` is the ``kind`` of its step durations, not of its other families).
+    TGI's ``method`` is the ``kind`` of its step durations, not of its other families);
+    ``values`` writes a contract label's server values in the contract's terms (TGI's
+    ``err="overloaded"`` is ``reason="error"``; a value it does not list is kept as it is, so
+    ``where`` keeps out the ones it has no meaning for), and ``constant`` adds labels the
+    server leaves implicit (TGI's successes are one unlabelled counter).
     """
 
     name: str
@@ -49,6 +53,13 @@ class Source:
     from_labels: tuple[tuple[str, ...], ...] = ()
     times: Source | None = None
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    values: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
+    constant: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def relabels(self) -> bool:
+        """Whether its labels map otherwise than the backend's (a relabeler of its own)."""
+        return bool(self.labels or self.values or self.constant)
 
     def sample_names(self, kind: Kind) -> tuple[str, ...]:
         if kind is Kind.HISTOGRAM:
@@ -60,10 +71,13 @@ class Source:
 
 @dataclass(frozen=True)
 class Feed:
-    """A contract key (see ``inferwatch.metrics.BACKEND``) and where a backend finds it."""
+    """A contract key (see ``inferwatch.metrics.BACKEND``) and where a backend finds it: the
+    first of its sources on the page, or with ``adds`` every one there, their series added
+    (counters that together count what the key counts)."""
 
     key: str
     sources: tuple[Source, ...]
+    adds: bool = False
 
     def __post_init__(self) -> None:
         if self.key not in BACKEND:
@@ -77,6 +91,15 @@ class Feed:
 def feed(key: str, *names: str | Source) -> Feed:
     """``feed("requests_waiting", "vllm:num_requests_waiting")``: names in preference order."""
     return Feed(key, tuple(n if isinstance(n, Source) else Source(n) for n in names))
+
+
+def feed_sum(key: str, *sources: Source) -> Feed:
+    """A scalar key whose series are those of every source on the page, added (TGI's
+    finished requests: its successes and its failures by kind)."""
+    made = Feed(key, sources, adds=True)
+    if made.kind is Kind.HISTOGRAM:
+        raise ValueError(f"{key!r}: only counters and gauges add up across families")
+    return made
 
 
 def info(name: str, *alternatives: str | tuple[str, ...]) -> Source:

@@ -22,6 +22,14 @@ becomes::
     inferwatch_prompt_tokens_total{backend="tgi",model="M"} 4096.0
     inferwatch_request_queue_time_seconds_bucket{backend="tgi",model="M",le="0.0003375"} 2.0
 
+``requests_finished`` adds TGI's successes and its failures by kind (:data:`FAILURES`):
+``tgi_request_success`` has no finish reason (stop or length), so its requests count under
+``reason="success"``. A failure is the server's (``reason="error"``: ``overloaded``, a refusal
+when its queue is full; ``generation`` and ``incomplete``, a shard's fault) or the client's
+(``dropped``: it went away, ``reason="abort"``); ``validation`` and ``template`` (the request
+itself was wrong) are the client's errors and are not counted, as vLLM does not count a
+request its API server rejects: the errors objective is the server's own.
+
 ``engine_steps`` sums ``tgi_batch_inference_count`` over ``method`` (one increment per
 prefill or decode forward of the running batch). Token counters are the sums of the
 per-request histograms: prompt tokens are counted when a request is validated, generated
@@ -57,8 +65,6 @@ Absent, and why:
   role KV-cache use plays for vLLM's scheduler). The budget gauge exists on the v3 backend
   (2.3.1+) and is set at start-up, often before the metrics recorder is installed: many
   pages lack it (the real page in tests/fixtures does).
-- ``requests_finished``: ``tgi_request_success`` has no finish reason (stop vs length) and
-  ``tgi_request_failure{err}`` uses other categories.
 - ``preemptions``, ``prefix_cache_*``, ``engine_step_tokens``, ``frontend_cpu_seconds``:
   not exposed (``tgi_batch_next_size`` counts requests per new batch, not tokens per step).
 - ``kv_cache_capacity_tokens``: ``tgi_batch_max_total_tokens`` (v3 backend, 2.3.1+) is the
@@ -70,9 +76,11 @@ Absent, and why:
 """
 
 from inferwatch.collect.backends.mapping import Backend
-from inferwatch.collect.backends.table import Source, feed
+from inferwatch.collect.backends.table import Source, feed, feed_sum
 
 _KIND = {"method": "kind"}  # prefill or decode
+# tgi_request_failure's err -> the finish reason it counts under (the rest are not counted).
+FAILURES = {"overloaded": "error", "generation": "error", "incomplete": "error", "dropped": "abort"}
 
 TGI = Backend(
     name="tgi",
@@ -93,6 +101,16 @@ TGI = Backend(
         feed("request_prompt_tokens", "tgi_request_input_length"),
         feed("request_generation_tokens", "tgi_request_generated_tokens"),
         feed("batch_reserved_tokens", "tgi_batch_current_max_tokens"),
+        feed_sum(
+            "requests_finished",
+            Source("tgi_request_success", constant={"reason": "success"}),
+            Source(
+                "tgi_request_failure",
+                where={"err": FAILURES.__contains__},
+                labels={"err": "reason"},
+                values={"reason": FAILURES},
+            ),
+        ),
         feed("batch_token_budget", "tgi_batch_max_total_tokens"),
         feed(
             "engine_step_seconds",

@@ -13,6 +13,7 @@ from inferwatch.method.scenario import (
     healthy,
     instance_alert,
     model_alert,
+    tgi,
 )
 from inferwatch.method.signals import INSTANCE, MODEL
 
@@ -107,6 +108,29 @@ ERRORS_NEAR_MISS = Scenario(
     silent=("InferenceRequestErrors",),
 )
 
+TGI_ERRORS = Scenario(
+    # TGI: 10 % of A's and B's requests fail on the server's side (overloaded refusals,
+    # generation faults: reason="error"; its successes count under reason="success").
+    "TGI: request errors",
+    (tgi(A, error_share=0.1), tgi(B, error_share=0.1)),
+    file="tgi.yaml",
+    place=4,
+    fires={
+        "InferenceRequestErrors": [
+            model_alert(
+                "InferenceRequestErrors",
+                "warning",
+                "any",
+                "availability",
+                f"10% of the requests of {SERVED_MODEL} finished with a server error over 5m "
+                "(threshold 5 %; client aborts are not counted), out of 4 requests/s.",
+                f"{SERVED_MODEL}: 10% of requests fail",
+                backend="tgi",
+            )
+        ]
+    },
+)
+
 REQUEST_ERRORS = Alert(
     name="InferenceRequestErrors",
     order=12,
@@ -126,7 +150,7 @@ REQUEST_ERRORS = Alert(
         Cond("model_error_ratio", ">", "error_ratio"),
         Cond("model_request_rate", ">", "min_request_rate"),
     ),
-    scenarios=(ERRORS, ERRORS_NEAR_MISS),
+    scenarios=(ERRORS, ERRORS_NEAR_MISS, TGI_ERRORS),
 )
 
 # ---------------------------------------------------------------------------------------

@@ -91,12 +91,18 @@ def bottleneck(phase: str, layer: str, instance: str, description: str, **extra:
 
 
 def model_alert(
-    alertname: str, severity: str, phase: str, layer: str, description: str, summary: str
+    alertname: str,
+    severity: str,
+    phase: str,
+    layer: str,
+    description: str,
+    summary: str,
+    backend: str = "vllm",
 ) -> dict:
     """An alert of the fleet rules: labelled by model, not by instance."""
     labels = {"severity": severity, "phase": phase, "layer": layer}
     return _expected(
-        alertname, labels | {"backend": "vllm", "model": SERVED_MODEL}, description, summary
+        alertname, labels | {"backend": backend, "model": SERVED_MODEL}, description, summary
     )
 
 

@@ -77,11 +77,10 @@ class Replica:
     queue: Dist = Dist({0.3: 1.0}, 0.02)
     itl: Dist | None = Dist({0.05: 1.0}, 0.035)  # p95 48.75 ms
     # A server that times its steps instead (TGI): step durations by kind, one prefill step
-    # per request and ``steps_per_s`` decode steps; its request durations; finish reasons
-    # (False: finished requests counted by the duration histogram only).
+    # per request and ``steps_per_s`` decode steps; its request durations.
     step_seconds: dict[str, Dist] | None = None
     request_seconds: Dist | None = None
-    finish_reasons: bool = True
+    finished_reason: str = "stop"  # what a good request finishes with (TGI: "success")
     canary_ttft: Dist | None = None  # the canary's first tokens (None: canary off)
     prompt_tokens: Dist = Dist({1000: 1.0}, 800)
     step_tokens: Dist | None = Dist({64: 1.0}, 48)
@@ -123,7 +122,7 @@ def healthy(instance: str, **changes: object) -> Replica:
 
 def tgi(instance: str, **changes: object) -> Replica:
     """A healthy TGI replica: step durations instead of TTFT and inter-token histograms, a
-    token budget instead of KV blocks, no finish reasons, preemptions or prefix cache; the
+    token budget instead of KV blocks, no stop-or-length reasons, preemptions or prefix cache; the
     canary on (``--canary auto``)."""
     shape = {
         "backend": "tgi",
@@ -132,7 +131,7 @@ def tgi(instance: str, **changes: object) -> Replica:
         "queue": Dist({TGI_LE[10]: 1.0}, 0.005),
         "step_seconds": {"prefill": TGI_PREFILL, "decode": TGI_DECODE},
         "request_seconds": Dist({TGI_LE[26]: 1.0}, 5.0),
-        "finish_reasons": False,
+        "finished_reason": "success",
         "canary_ttft": Dist({0.25: 1.0}, 0.15),
         "canary_probes": CANARY_OK,
         "kv_usage": None,
@@ -227,11 +226,11 @@ def _engine_series(r: Replica, engine: dict, backend: dict) -> list[dict]:
         ("inferwatch_prefix_cache_queries_total", {}, hits and prompt_rate),
         ("inferwatch_prefix_cache_hits_total", {}, hits),
     )
-    if r.finish_reasons:
-        counters += (
-            ("inferwatch_requests_finished_total", {"reason": "stop"}, rate * (1 - r.error_share)),
-            ("inferwatch_requests_finished_total", {"reason": "error"}, rate * r.error_share),
-        )
+    good = {"reason": r.finished_reason}
+    counters += (
+        ("inferwatch_requests_finished_total", good, rate * (1 - r.error_share)),
+        ("inferwatch_requests_finished_total", {"reason": "error"}, rate * r.error_share),
+    )
     out = [_series(name, _gauge(v), **engine) for name, v in gauges if v is not None]
     out += [
         _series(name, _counter(per_s), **engine, **extra)
