@@ -25,7 +25,7 @@ from inferwatch.method.spec import Spec
 
 def latency_panels(spec: Spec) -> list[PanelSpec]:
     """The phases' latencies, their distributions, then per request and speculation."""
-    return [*_phase_latency(spec), *_distributions(), *_per_request()]
+    return [*_phase_latency(spec), _step_latency(spec), *_distributions(), *_per_request()]
 
 
 def _phase_latency(spec: Spec) -> list[PanelSpec]:
@@ -78,6 +78,35 @@ def _phase_latency(spec: Spec) -> list[PanelSpec]:
             width=12,
         ),
     ]
+
+
+def _step_latency(spec: Spec) -> PanelSpec:
+    """Engine steps by kind, where the server times them (TGI)."""
+    window, step = spec.timing.window, "engine_step_seconds"
+    return PanelSpec(
+        Panel.STEP_LATENCY,
+        "How long one forward of the running batch takes, by kind, as a server that times "
+        "its steps measures it (TGI; its stand-in for TTFT and inter-token histograms). A "
+        "decode step gives every running request its next token: its p95 is judged against "
+        "the inter-token threshold. A first token waits in the queue, then for a prefill "
+        "step.",
+        [
+            Query(
+                f"histogram_quantile(0.95, sum by (le, kind) "
+                f"(rate({series(step, suffix='_bucket')}[{window}])))",
+                "{{kind}} step p95",
+            ),
+            Query(
+                f"sum by (kind) (rate({series(step, suffix='_sum')}"
+                f"[{window}]))\n  / (sum by (kind) (rate("
+                f"{series(step, suffix='_count')}[{window}])) > 0)",
+                "{{kind}} step mean",
+            ),
+        ],
+        unit="s",
+        width=12,
+        thresholds=limit(spec.threshold("itl_p95_seconds")),
+    )
 
 
 def _distributions() -> list[PanelSpec]:

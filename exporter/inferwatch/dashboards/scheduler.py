@@ -62,7 +62,8 @@ def _batch(spec: Spec) -> list[PanelSpec]:
 
 
 def _kv_cache(spec: Spec) -> list[PanelSpec]:
-    """KV-cache use per engine, and its capacity in tokens with how many are free."""
+    """KV-cache use per engine, its capacity in tokens with how many are free, and a
+    token-budget server's budget in use."""
     threshold = spec.threshold
     usage = series("kv_cache_usage_ratio")
     capacity = series("kv_cache_capacity_tokens")
@@ -86,6 +87,23 @@ def _kv_cache(spec: Spec) -> list[PanelSpec]:
                 Query(f"{capacity}\n  * (1 - {usage})", "free {{instance}} engine {{engine}}"),
             ],
             unit=TOKENS,
+        ),
+        PanelSpec(
+            Panel.TOKEN_BUDGET,
+            "Share of the batch's token budget its running requests have reserved (TGI: "
+            "current max tokens over max total tokens), the admission limit a token-budget "
+            "server has where vLLM has KV blocks. Healthy: below "
+            f"{threshold('kv_usage_high') * 100:g} %. Pinned near 100 % with requests waiting: "
+            "new requests wait for running ones to finish (the memory layer).",
+            [
+                Query(
+                    f"max by (instance) ({series('batch_reserved_tokens')})\n"
+                    f"  / max by (instance) ({series('batch_token_budget')})",
+                    "{{instance}}",
+                )
+            ],
+            unit="percentunit",
+            thresholds=limit(threshold("kv_usage_high")),
         ),
     ]
 

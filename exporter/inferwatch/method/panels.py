@@ -23,6 +23,7 @@ class Panel(str, Enum):
     ITL = "Inter-token latency"
     E2E = "End-to-end latency"
     TTFT_SPLIT = "TTFT split: queue vs prefill"
+    STEP_LATENCY = "Engine step latency by kind (server side)"
     TPOT = "Time per output token (per request)"
     TTFT_HEATMAP = "TTFT distribution"
     ITL_HEATMAP = "Inter-token latency distribution"
@@ -35,6 +36,7 @@ class Panel(str, Enum):
     KV_CACHE_BY_ENGINE = "KV cache usage by engine"
     QUEUED_WHILE_IDLE_TIME = "Queued-while-idle time"
     KV_CAPACITY = "KV cache capacity and free tokens"
+    TOKEN_BUDGET = "Batch token budget in use"
     # GPU
     GPU_BUSY_BY_GPU = "GPU busy by GPU"
     GPU_ACTIVITY = "SM / tensor / DRAM activity"
