@@ -11,7 +11,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from inferwatch.baseline import Baseline, load, parse, series, thresholds_from, to_yaml
+from inferwatch.baseline import Baseline, load, parse, series, to_yaml
+from inferwatch.calibration import thresholds_from
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.load import WindowedLoad
 from inferwatch.collect.poller import Poller, PollSettings

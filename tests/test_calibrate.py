@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferwatch.baseline import load, objectives_from, thresholds_from
+from inferwatch.baseline import load
+from inferwatch.calibration import objectives_from, thresholds_from
 from inferwatch.collect.backends import BACKENDS
 from inferwatch.method.quantile import histogram_quantile
 from inferwatch.method.spec import spec_from_config

@@ -28,6 +28,7 @@ import pytest
 from aiohttp import web
 
 from inferwatch.baseline import Baseline, Cell, Quantiles, load, to_yaml
+from inferwatch.calibration import thresholds_from
 from inferwatch.cli import main
 from inferwatch.collect import stream as client
 from inferwatch.settings import ConfigError, resolve
@@ -50,7 +51,7 @@ class Behaviour:
     usage: bool = True
     role_chunk: bool = True  # chat: a role announcement right away, before any token
     empty_tokens: bool = False  # every other token streams with empty text (partial UTF-8)
-    metrics: str = "vllm"  # "vllm", "inferwatch" (the sidecar's page) or "none"
+    metrics: str = "vllm"  # "vllm", "inferwatch" (the sidecar's page), "tgi" or "none"
     metrics_lag: float = 0.0  # the page shows observations this much later
 
 
@@ -59,12 +60,27 @@ class Fake:
     behaviour: Behaviour
     bodies: list[dict[str, Any]] = field(default_factory=list)
     observed: list[tuple[float, float]] = field(default_factory=list)  # (when, TTFT)
+    gaps: list[float] = field(default_factory=list)  # between a request's tokens
     in_flight: int = 0
     max_in_flight: int = 0
     hung_up: threading.Event = field(default_factory=threading.Event)  # left hanging, cancelled
     url: str = ""
 
+    def tgi_page(self) -> str:
+        """TGI's page: no TTFT or inter-token histogram, its decode steps timed (here each
+        token's gap stands for the decode step that made it)."""
+        name, labels = "tgi_batch_inference_duration", 'method="decode"'
+        lines = ["tgi_queue_size 0", f"# TYPE {name} histogram"]
+        for le in BOUNDS:
+            count = sum(1 for g in self.gaps if g <= float(le))
+            lines.append(f'{name}_bucket{{{labels},le="{le}"}} {count}')
+        lines.append(f"{name}_sum{{{labels}}} {sum(self.gaps)}")
+        lines.append(f"{name}_count{{{labels}}} {len(self.gaps)}")
+        return "\n".join(lines) + "\n"
+
     def page(self) -> str:
+        if self.behaviour.metrics == "tgi":
+            return self.tgi_page()
         cutoff = time.monotonic() - self.behaviour.metrics_lag
         seen = [ttft for when, ttft in self.observed if when <= cutoff]
         if self.behaviour.metrics == "inferwatch":
@@ -99,6 +115,9 @@ class Fake:
 
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": "9.9.9"})
+
+    async def info(self, request: web.Request) -> web.Response:  # TGI's
+        return web.json_response({"version": "3.3.6", "model_id": MODEL})
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -144,10 +163,14 @@ class Fake:
                     {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
                 )
             await asyncio.sleep(b.ttft)
+            last = time.monotonic()
             for k in range(body["max_tokens"]):
                 if k:
                     await asyncio.sleep(b.itl)
+                    self.gaps.append(time.monotonic() - last)
+                    last = time.monotonic()
                 else:
+                    last = time.monotonic()
                     self.observed.append((time.monotonic(), time.monotonic() - start))
                 token = "" if b.empty_tokens and k % 2 else "x"
                 choice = {"delta": {"content": token}} if chat else {"text": token}
@@ -185,6 +208,7 @@ def fake() -> Iterator[Fake]:
     app.router.add_post("/v1/chat/completions", server.complete)
     app.router.add_get("/metrics", server.metrics)
     app.router.add_get("/version", server.version)
+    app.router.add_get("/info", server.info)
     loop = asyncio.new_event_loop()
     # A handler is cancelled when its client hangs up (how a hanging request ends).
     runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
@@ -393,6 +417,30 @@ def test_inferwatch_page_gives_the_server_ttft_and_lags_are_waited_for(fake: Fak
         assert bucket_lower <= p50 <= bucket_upper
 
 
+def test_a_tgi_page_gives_its_decode_steps_where_it_has_no_itl_histogram(fake: Fake) -> None:
+    # TGI: no TTFT or inter-token histogram; its decode steps are what the rules judge its
+    # per-token latency on, so the sweep reads them and calibrate derives from them.
+    fake.behaviour = Behaviour(itl=0.03, metrics="tgi")
+    result, stderr = run(
+        plan(
+            fake.url, concurrency=(2,), prompt_tokens=(10,), output_tokens=(4,), requests_per_cell=4
+        )
+    )
+    assert "no server-side" not in stderr
+    assert (result.metadata["backend"], result.metadata["version"]) == ("tgi", "3.3.6")
+    cell = result.results[0].cell()
+    assert cell is not None
+    assert cell.server_ttft_seconds is None and cell.server_itl_seconds is None
+    steps = cell.server_decode_step_seconds
+    assert steps is not None and 0.02 < steps.p50 <= 0.04  # the gaps' bucket (0.02, 0.04]
+    assert cell.itl() == (steps, "server decode step")
+    assert cell.ttft()[1] == "client"
+    derived = thresholds_from(Baseline(result.metadata, (cell,)), 1.5, 300.0)
+    assert derived["itl_p95_seconds"].value == float(f"{1.5 * steps.p95:.4g}")
+    assert "the server's decode step p95" in derived["itl_p95_seconds"].source
+    assert "the client's TTFT p95" in derived["ttft_p95_seconds"].source
+
+
 def test_vllm_page_names_backend_and_version(fake: Fake) -> None:
     result, _ = run(
         plan(
@@ -410,7 +458,7 @@ def test_without_a_metrics_page_the_sweep_runs_client_side_only(fake: Fake) -> N
             fake.url, concurrency=(1,), prompt_tokens=(10,), output_tokens=(2,), requests_per_cell=2
         )
     )
-    assert "no server-side TTFT" in stderr and "HTTP 404" in stderr
+    assert "no server-side latency" in stderr and "HTTP 404" in stderr
     assert result.results[0].cell().server_ttft_seconds is None
     assert result.metadata["backend"] == "unknown"
 

@@ -2,7 +2,7 @@
 
 ``inferwatch baseline`` writes it (a load sweep, ``tools/sweep/``); ``serve --baseline FILE``
 exposes the cell comparable to the load as ``inferwatch_baseline_*`` gauges; ``generate
---baseline FILE`` derives the latency thresholds from it. Format (YAML)::
+--baseline FILE`` derives the latency thresholds from it (:mod:`inferwatch.calibration`). Format (YAML)::
 
     inferwatch_baseline: 1
     metadata: {date: ..., backend: vllm, version: 0.32.0, model: tiny, gpu: ..., api: completions}
@@ -19,6 +19,7 @@ exposes the cell comparable to the load as ``inferwatch_baseline_*`` gauges; ``g
       output_tokens_per_second: 313.0
       server_ttft_seconds: {p50: 0.025, p95: 0.047, p99: 0.055}   # optional: the server's
       server_itl_seconds: {p50: 0.009, p95: 0.015, p99: 0.021}    # histograms, same window
+      server_decode_step_seconds: {...}   # optional: decode steps, where the server times them
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from typing import Any
 
 import yaml
 
-from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.model import BackendSample, Labels
 from inferwatch.settings import ConfigError, non_negative_number, read_text
 
@@ -40,7 +40,7 @@ QUANTILES = ("p50", "p95", "p99")
 # label belongs to summaries, and `promtool check metrics` flags it on a gauge.)
 PERCENTILE_LABELS = {"50": "p50", "95": "p95", "99": "p99"}
 # Cell fields a sweep without the server's histograms leaves out.
-OPTIONAL_FIELDS = ("server_ttft_seconds", "server_itl_seconds")
+OPTIONAL_FIELDS = ("server_ttft_seconds", "server_itl_seconds", "server_decode_step_seconds")
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ class Cell:
     output_tokens_per_second: float
     server_ttft_seconds: Quantiles | None = None
     server_itl_seconds: Quantiles | None = None
+    server_decode_step_seconds: Quantiles | None = None  # TGI's, see :meth:`itl`
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -82,9 +83,12 @@ class Cell:
         return self.ttft_seconds, "client"
 
     def itl(self) -> tuple[Quantiles, str]:
-        """Inter-token latency as the rules see it (see :meth:`ttft`)."""
+        """Inter-token latency as the rules see it (see :meth:`ttft`); where the server has
+        no histogram of it, its decode steps, as the rules read them (TGI)."""
         if self.server_itl_seconds is not None:
             return self.server_itl_seconds, "server"
+        if self.server_decode_step_seconds is not None:
+            return self.server_decode_step_seconds, "server decode step"
         return self.itl_seconds, "client"
 
 
@@ -140,168 +144,6 @@ def series(
             for label, name in PERCENTILE_LABELS.items()
         }
     return out
-
-
-@dataclass(frozen=True)
-class Derived:
-    """A threshold computed from a baseline, and in one line where it came from."""
-
-    value: float
-    source: str
-
-
-# A quantile needs samples: fewer requests than this in a rate window and the p95 rests on a
-# handful of them. 15 is what the shipped default assumes (0.05 requests/s over 5 m).
-MIN_REQUESTS_PER_WINDOW = 15
-# The latency thresholds and the quantile of each cell they come from.
-_LATENCY = (
-    ("ttft_p95_seconds", "TTFT p95", Cell.ttft, "p95"),
-    ("itl_p95_seconds", "ITL p95", Cell.itl, "p95"),
-    ("itl_p99_seconds", "ITL p99", Cell.itl, "p99"),
-)
-
-
-def _significant(value: float) -> float:
-    return float(f"{value:.4g}")
-
-
-def _where(cell: Cell) -> str:
-    return (
-        f"concurrency {cell.concurrency} (prompt {cell.prompt_tokens or 'file'}, "
-        f"output {cell.output_tokens})"
-    )
-
-
-def _client_gap(baseline: Baseline, concurrency: int) -> tuple[float, Cell] | None:
-    """What the sweep's path added to the server's TTFT p50 at ``concurrency`` (the largest
-    over its cells), where the sweep read the server's histograms."""
-    gaps = [
-        (c.ttft_seconds.get("p50") - c.server_ttft_seconds.get("p50"), c)
-        for c in baseline.cells
-        if c.concurrency == concurrency and c.server_ttft_seconds is not None
-    ]
-    return max(gaps, key=lambda g: g[0]) if gaps else None
-
-
-def _server_bound(baseline: Baseline, kind: str, factor: float) -> tuple[float, str] | None:
-    """The server's smallest ``kind`` bucket bound at or above ``factor`` x its p99 at the
-    highest concurrency (the worst cell there), and where that came from; None without the
-    server's bounds (a sweep of the client side only) or its histograms there."""
-    bounds = (baseline.metadata.get("server_bucket_bounds") or {}).get(kind)
-    busiest = baseline.busiest()
-    if not busiest or not bounds:
-        return None
-    latency = Cell.ttft if kind == "ttft" else Cell.itl
-    values, side, cell = max(((*latency(c), c) for c in busiest), key=lambda m: m[0].p99)
-    above = [b for b in sorted(bounds) if b >= factor * values.p99]
-    if side != "server" or values.p99 <= 0 or not above:
-        return None
-    why = (
-        f"the server's smallest {kind.upper()} bucket bound at or above {factor:g} x "
-        f"{values.p99:.4g} s, its {kind.upper()} p99 at {_where(cell)}"
-    )
-    return above[0], why
-
-
-def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) -> dict[str, Derived]:
-    """The thresholds a baseline determines, each with its source.
-
-    - Latency: ``factor`` x the p95 (p99) measured at the highest concurrency (the worst
-      cell there), as the rules see it (:meth:`Cell.ttft`, :meth:`Cell.itl`).
-    - Traffic: the rate under which quantiles are not judged, ``MIN_REQUESTS_PER_WINDOW``
-      requests per rate window, but at most half of what the lowest measured concurrency
-      carried (so a slow service is still judged at its own light load); the token rate
-      is that many requests of the shortest measured answer.
-    - The client gap: ``factor`` x what the sweep's path added to the server's TTFT at the
-      lowest concurrency, where that is above the default (a path measured slower is the
-      service's normal; a faster one keeps the default's margin for noise).
-    - The ITL tail bound: the server's smallest ITL bucket bound at or above ``factor`` x
-      its ITL p99 at the highest concurrency (a gap counted above a bound, not a quantile
-      interpolated in a wide bucket).
-    """
-    busiest = baseline.busiest()
-    if not busiest:
-        return {}
-    out: dict[str, Derived] = {}
-    for name, label, latency, q in _LATENCY:
-        measured = [(*latency(cell), cell) for cell in busiest]
-        values, side, cell = max(measured, key=lambda m: m[0].get(q))
-        value = values.get(q)
-        if value > 0:
-            out[name] = Derived(
-                _significant(factor * value),
-                f"{factor:g} x {value:.4g} s, the {side}'s {label} at {_where(cell)}",
-            )
-    lowest = min(c.concurrency for c in baseline.cells)
-    light = min((c for c in baseline.cells if c.concurrency == lowest), key=_rate)
-    enough = MIN_REQUESTS_PER_WINDOW / window_seconds
-    if 0 < light.requests_per_second / 2 < enough:
-        rate = Derived(
-            _significant(light.requests_per_second / 2),
-            f"half of the {light.requests_per_second:g} requests/s measured at {_where(light)}",
-        )
-    else:
-        rate = Derived(
-            _significant(enough),
-            f"{MIN_REQUESTS_PER_WINDOW} requests per {window_seconds:g} s rate window",
-        )
-    out["min_request_rate"] = rate
-    gap = _client_gap(baseline, lowest)
-    if gap is not None and factor * gap[0] > THRESHOLDS["client_gap_seconds"].default:
-        out["client_gap_seconds"] = Derived(
-            _significant(factor * gap[0]),
-            f"{factor:g} x {gap[0]:.4g} s, client TTFT p50 - server TTFT p50 at {_where(gap[1])}",
-        )
-    tail = _server_bound(baseline, "itl", factor)
-    if tail is not None:
-        out["itl_tail_bound_seconds"] = Derived(*tail)
-    shortest = min(_tokens_per_request(c) for c in baseline.cells)
-    if shortest > 0:
-        out["min_token_rate"] = Derived(
-            _significant(rate.value * shortest),
-            f"min_request_rate x {shortest:g} tokens, the shortest measured answer",
-        )
-    return out
-
-
-# Objectives calibrate proposes: this share of events within a bound above what the service
-# measured at its busiest (the thresholds' factor). Not 99 %: a sweep's p99 under-samples the
-# tail (vLLM on CPU here: 1-4 % of first tokens past 1.5 x the sweep's p99), and a 99 % promise
-# there spends the budget in normal operation; tighten it once the tail is known.
-PROPOSED_TARGET = 0.95
-PROPOSED_ERRORS_TARGET = 0.999
-
-
-def objectives_from(baseline: Baseline, factor: float) -> dict[str, tuple[dict, str]]:
-    """SLO objectives (the config's ``slos.objectives`` entries) and where each came from.
-
-    A latency bound is the server's smallest histogram bucket bound at or above ``factor`` x
-    the p99 measured at the highest concurrency: an SLI counts good events per bucket, so no
-    other number can be measured. Without the server's bounds in the baseline (a sweep of
-    the client side only) no latency objective is proposed.
-    """
-    out: dict[str, tuple[dict, str]] = {}
-    for kind in ("ttft", "itl"):
-        bound = _server_bound(baseline, kind, factor)
-        if bound is not None:
-            out[kind] = ({"target": PROPOSED_TARGET, "seconds": bound[0]}, bound[1])
-    out["errors"] = (
-        {"target": PROPOSED_ERRORS_TARGET},
-        "no measure: one request in a thousand may fail; the sweep saw "
-        f"{sum(c.errors for c in baseline.cells)} errors in "
-        f"{sum(c.requests for c in baseline.cells)} requests",
-    )
-    return out
-
-
-def _rate(cell: Cell) -> float:
-    return cell.requests_per_second
-
-
-def _tokens_per_request(cell: Cell) -> float:
-    if not cell.requests_per_second:
-        return 0.0
-    return round(cell.output_tokens_per_second / cell.requests_per_second, 1)
 
 
 def to_yaml(baseline: Baseline) -> str:

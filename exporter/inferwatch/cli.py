@@ -21,7 +21,7 @@ from typing import NoReturn
 
 from inferwatch import __version__
 from inferwatch.baseline import load as load_baseline
-from inferwatch.baseline import thresholds_from
+from inferwatch.calibration import thresholds_from
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve import command as serve
 from inferwatch.settings import (

@@ -37,7 +37,8 @@ from typing import Any
 import yaml
 
 from inferwatch import __version__
-from inferwatch.baseline import Baseline, Derived, objectives_from, thresholds_from, to_yaml
+from inferwatch.baseline import Baseline, to_yaml
+from inferwatch.calibration import Derived, objectives_from, thresholds_from
 from inferwatch.collect.backends import BACKENDS
 from inferwatch.method.spec import spec_from_config
 from inferwatch.method.thresholds import THRESHOLDS

@@ -14,7 +14,7 @@ from inferwatch.baseline import Cell, Quantiles
 from inferwatch.collect.stream import Client, Sample
 from inferwatch.method.quantile import histogram_quantile, sample_quantile
 from inferwatch.model import Histogram
-from inferwatch.tools.sweep.histograms import ITL, TTFT
+from inferwatch.tools.sweep.histograms import DECODE_STEP, ITL, TTFT
 from inferwatch.tools.sweep.prompts import Prompts
 
 
@@ -79,6 +79,7 @@ class CellResult:
             output_tokens_per_second=round(sum(s.output_tokens for s in ok) / self.seconds, 3),
             server_ttft_seconds=self.server_quantiles(TTFT),
             server_itl_seconds=self.server_quantiles(ITL),
+            server_decode_step_seconds=self.server_quantiles(DECODE_STEP),
         )
 
     def mean_prompt_tokens(self) -> float | None:

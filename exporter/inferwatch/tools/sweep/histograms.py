@@ -1,5 +1,7 @@
 """The server's own TTFT and inter-token latency histograms, scraped from its metrics
-page (or inferwatch's) before and after each cell of the sweep.
+page (or inferwatch's) before and after each cell of the sweep; for a server that has no
+inter-token histogram but times its decode steps (TGI), those steps (each gives every
+running request its next token: what the rules judge its per-token latency on).
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ METRICS_MAX_BYTES = 16 * 1024 * 1024
 
 TTFT = "time_to_first_token_seconds"
 ITL = "inter_token_latency_seconds"
-SERVER_HISTOGRAMS = (TTFT, ITL)
+DECODE_STEP = "engine_step_seconds"  # its kind="decode" series
+SERVER_HISTOGRAMS = (TTFT, ITL, DECODE_STEP)
 
 # inferwatch's own page (``--metrics-url`` at the sidecar) holds the histograms already
 # mapped onto the contract; this backend reads it like any server's page.
 INFERWATCH_PAGE = Backend(
     name="inferwatch",
     signature=("inferwatch_",),
-    labels={"model": "model", "engine": "engine"},
+    labels={"model": "model", "engine": "engine", "kind": "kind"},
     feeds=tuple(feed(name, f"inferwatch_{name}") for name in SERVER_HISTOGRAMS),
 )
 
@@ -45,7 +48,8 @@ class ServerHistograms:
     or inferwatch's); ``backend`` and ``version`` name the server for the file's metadata.
     A page of no use at the start (unreadable, unknown, no TTFT histogram for the model)
     leaves the server side out of the whole sweep, ``problem`` saying why; a failed read
-    later leaves out only its cell. A server without an ITL histogram gives TTFT alone.
+    later leaves out only its cell. A server without an ITL histogram gives TTFT alone, or
+    its decode steps; one without a TTFT histogram (TGI) its decode steps alone.
     """
 
     def __init__(self, metrics_url: str, root: str, model: str, note: Callable[[str], None]):
@@ -79,10 +83,13 @@ class ServerHistograms:
                     )
             now = self._histograms(text)
         except (UpstreamError, ValueError) as exc:
-            self.problem = f"no server-side TTFT: {self._url}: {exc}"
+            self.problem = f"no server-side latency: {self._url}: {exc}"
             now = None
         if not now and not self.problem:
-            self.problem = f"no server-side TTFT: no TTFT histogram of {self._model} on {self._url}"
+            self.problem = (
+                f"no server-side latency: no TTFT histogram or decode steps of {self._model} "
+                f"on {self._url}"
+            )
         if self.problem:
             self._backend = None
             return None
@@ -99,18 +106,22 @@ class ServerHistograms:
 
     def _histograms(self, text: str) -> Histograms:
         """The model's histograms on the page, each summed over engines (a page without
-        model labels: all of it); empty without a TTFT histogram. Raises ValueError for a
-        page to reject."""
+        model labels: all of it; the steps: the decode steps); empty without a TTFT
+        histogram or decode steps. Raises ValueError for a page to reject."""
         assert self._backend is not None
         out = {}
         histograms = self._backend.normalize(text).histograms
         for name in SERVER_HISTOGRAMS:
-            series = histograms.get(name) or {}
+            series = {
+                labels: h
+                for labels, h in (histograms.get(name) or {}).items()
+                if name != DECODE_STEP or dict(labels).get("kind") == "decode"
+            }
             mine = [h for labels, h in series.items() if dict(labels).get("model") == self._model]
             chosen = mine or list(series.values())
             if chosen:
                 out[name] = functools.reduce(Histogram.merged, chosen)
-        return out if TTFT in out else {}
+        return out if TTFT in out or DECODE_STEP in out else {}
 
     async def read(self) -> Histograms | None:
         """The histograms now; None when the server side is out or this read failed."""
@@ -127,7 +138,8 @@ class ServerHistograms:
     ) -> tuple[Histograms | None, Histograms]:
         """(the histograms now, their increase since ``before``), once the TTFT histogram
         has counted the ``streamed`` requests of the window or :data:`SETTLE_SECONDS` have
-        passed; the increase is empty when either read is missing."""
+        passed (without one, at once: a server times a decode step before it sends the
+        step's tokens); the increase is empty when either read is missing."""
         deadline = time.monotonic() + SETTLE_SECONDS
         while True:
             after = await self.read()
@@ -138,6 +150,7 @@ class ServerHistograms:
                 for name in SERVER_HISTOGRAMS
                 if name in before and name in after
             }
-            if window[TTFT].count >= streamed or time.monotonic() >= deadline:
+            settled = TTFT not in window or window[TTFT].count >= streamed
+            if settled or time.monotonic() >= deadline:
                 return after, window
             await asyncio.sleep(0.1)
