@@ -11,6 +11,10 @@ then the CPU per probe (the difference over the probes the canary sent meanwhile
 ratio with / without. Both run in the same window, so a busy machine slows both alike.
 
     .venv/bin/python bench/canary.py [--seconds 300] [--canary-interval 15] [--backend-url URL]
+                                     [--write-docs]
+
+With ``--write-docs`` the figures, with the date and the machine, also replace the canary's
+generated region of docs/performance.md.
 
 Sample output (2 cores, vLLM 0.32 on CPU, tiny model):
 
@@ -35,6 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from demo.stack import Inferwatch, VllmServer, children_of, http_get  # noqa: E402
 from inferwatch.serve.command import OPTIONS  # noqa: E402
+from inferwatch.tools.docs import CANARY_BENCH, PERFORMANCE, write_performance  # noqa: E402
 
 PROBES = "inferwatch_canary_probes_total"
 
@@ -78,6 +83,9 @@ def main() -> None:
         "--scrape-interval", type=float, default=15.0, help="seconds between scrapes"
     )
     parser.add_argument("--backend-url", help="a running vLLM (default: start one on CPU)")
+    parser.add_argument(
+        "--write-docs", action="store_true", help="also write the figures to docs/performance.md"
+    )
     args = parser.parse_args()
     poll = default_poll_interval()
     flags = ["--backend", "vllm", "--gpu", "off", "--poll-interval", str(poll)]
@@ -115,19 +123,36 @@ def main() -> None:
     results = {r: n - before.get(r, 0.0) for r, n in probes(page).items()}
     sent = sum(results.values())
     extra_cpu = cpu["with canary"] - cpu["without canary"]
-    print(
+    conditions = (
         f"{wall:.0f} s, polls every {poll:g} s, a scrape of each every "
         f"{args.scrape_interval:g} s, canary every {args.canary_interval:g} s"
     )
+    print(conditions)
     print(f"{'':16s} {'CPU s':>8s} {'cores':>8s} {'RSS MiB':>8s}")
     for label in exporters:
         print(f"{label:16s} {cpu[label]:8.2f} {cpu[label] / wall:8.4f} {rss[label]:8.1f}")
     per_probe = f"{extra_cpu / sent * 1000:.1f} ms" if sent else "n/a"
-    print(
-        f"probes sent: {sent:g} ({', '.join(f'{r} {n:g}' for r, n in results.items() if n)}); "
-        f"CPU per probe: {per_probe}; "
-        f"with / without: {cpu['with canary'] / cpu['without canary']:.3f}x"
-    )
+    sent_text = f"{sent:g} ({', '.join(f'{r} {n:g}' for r, n in results.items() if n)})"
+    ratio = f"{cpu['with canary'] / cpu['without canary']:.3f}x"
+    print(f"probes sent: {sent_text}; CPU per probe: {per_probe}; with / without: {ratio}")
+    if args.write_docs:
+        figures = {"window": conditions, "probes sent": sent_text}
+        for label in exporters:
+            figures[f"exporter {label}"] = (
+                f"{cpu[label] / wall * 100:.2f} % of one core, RSS {rss[label]:.1f} MiB"
+            )
+        figures["CPU per probe"] = per_probe
+        figures["CPU with / without the canary"] = ratio
+        write_performance(REPO / PERFORMANCE, figures, machine(args), CANARY_BENCH)
+
+
+def machine(args: argparse.Namespace) -> dict[str, str]:
+    """Where and when the figures were measured, and with which options."""
+    return {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "cores (nproc)": str(len(os.sched_getaffinity(0))),
+        "options": f"--seconds {args.seconds:g} --canary-interval {args.canary_interval:g}",
+    }
 
 
 if __name__ == "__main__":

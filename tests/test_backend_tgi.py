@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from aiohttp import web
 
 from inferwatch.collect.backends import TGI, detect
 from inferwatch.collect.backends.mapping import Mapper
+from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.textparse import read_page
+from inferwatch.collect.upstream import Upstream
 from inferwatch.method.findings import exporter_report, fmt, phase_of
 from inferwatch.method.spec import spec_from_config
 from inferwatch.model import CanarySample, CollectorStatus, Histogram, Snapshot
 from inferwatch.serve.exposition import render
+from inferwatch.serve.sidecar import make_app
+from inferwatch.serve.web import VERDICT
 from inferwatch.tools.report import render as render_report
 
 from conftest import TGI_PAGE as PAGE
@@ -211,9 +216,10 @@ def test_the_verdict_judges_a_real_tgi_page_by_its_decode_steps() -> None:
     report = exporter_report(
         "tgi", read_page(_exporter_page(before)), read_page(_exporter_page(after)), 60.0, spec
     )
-    # Read in their place: the canary's TTFT (off here: none) and the decode step latency.
-    assert list(report.phase_signals) == ["canary_ttft_p95", "decode_step_p95"]
-    assert report.phase_signals["canary_ttft_p95"] is None
+    # Read in ITL's place: the decode step latency. The canary is off here: neither TTFT
+    # has series, so TTFT is named as itself, without a value.
+    assert list(report.phase_signals) == ["ttft_p95", "decode_step_p95"]
+    assert report.phase_signals["ttft_p95"] is None
     step = report.phase_signals["decode_step_p95"]
     assert step == pytest.approx(
         0.09852612533569335 + 0.95 * (0.14778918800354002 - 0.09852612533569335)
@@ -245,3 +251,47 @@ def test_a_real_tgi_page_with_slow_decode_steps_finds_the_decode_bottleneck() ->
     text = render_report(report)
     assert "decode step p95 (server step latency)" in text
     assert "TTFT p95 (canary, client side)" in text
+
+
+class _TgiServer:
+    """A loopback TGI whose /metrics answers the page the test sets."""
+
+    def __init__(self, page: str) -> None:
+        self.page = page
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.page, content_type="text/plain")
+
+    async def info(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "3.3.6", "model_id": "m"})
+
+
+async def test_the_verdict_page_names_what_it_read_on_tgi(aiohttp_server, aiohttp_client) -> None:
+    # The exporter's own verdict over two polls of a real TGI page, its decode steps slower
+    # in between: the phase, and the sparkline of per-token latency, say decode steps.
+    tgi = _TgiServer(fixture_text(REAL))
+    app = web.Application()
+    app.router.add_get("/metrics", tgi.metrics)
+    app.router.add_get("/info", tgi.info)
+    server = await aiohttp_server(app)
+    upstream = Upstream(str(server.make_url("")).rstrip("/"), timeout=2.0, max_bytes=1 << 24)
+    now = [1000.0]
+    poller = Poller(upstream, TGI, None, PollSettings(interval=0.2), clock=lambda: now[0])
+    exporter = make_app(poller, run_poller=False)
+    client = await aiohttp_client(exporter)
+    try:
+        for page in (tgi.page, _slower_decode_steps(tgi.page, 1000, 0.14)):
+            tgi.page = page
+            await poller.poll_once()
+            await exporter[VERDICT].refresh()
+            now[0] += 10.0
+        doc = await (await client.get("/verdict.json")).json()
+        html = await (await client.get("/")).text()
+    finally:
+        await upstream.close()
+    assert doc["phase"] == "decode"
+    assert "decode step p95 (server step latency)" in doc["phase_detail"]
+    assert doc["series_info"]["itl_p95"]["label"] == "decode step p95 (server step latency)"
+    # The page has the reserved tokens but not the budget gauge: no fallback to read.
+    assert doc["series_info"]["kv_usage"]["label"] == "KV-cache use"
+    assert "decode step p95 (server step latency)" in html

@@ -17,6 +17,7 @@ from inferwatch.serve.options import OPTIONS
 from inferwatch.tools.docs import (
     ABSENT,
     BENCH,
+    CANARY_BENCH,
     NOT_MEASURED,
     PAGES,
     PERFORMANCE,
@@ -212,6 +213,14 @@ MACHINE = {"date": "2030-01-02", "cores (nproc)": "2", "CPU": "Example CPU @ 2.0
 def test_the_bench_region_holds_a_run_or_says_there_is_none() -> None:
     body = BENCH.body((REPO / PERFORMANCE).read_text())
     assert body == NOT_MEASURED or body.startswith("Measured by `make bench`"), body
+
+
+def test_the_canary_region_holds_its_run_or_says_there_is_none() -> None:
+    body = CANARY_BENCH.body((REPO / PERFORMANCE).read_text())
+    measured = body.startswith("Measured by `bench/canary.py --write-docs`: ")
+    assert measured or body == "Not measured yet: run `bench/canary.py --write-docs`.\n", body
+    if measured:
+        assert "| CPU with / without the canary |" in body, body
 
 
 def test_the_bench_region_is_rendered_from_the_figures() -> None:

@@ -74,6 +74,7 @@ class Point:
     page: bytes
     backend_up: bool
     values: dict[str, float | None]
+    read: dict[str, str] = field(default_factory=dict)  # the signal read, where a fallback
 
 
 @dataclass(frozen=True)
@@ -211,10 +212,13 @@ class VerdictHistory:
         text = self._page(snap)
         page = self._reader.read(text.decode())
         values: dict[str, float | None] = dict.fromkeys(SERIES)
+        read: dict[str, str] = {}
         if points and at > points[-1].at:
             window = Window(previous, page, at - points[-1].at, self.spec)
-            values = {name: window.signal(name) for name in SERIES}
-        point = Point(at, self._wall(), zlib.compress(text, 1), snap.backend_up, values)
+            readings = {name: window.reading(name) for name in SERIES}
+            values = {name: value for name, (_, value) in readings.items()}
+            read = {name: signal for name, (signal, _) in readings.items() if signal != name}
+        point = Point(at, self._wall(), zlib.compress(text, 1), snap.backend_up, values, read)
         first = next((p for p in points if at - p.at <= self.window and p.at < at), None)
         if first is None:
             verdict = COLLECTING
@@ -243,6 +247,7 @@ class VerdictHistory:
     def document(self) -> dict[str, Any]:
         """The verdict as JSON (``/verdict.json``); the page shows the same."""
         v, spec = self.verdict, self.spec
+        read = self._points[-1].read if self._points else {}
         return {
             "state": v.state,
             "backend_up": v.backend_up,
@@ -277,7 +282,9 @@ class VerdictHistory:
                 name: [[round(t, 3), number(value)] for t, value in points]
                 for name, points in self.series().items()
             },
+            # Each sparkline named by the signal its newest point read (a fallback: TGI's).
             "series_info": {
-                name: {"label": SIGNALS[name].label, "unit": SIGNALS[name].unit} for name in SERIES
+                name: {"label": SIGNALS[read.get(name, name)].label, "unit": SIGNALS[name].unit}
+                for name in SERIES
             },
         }

@@ -315,13 +315,20 @@ def _no_render() -> str:
 
 
 BENCH = Region("bench figures", "bench/exporter.py", _no_render, by="make bench")
+# The canary's cost, a run of its own (minutes of a real vLLM, not part of `make bench`).
+CANARY_BENCH = Region(
+    "canary figures", "bench/canary.py", _no_render, by="bench/canary.py --write-docs"
+)
 
 
-def performance_region(figures: Mapping[str, str], machine: Mapping[str, str]) -> str:
-    """The body of :data:`BENCH`: where and when the figures were measured, then each one."""
+def performance_region(
+    figures: Mapping[str, str], machine: Mapping[str, str], region: Region = BENCH
+) -> str:
+    """The body of a bench's region: where and when the figures were measured, then each."""
     about = ", ".join(f"{k} {v}" for k, v in machine.items())
+    run = "`make bench` (`bench/exporter.py --write-docs`)" if region is BENCH else f"`{region.by}`"
     rows = [
-        f"Measured by `make bench` (`bench/exporter.py --write-docs`): {_prose(about)}.",
+        f"Measured by {run}: {_prose(about)}.",
         "",
         "| figure | value |",
         "|---|---|",
@@ -330,10 +337,12 @@ def performance_region(figures: Mapping[str, str], machine: Mapping[str, str]) -
     return "\n".join(rows) + "\n"
 
 
-def write_performance(path: Path, figures: Mapping[str, str], machine: Mapping[str, str]) -> None:
-    """Rewrites the bench region of ``path`` (docs/performance.md) with a run's figures."""
+def write_performance(
+    path: Path, figures: Mapping[str, str], machine: Mapping[str, str], region: Region = BENCH
+) -> None:
+    """Rewrites a bench's region of ``path`` (docs/performance.md) with a run's figures."""
     text = path.read_text()
-    path.write_text(BENCH.write(text, performance_region(figures, machine), str(path)))
+    path.write_text(region.write(text, performance_region(figures, machine, region), str(path)))
 
 
 def main(argv: list[str]) -> int:
