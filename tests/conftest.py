@@ -10,9 +10,11 @@ import math
 import os
 import signal
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 
@@ -152,6 +154,33 @@ def promtool_series(pages: Sequence[Samples], target: Mapping[str, str]) -> list
                 )
                 series.setdefault(f"{name}{{{text}}}", ["_"] * len(pages))[step] = repr(value)
     return [{"series": name, "values": " ".join(values)} for name, values in series.items()]
+
+
+@contextmanager
+def thread_server(answer: Callable[[BaseHTTPRequestHandler], tuple[int, bytes]]) -> Iterator[str]:
+    """A plain HTTP server in a thread, for a process other than the test's to read (an
+    exporter, Prometheus): each GET is ``answer(request)`` -> (status, text/plain body).
+    Yields its ``host:port``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = answer(self)
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def oracle_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

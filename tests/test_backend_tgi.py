@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
 import pytest
 from aiohttp import web
 
+from demo.stack import Prometheus
 from inferwatch.collect.backends import TGI, detect
 from inferwatch.collect.backends.mapping import Mapper
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.textparse import read_page
 from inferwatch.collect.upstream import Upstream
 from inferwatch.method.findings import exporter_report, fmt, phase_of
+from inferwatch.method.rules import dump_yaml, rules_document
 from inferwatch.method.spec import spec_from_config
 from inferwatch.model import CanarySample, CollectorStatus, Histogram, Snapshot
 from inferwatch.serve.exposition import render
 from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.web import VERDICT
+from inferwatch.tools import diagnose
 from inferwatch.tools.report import render as render_report
 
 from conftest import TGI_PAGE as PAGE
-from conftest import assert_matches_oracle, fixture_text
+from conftest import assert_matches_oracle, fixture_text, thread_server
 
 # A real TGI v3 page (DataDog's integration tests), its families copied whole.
 REAL = "tgi-3.x-datadog-payload-excerpt.prom"
@@ -295,3 +303,38 @@ async def test_the_verdict_page_names_what_it_read_on_tgi(aiohttp_server, aiohtt
     # The page has the reserved tokens but not the budget gauge: no fallback to read.
     assert doc["series_info"]["kv_usage"]["label"] == "KV-cache use"
     assert "decode step p95 (server step latency)" in html
+
+
+def test_diagnose_over_a_real_prometheus_reads_the_fallbacks_on_tgi(tmp_path: Path) -> None:
+    # A real Prometheus scrapes an exporter page of a real TGI page whose decode steps slow
+    # and whose canary answers (rebuilt on every scrape, counters growing with time), under
+    # the generated rules with a 20 s window: diagnose --prometheus finds the decode
+    # bottleneck, its evidence the decode steps and the canary's TTFT, as the verdict does.
+    spec = spec_from_config({"alerting": {"rate_window": "20s", "evaluation_interval": "1s"}})
+    page, start = fixture_text(REAL), time.monotonic()
+
+    def exporter_page() -> bytes:
+        t = time.monotonic() - start
+        tgi_page = _generated_tokens(
+            _slower_decode_steps(page, int(t * 20), 0.14), 109 + int(t), 20_000 + int(t * 100)
+        )
+        return _exporter_page(tgi_page, _canary(10 + int(t / 2))).encode()
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(dump_yaml(rules_document(spec)))
+    with contextlib.ExitStack() as stack:
+        target = stack.enter_context(thread_server(lambda request: (200, exporter_page())))
+        prometheus = Prometheus(tmp_path, [target], rule_files=[rules]).start()
+        stack.callback(prometheus.stop)
+        deadline = time.monotonic() + 120  # a guard against hanging, not a bound
+        while not prometheus.query("instance:inferwatch_requests_finished:rate20s"):
+            assert time.monotonic() < deadline, "the recording rules never evaluated"
+            time.sleep(1)
+        time.sleep(5)  # the rate window holds a few scrapes of the slower steps
+        report = asyncio.run(diagnose.from_prometheus(prometheus.url, spec))
+    decode = [f for f in report.findings if f.alert.name == "InferenceDecodeBottleneck"]
+    assert decode, [f.alert.name for f in report.findings]
+    read = {cond.signal: cond.measured for cond, _ in decode[0].evidence}
+    assert read["itl_p95"] == "decode_step_p95" and read["ttft_p95"] == "canary_ttft_p95"
+    assert list(report.phase_signals) == ["canary_ttft_p95", "decode_step_p95"]
+    assert "decode step p95 (server step latency)" in render_report(report)

@@ -12,9 +12,8 @@ import io
 import json
 import os
 import tarfile
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import bcrypt
@@ -31,7 +30,7 @@ from inferwatch.serve.verdict import Verdict
 from inferwatch.serve.web import CAPTURER
 from inferwatch.serve.webconfig import load as load_web_config
 
-from conftest import fixture_text, page_value
+from conftest import fixture_text, page_value, thread_server
 
 CAPTURE = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
 STALL = "InferenceQueuedWhileIdle"
@@ -241,24 +240,11 @@ async def test_a_cause_held_for_its_for_triggers_one_capture_per_spell(
 def loopback_backend() -> Iterator[str]:
     """The real capture at /metrics, from a thread (the exporter is another process)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = CAPTURE.encode()
-            self.send_response(200 if self.path == "/metrics" else 404)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(request: BaseHTTPRequestHandler) -> tuple[int, bytes]:
+        return (200 if request.path == "/metrics" else 404), CAPTURE.encode()
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with thread_server(answer) as address:
+        yield f"http://{address}"
 
 
 def test_inferwatch_capture_downloads_the_archive(cli, loopback_backend, tmp_path) -> None:

@@ -36,7 +36,7 @@ from inferwatch.serve.sidecar import make_app
 from inferwatch.settings import resolve
 from inferwatch.urls import redact_url
 
-from conftest import fixture_text, page_value
+from conftest import fixture_text, page_value, thread_server
 
 CAPTURE = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
 SECRET = "s3cret-api-key"
@@ -191,27 +191,14 @@ def basic_auth_backend() -> Iterator[tuple[str, list[str]]]:
     the passwords of the basic auth it received."""
     passwords: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            auth = self.headers.get("Authorization", "")
-            if auth.startswith("Basic "):
-                passwords.append(base64.b64decode(auth[6:]).decode().partition(":")[2])
-            body = CAPTURE.encode() if self.path == "/metrics" else b"{}"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(request: BaseHTTPRequestHandler) -> tuple[int, bytes]:
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Basic "):
+            passwords.append(base64.b64decode(auth[6:]).decode().partition(":")[2])
+        return 200, CAPTURE.encode() if request.path == "/metrics" else b"{}"
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}", passwords
-    server.shutdown()
-    server.server_close()
+    with thread_server(answer) as address:
+        yield address, passwords
 
 
 def test_a_password_with_an_at_never_shows(basic_auth_backend, tmp_path: Path) -> None:

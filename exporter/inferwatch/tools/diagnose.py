@@ -137,11 +137,13 @@ class _Signals:
 
     async def reading(self, name: str, labels: Mapping[str, str]) -> tuple[str, float | None]:
         """The signal read for a label set and its value: its fallback's where the signal
-        has no series for it (the alert expression's ``or``)."""
+        has no series for it and the fallback has (the alert expression's ``or``)."""
         matches = [v for series, v in await self.of(name) if _covers(series, labels)]
         fallback = SIGNALS[name].fallback
         if not matches and fallback is not None:
-            return await self.reading(fallback, labels)
+            read = await self.reading(fallback, labels)
+            if read[1] is not None:  # else neither has a series: the signal's own name
+                return read
         return name, (matches[0] if matches else None)
 
     async def phase(self) -> dict[str, float | None]:
