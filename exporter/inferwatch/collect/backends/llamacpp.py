@@ -47,7 +47,8 @@ Absent, and why: TTFT, inter-token latency, request duration, queue/prefill/deco
 token-length histograms (llama-server has no histograms; ``prompt_seconds_total`` and
 ``tokens_predicted_seconds_total`` give mean prefill and decode speed per token, not
 per-request distributions); ``preemptions``, ``requests_finished``,
-``frontend_cpu_seconds`` and ``engine_step_tokens`` (not exposed);
+``frontend_cpu_seconds``, ``engine_step_tokens`` and ``engine_step_seconds`` (not
+exposed: the seconds counters are totals, not per-step durations);
 ``request_time_per_output_token_seconds`` (``tokens_predicted_seconds_total`` /
 ``tokens_predicted_total`` is an aggregate mean, not a per-request histogram);
 ``kv_cache_capacity_tokens`` (``kv_cache_tokens``, where a build has it, counts the tokens in

@@ -45,7 +45,8 @@ inter-token latency, per-request time per output token, prefill and decode time 
 family; ``requests_finished`` has no
 finish reason (``nv_inference_request_failure{reason}`` counts failures only);
 ``preemptions``, prefix-cache token counters (``kv_cache_block_type="reused"`` counts
-blocks), ``engine_step_tokens`` and ``frontend_cpu_seconds`` are not exposed; Triton's own
+blocks), ``engine_step_tokens``, ``engine_step_seconds`` (no per-iteration durations) and
+``frontend_cpu_seconds`` are not exposed; Triton's own
 ``nv_gpu_*`` gauges are left to the NVML source; speculative decoding counters and
 ``http_requests`` (Triton counts successes and failures per model,
 ``nv_inference_request_success`` / ``nv_inference_request_failure{reason}``, not HTTP
