@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from inferwatch.method.alerts import ALERTS, Alert, Cond
 from inferwatch.method.quantile import histogram_quantile
@@ -49,6 +50,19 @@ def _combine(values: list[float], how: Aggregation) -> float:
     return max(values)
 
 
+def _sorted(labels: Mapping[str, str]) -> tuple:
+    return tuple(sorted(labels.items()))
+
+
+class Matched(NamedTuple):
+    """A metric's series over a window: on both pages (older value, newer value, the newer
+    page's labels), and the values of those on one page only."""
+
+    both: list[tuple[float, float, Mapping[str, str]]]
+    before_only: list[float]
+    after_only: list[float]
+
+
 @dataclass
 class Window:
     """Two scrapes of one exporter ``seconds`` apart; computes signal recipes over them
@@ -58,11 +72,11 @@ class Window:
     after: Samples
     seconds: float
     spec: Spec | None = None
-    # What a window has read of its pages, by (page, name, where): the signals of a verdict
-    # read the same series many times. Never changed once read.
-    _read: dict[tuple, dict[tuple, float]] = field(default_factory=dict, repr=False, compare=False)
-    # Each label set's key (its pairs, sorted), by the dict's identity: both pages hold it.
-    _keys: dict[int, tuple] = field(default_factory=dict, repr=False, compare=False)
+    # What a window has read of its pages, by (page, name, where), and matched across them,
+    # by (name, where): the signals of a verdict read the same series many times. Never
+    # changed once read.
+    _read: dict[tuple, dict[int, tuple]] = field(default_factory=dict, repr=False, compare=False)
+    _matched: dict[tuple, Matched] = field(default_factory=dict, repr=False, compare=False)
 
     def signal(self, name: str) -> float | None:
         """A signal of :data:`SIGNALS` over the window (its fallback's where the page has
@@ -132,57 +146,83 @@ class Window:
             return self._share_above(recipe)
         raise TypeError(recipe)
 
-    def _series(self, samples: Samples, name: str, where: Mapping[str, str]) -> dict[tuple, float]:
-        """The series of ``name`` on a page that match ``where``, by their sorted labels."""
+    def _series(self, samples: Samples, name: str, where: Mapping[str, str]) -> dict[int, tuple]:
+        """The series of ``name`` on a page that match ``where``: (labels, value) by the
+        label dict's identity."""
         read = (id(samples), name, tuple(where.items()))
         series = self._read.get(read)
         if series is None:
             series = self._read[read] = {
-                self._key(labels): value
-                for labels, value in samples.get(name, [])
-                if _matches(labels, where)
+                id(sample[0]): sample  # the page's own pair: nothing new per series
+                for sample in samples.get(name, [])
+                if _matches(sample[0], where)
             }
         return series
 
-    def _key(self, labels: Mapping[str, str]) -> tuple:
-        key = self._keys.get(id(labels))
-        if key is None:
-            key = self._keys[id(labels)] = tuple(sorted(labels.items()))
-        return key
-
-    def _increases(self, name: str, where: Mapping[str, str]) -> dict[tuple, float]:
-        """Each series' increase over the window; a reset counts from zero. A series missing
-        from the first page (a failed poll's page has no backend series) has none, as
-        PromQL's ``increase`` needs two samples: its whole count is not the window's."""
+    def _match(self, name: str, where: Mapping[str, str]) -> Matched:
+        """The series of ``name`` matched across the two pages. A series is the same on both
+        when its label dict is (a :class:`~inferwatch.collect.textparse.PageReader` shares
+        them between the pages it reads), else when its labels are equal: no key is built
+        for a series whose dict both pages hold."""
+        memo = (name, tuple(where.items()))
+        found = self._matched.get(memo)
+        if found is not None:
+            return found
         before = self._series(self.before, name, where)
-        return {
-            key: value - before[key] if value >= before[key] else value
-            for key, value in self._series(self.after, name, where).items()
-            if key in before
-        }
+        both: list[tuple[float, float, Mapping[str, str]]] = []
+        after_only: list[tuple[Mapping[str, str], float]] = []
+        for key, (labels, value) in self._series(self.after, name, where).items():
+            old = before.get(key)
+            if old is None:
+                after_only.append((labels, value))
+            else:
+                both.append((old[1], value, labels))
+        if len(both) == len(before):
+            before_only: list[float] = []
+        else:  # match the rest by their labels
+            shared = {id(labels) for _, _, labels in both}
+            rest = {_sorted(labels): v for k, (labels, v) in before.items() if k not in shared}
+            unmatched = []
+            for labels, value in after_only:
+                old_value = rest.pop(_sorted(labels), None)
+                if old_value is None:
+                    unmatched.append((labels, value))
+                else:
+                    both.append((old_value, value, labels))
+            before_only, after_only = list(rest.values()), unmatched
+        found = self._matched[memo] = Matched(both, before_only, [v for _, v in after_only])
+        return found
+
+    def _increases(self, name: str, where: Mapping[str, str]) -> list[tuple[float, Mapping]]:
+        """Each series' increase over the window, with its labels; a reset counts from
+        zero. A series missing from the first page (a failed poll's page has no backend
+        series) has none, as PromQL's ``increase`` needs two samples: its whole count is not
+        the window's."""
+        return [
+            (value - old if value >= old else value, labels)
+            for old, value, labels in self._match(name, where).both
+        ]
 
     def _delta(self, name: str, where: Mapping[str, str] | None = None) -> float | None:
         """The increase of a counter, summed over its series."""
         increases = self._increases(name, where or {})
-        return math.fsum(increases.values()) if increases else None
+        return math.fsum(i for i, _ in increases) if increases else None
 
     def _rate(self, rate: Rate) -> float | None:
         increases = self._increases(rate.counter, rate.where)
         if not increases:
             return None
-        return _combine(list(increases.values()), rate.how) / self.seconds
+        return _combine([i for i, _ in increases], rate.how) / self.seconds
 
     def _gauge(self, gauge: Gauge) -> float | None:
-        after = self._series(self.after, gauge.metric, gauge.where)
+        matched = self._match(gauge.metric, gauge.where)
         if gauge.averaged:
             # avg_over_time: each series' mean over the scrapes of the window that hold it.
-            before = self._series(self.before, gauge.metric, gauge.where)
-            values = []
-            for key in before.keys() | after.keys():
-                samples = [page[key] for page in (before, after) if key in page]
-                values.append(math.fsum(samples) / len(samples))
+            values = [(old + value) / 2 for old, value, _ in matched.both]
+            values += matched.before_only
         else:
-            values = list(after.values())
+            values = [value for _, value, _ in matched.both]
+        values += matched.after_only
         return _combine(values, gauge.how) if values else None
 
     def _quantile(self, recipe: Quantile) -> float | None:
@@ -191,8 +231,8 @@ class Window:
         if not increases:
             return None
         buckets: dict[str, float] = {}
-        for key, increase in increases.items():
-            le = dict(key)["le"]
+        for increase, labels in increases:
+            le = labels["le"]
             buckets[le] = buckets.get(le, 0.0) + increase
         result = histogram_quantile(recipe.q, buckets.items())
         return None if math.isnan(result) else result
@@ -204,10 +244,8 @@ class Window:
         count = self._delta(f"inferwatch_{recipe.histogram}_count")
         below = [
             increase
-            for key, increase in self._increases(
-                f"inferwatch_{recipe.histogram}_bucket", {}
-            ).items()
-            if bucket_bound(dict(key)["le"]) == bound
+            for increase, labels in self._increases(f"inferwatch_{recipe.histogram}_bucket", {})
+            if bucket_bound(labels["le"]) == bound
         ]
         if not count or not below:
             return None
