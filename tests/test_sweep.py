@@ -25,12 +25,15 @@ from unittest import mock
 
 import aiohttp
 import pytest
+import yaml
 from aiohttp import web
 
-from inferwatch.baseline import Baseline, Cell, Quantiles, load, to_yaml
+from inferwatch.baseline import Baseline, Cell, Quantiles, load, parse, to_yaml
 from inferwatch.calibration import thresholds_from
 from inferwatch.cli import main
 from inferwatch.collect import stream as client
+from inferwatch.method.slo.config import slos_from_config
+from inferwatch.method.slo.objectives import SLOs
 from inferwatch.settings import ConfigError, resolve
 from inferwatch.tools.sweep import cells, command, prompts, report
 
@@ -232,9 +235,9 @@ def fake() -> Iterator[Fake]:
     loop.close()
 
 
-def plan(url: str, **flags: Any) -> command.Plan:
+def plan(url: str, slos: SLOs | None = None, **flags: Any) -> command.Plan:
     flags = {"url": url, "model": MODEL, "out": "/tmp/unused.yaml", **flags}
-    return command.Plan.from_values(resolve(command.OPTIONS, flags, {}, env={}))
+    return command.Plan.from_values(resolve(command.OPTIONS, flags, {}, env={}), slos)
 
 
 def run(plan: command.Plan) -> tuple[command.Sweep, str]:
@@ -326,6 +329,64 @@ def test_same_seed_same_prompts_fresh_seed_otherwise(fake: Fake) -> None:
     run(plan(fake.url, seed=7, **flags))
     assert [b["prompt"] for b in fake.bodies] == first
     assert len({plan(fake.url).seed for _ in range(5)}) > 1  # a fresh seed per run
+
+
+GOODPUT_CELL = {"concurrency": (2,), "prompt_tokens": (10,), "output_tokens": (4,)}
+
+
+def test_goodput_counts_the_requests_that_met_every_objective_jointly(fake: Fake) -> None:
+    # First tokens after 20 ms, gaps of 30 ms; one request in four fails (HTTP 500).
+    fake.behaviour = Behaviour(ttft=0.02, itl=0.03, fail_every=4)
+    flags = {**GOODPUT_CELL, "requests_per_cell": 8}
+    cases = {  # objectives -> the good share: the failures never count, every bound must hold
+        (None, None): 0.75,
+        (5.0, 5.0): 0.75,
+        (0.001, 5.0): 0.0,  # no first token that fast
+        (5.0, 0.001): 0.0,  # no gap that short
+    }
+    for (ttft, itl), share in cases.items():
+        result, stderr = run(plan(fake.url, goodput_ttft=ttft, goodput_itl=itl, **flags))
+        cell = result.results[0].cell()
+        assert cell is not None and cell.goodput_share == share, (ttft, itl, stderr)
+        good = share * cell.requests
+        assert cell.goodput_requests_per_second == round(good / result.results[0].seconds, 3)
+        assert cell.goodput_tokens_per_second == round(4 * good / result.results[0].seconds, 3)
+        assert result.metadata["goodput_objectives"] == {
+            **({"ttft_seconds": ttft} if ttft else {}),
+            **({"itl_seconds": itl, "itl_target": 0.95} if itl else {}),
+        }
+    # Written to the file and read back.
+    back = parse(yaml.safe_load(to_yaml(result.baseline())))
+    assert back.cells[0].goodput_share == 0.0
+
+
+def test_goodput_objectives_come_from_the_config_and_flags_replace_their_bounds(
+    fake: Fake,
+) -> None:
+    # The config's objectives for the model: TTFT within 1 ms (none is), ITL 99 % within
+    # 5 s. A flag's bound replaces the config's; the ITL target stays the config's.
+    slos = slos_from_config(
+        {
+            "objectives": {"errors": {"target": 0.999}},
+            "models": {
+                MODEL: {
+                    "ttft": {"target": 0.99, "seconds": 0.001},
+                    "itl": {"target": 0.99, "seconds": 5.0},
+                }
+            },
+        },
+        "vllm",  # whose bucket bounds the objectives' bounds are
+    )
+    fake.behaviour = Behaviour(ttft=0.02, itl=0.002)
+    flags = {**GOODPUT_CELL, "requests_per_cell": 4}
+    from_config = plan(fake.url, slos, **flags)
+    assert from_config.objectives.text() == "TTFT <= 0.001 s, 99 % of gaps <= 5 s, no error"
+    assert run(from_config)[0].results[0].cell().goodput_share == 0.0
+    flagged = plan(fake.url, slos, goodput_ttft=5.0, **flags)
+    assert flagged.objectives.text() == "TTFT <= 5 s, 99 % of gaps <= 5 s, no error"
+    assert run(flagged)[0].results[0].cell().goodput_share == 1.0
+    other = plan(fake.url, slos, model="another", **flags)  # the default group: errors only
+    assert other.objectives.text() == "no error"
 
 
 def test_failures_are_counted_and_never_stop_the_sweep(fake: Fake) -> None:

@@ -20,6 +20,9 @@ exposes the cell comparable to the load as ``inferwatch_baseline_*`` gauges; ``g
       server_ttft_seconds: {p50: 0.025, p95: 0.047, p99: 0.055}   # optional: the server's
       server_itl_seconds: {p50: 0.009, p95: 0.015, p99: 0.021}    # histograms, same window
       server_decode_step_seconds: {...}   # optional: decode steps, where the server times them
+      goodput_share: 0.95                 # optional: requests that met every objective
+      goodput_requests_per_second: 4.65   # (metadata: goodput_objectives), and their rate
+      goodput_tokens_per_second: 297.6
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ QUANTILES = ("p50", "p95", "p99")
 # label belongs to summaries, and `promtool check metrics` flags it on a gauge.)
 PERCENTILE_LABELS = {"50": "p50", "95": "p95", "99": "p99"}
 # Cell fields a sweep without the server's histograms leaves out.
-OPTIONAL_FIELDS = ("server_ttft_seconds", "server_itl_seconds", "server_decode_step_seconds")
+OPTIONAL_QUANTILES = ("server_ttft_seconds", "server_itl_seconds", "server_decode_step_seconds")
+GOODPUT_FIELDS = ("goodput_share", "goodput_requests_per_second", "goodput_tokens_per_second")
+OPTIONAL_FIELDS = (*OPTIONAL_QUANTILES, *GOODPUT_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,9 @@ class Cell:
     server_ttft_seconds: Quantiles | None = None
     server_itl_seconds: Quantiles | None = None
     server_decode_step_seconds: Quantiles | None = None  # TGI's, see :meth:`itl`
+    goodput_share: float | None = None
+    goodput_requests_per_second: float | None = None
+    goodput_tokens_per_second: float | None = None
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -223,9 +231,14 @@ def _cell(doc: Any, index: int) -> Cell:
         raise ValueError(f"{where}.concurrency: must be at least 1")
     for name in ("requests_per_second", "output_tokens_per_second"):
         values[name] = non_negative_number(doc[name], f"{where}.{name}")
-    for name in ("ttft_seconds", "itl_seconds", "e2e_seconds", *OPTIONAL_FIELDS):
+    for name in ("ttft_seconds", "itl_seconds", "e2e_seconds", *OPTIONAL_QUANTILES):
         if name in doc:
             values[name] = _quantiles(doc[name], f"{where}.{name}")
+    for name in GOODPUT_FIELDS:
+        if name in doc:
+            values[name] = non_negative_number(doc[name], f"{where}.{name}")
+    if values.get("goodput_share", 0.0) > 1:
+        raise ValueError(f"{where}.goodput_share: {values['goodput_share']} is not a share")
     return Cell(**values)
 
 

@@ -183,7 +183,7 @@ def main(flags: Mapping[str, Any], config: Mapping[str, Any], config_name: str) 
     spec = spec_from_config(config)
     if values["prompts"] is None and values["prompt_tokens"] is None:
         values["prompt_tokens"] = SHORT_PROMPT_TOKENS
-    plan = sweep.plan_from({**values, "out": baseline_path, "previous": None})
+    plan = sweep.plan_from({**values, "out": baseline_path, "previous": None}, spec.slos)
     try:
         measured, _ = sweep.measure(plan)
     except sweep.SweepFailed as failed:

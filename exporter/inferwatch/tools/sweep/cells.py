@@ -14,6 +14,7 @@ from inferwatch.baseline import Cell, Quantiles
 from inferwatch.collect.stream import Client, Sample
 from inferwatch.method.quantile import histogram_quantile, sample_quantile
 from inferwatch.model import Histogram
+from inferwatch.tools.sweep.goodput import Goodput, Objectives
 from inferwatch.tools.sweep.histograms import DECODE_STEP, ITL, TTFT
 from inferwatch.tools.sweep.prompts import Prompts
 
@@ -32,6 +33,11 @@ class CellResult:
     samples: tuple[Sample, ...]
     seconds: float
     server_windows: Mapping[str, Histogram] = field(default_factory=dict)
+    objectives: Objectives = field(default_factory=Objectives)  # what a good request meets
+
+    @property
+    def goodput(self) -> Goodput:
+        return Goodput.of(self.samples, self.seconds, self.objectives)
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -66,6 +72,7 @@ class CellResult:
         ok = self.ok
         if not ok:
             return None
+        goodput = self.goodput
         return Cell(
             concurrency=self.concurrency,
             prompt_tokens=self.prompt_tokens,
@@ -80,6 +87,9 @@ class CellResult:
             server_ttft_seconds=self.server_quantiles(TTFT),
             server_itl_seconds=self.server_quantiles(ITL),
             server_decode_step_seconds=self.server_quantiles(DECODE_STEP),
+            goodput_share=goodput.share,
+            goodput_requests_per_second=goodput.requests_per_second,
+            goodput_tokens_per_second=goodput.tokens_per_second,
         )
 
     def mean_prompt_tokens(self) -> float | None:

@@ -144,7 +144,7 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
             )
             streamed = sum(s.streamed for s in samples)
             before, window = await server.window(before, streamed)
-            result = CellResult(*key, samples, seconds, window)
+            result = CellResult(*key, samples, seconds, window, plan.objectives)
             results.append(result)
             progress.end_cell(result)
     finally:
@@ -197,6 +197,7 @@ def _metadata(
         "inferwatch": __version__,
         "duration_seconds": duration,
     }
+    metadata["goodput_objectives"] = plan.objectives.document()
     if bounds:  # where an objective's latency bound can go (see calibrate)
         metadata["server_bucket_bounds"] = bounds
     if prompts.calibration is not None:
@@ -235,7 +236,7 @@ def measure(
     progress.close()
     marks = regressions(sweep.results, previous, factor) if previous else None
     print(table(sweep.results, marks))
-    print(LEGEND)
+    print(f"{LEGEND}; good: {plan.objectives.text()})")
     if not sweep.baseline().cells:
         first = next(s.error for r in sweep.results for s in r.errors)
         print(f"inferwatch: error: every request failed (first: {first})", file=sys.stderr)
@@ -253,7 +254,7 @@ def write_file(path: Path, text: str) -> None:
 def main(flags: Mapping[str, Any], config: Mapping[str, Any]) -> int:
     """``inferwatch baseline``; returns the exit status (ConfigError for bad input)."""
     values = resolve(OPTIONS, flags, {})
-    plan = plan_from(values)
+    plan = plan_from(values, spec_from_config(config).slos)
     previous = load_baseline(values["previous"]) if values["previous"] else None
     factor = values["regression_factor"] or spec_from_config(config).threshold("regression_factor")
     try:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from inferwatch.method.slo.objectives import SLOs
 from inferwatch.settings import (
     ConfigError,
     Option,
@@ -17,6 +18,7 @@ from inferwatch.settings import (
     positive_float,
     positive_int,
 )
+from inferwatch.tools.sweep.goodput import Objectives, objectives_for
 from inferwatch.tools.sweep.prompts import load_prompts
 
 
@@ -118,6 +120,17 @@ OPTIONS = (
         "seed of the generated prompts (default: a fresh one, recorded in the file)",
         metavar="N",
     ),
+    *(
+        Option(
+            f"--goodput-{kind}",
+            positive_float,
+            None,
+            f"{what} bound of a good request, for goodput (default: the config's slos: {kind} "
+            "objective's; a request is good when it meets every objective given)",
+            metavar="S",
+        )
+        for kind, what in (("ttft", "TTFT"), ("itl", "inter-token gap"), ("e2e", "end-to-end"))
+    ),
     Option(
         "--api-key",
         _non_empty,
@@ -148,9 +161,10 @@ class Plan:
     api_key: str | None = field(default=None, repr=False)
     prompts_file: Path | None = None
     file_prompts: tuple[dict[str, Any], ...] = ()
+    objectives: Objectives = field(default_factory=Objectives)  # what good requests meet
 
     @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> Plan:
+    def from_values(cls, values: Mapping[str, Any], slos: SLOs | None = None) -> Plan:
         root = values["url"].rstrip("/").removesuffix("/v1")
         prompts_file = values["prompts"]
         if prompts_file is not None and values["prompt_tokens"] is not None:
@@ -173,6 +187,11 @@ class Plan:
             api_key=values["api_key"],
             prompts_file=prompts_file,
             file_prompts=load_prompts(prompts_file, values["api"]) if prompts_file else (),
+            objectives=objectives_for(
+                slos or SLOs(),
+                values["model"],
+                {kind: values.get(f"goodput_{kind}") for kind in ("ttft", "itl", "e2e")},
+            ),
         )
 
     def keys(self) -> list[tuple[int, int, int]]:
@@ -187,9 +206,10 @@ class Plan:
         return self.requests_per_cell or max(8, 2 * concurrency)
 
 
-def plan_from(values: Mapping[str, Any]) -> Plan:
-    """The plan from resolved option values; ConfigError when a required one is missing."""
+def plan_from(values: Mapping[str, Any], slos: SLOs | None = None) -> Plan:
+    """The plan from resolved option values and the config's objectives; ConfigError when a
+    required option is missing."""
     for option in OPTIONS:
         if option.key in REQUIRED and option.key in values and values[option.key] is None:
             raise ConfigError(f"{option.flag} is required (or {option.env})")
-    return Plan.from_values(values)
+    return Plan.from_values(values, slos)

@@ -111,7 +111,8 @@ def regressions(
 
 LEGEND = (
     "(latencies in ms; server p50: the server's TTFT histogram over the cell's window; "
-    "gap = TTFT p50 - server p50)"
+    "gap = TTFT p50 - server p50; good: the requests that met every objective jointly, "
+    "goodput their rate"
 )
 
 
@@ -119,7 +120,8 @@ def table(results: Sequence[CellResult], marks: Mapping[tuple[int, int, int], st
     """The readable table: one row per cell, latencies in ms (its columns in :mod:`.command`)."""
     header = [
         "conc", "prompt", "output", "TTFT p50", "TTFT p95", "server p50", "gap",
-        "ITL p50", "ITL p95", "e2e p95", "req/s", "tok/s", "errors",
+        "ITL p50", "ITL p95", "e2e p95", "req/s", "tok/s", "good", "goodput req/s",
+        "errors",
     ]  # fmt: skip
     if marks is not None:
         header.append("vs previous")
@@ -130,6 +132,7 @@ def table(results: Sequence[CellResult], marks: Mapping[tuple[int, int, int], st
         mean = r.mean_prompt_tokens()
         prompt = str(r.prompt_tokens) if r.prompt_tokens else f"~{mean:.0f}" if mean else "file"
         row = [str(r.concurrency), prompt, str(r.output_tokens)]
+        goodput = r.goodput
         if cell is None:
             row += ["-"] * 9
         else:
@@ -145,6 +148,7 @@ def table(results: Sequence[CellResult], marks: Mapping[tuple[int, int, int], st
                 f"{cell.requests_per_second:.1f}",
                 f"{cell.output_tokens_per_second:.1f}",
             ]
+        row += [f"{goodput.share * 100:.0f} %", f"{goodput.requests_per_second:.1f}"]
         row.append(str(len(r.errors)))
         if marks is not None:
             mark = marks.get(r.key)
