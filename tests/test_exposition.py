@@ -27,10 +27,17 @@ from test_hostile_pages import hostile_pages, poll_and_render
 from inferwatch.baseline import parse as parse_baseline
 from inferwatch.baseline import series as baseline_series
 from inferwatch.collect.backends import VLLM
-from inferwatch.collect.canary import E2E_BOUNDS, ITL_BOUNDS, TTFT_BOUNDS, Counts
+from inferwatch.collect.canary import Counts
 from inferwatch.collect.derive import derived
 from inferwatch.collect.gpu import GpuSource
-from inferwatch.metrics import ALL, WINDOW_QUANTILES, Kind
+from inferwatch.metrics import (
+    ALL,
+    CANARY_E2E_BOUNDS,
+    CANARY_ITL_BOUNDS,
+    CANARY_TTFT_BOUNDS,
+    WINDOW_QUANTILES,
+    Kind,
+)
 from inferwatch.model import (
     BackendSample,
     CanarySample,
@@ -104,9 +111,9 @@ def full_snapshot(fixture: str) -> Snapshot:
 def canary_sample(gap: float | None = 0.012) -> CanarySample:
     hists = []
     for bounds, values in (
-        (TTFT_BOUNDS, (0.03, 0.07)),
-        (ITL_BOUNDS, (0.004, 0.02, 0.02)),
-        (E2E_BOUNDS, (0.2, 0.3)),
+        (CANARY_TTFT_BOUNDS, (0.03, 0.07)),
+        (CANARY_ITL_BOUNDS, (0.004, 0.02, 0.02)),
+        (CANARY_E2E_BOUNDS, (0.2, 0.3)),
     ):
         counts = Counts(bounds)
         for value in values:

@@ -231,6 +231,13 @@ BASELINE: dict[str, MetricDef] = _defs(
 # The canary (``serve --canary on``): small streamed requests of its own, timed client side
 # (labels: backend, model). Only while the canary is on. A probe's result is one of these.
 CANARY_RESULTS = ("ok", "http_error", "timeout", "connect_error", "bad_stream")
+# The canary's bucket bounds (seconds). TTFT: a short prompt on an idle GPU answers in tens
+# of ms, a queued or CPU-bound one in seconds; up to the longest sensible timeout.
+# Inter-token gaps: ~5-50 ms decode steps on a GPU, up to the stalls (a preemption, a long
+# prefill batched in) worth seeing. End to end: TTFT plus a few dozen tokens.
+CANARY_TTFT_BOUNDS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+CANARY_ITL_BOUNDS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+CANARY_E2E_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CANARY: dict[str, MetricDef] = _defs(
     MetricDef(
         "canary_time_to_first_token_seconds",

@@ -38,18 +38,15 @@ from typing import Any
 from inferwatch.collect.stream import WORDS, Client, Sample, request_input
 from inferwatch.logs import CauseLog, LogLimiter
 from inferwatch.method.quantile import histogram_quantile, increase, sample_quantile
-from inferwatch.metrics import CANARY_RESULTS
+from inferwatch.metrics import (
+    CANARY_E2E_BOUNDS,
+    CANARY_ITL_BOUNDS,
+    CANARY_RESULTS,
+    CANARY_TTFT_BOUNDS,
+)
 from inferwatch.model import BackendSample, CanarySample, Histogram
 
 log = logging.getLogger("inferwatch.canary")
-
-# Bucket bounds (seconds). TTFT: a short prompt on an idle GPU answers in tens of ms, a
-# queued or CPU-bound one in seconds; up to the longest sensible timeout. Inter-token gaps:
-# ~5-50 ms decode steps on a GPU, up to the stalls (a preemption, a long prefill batched in)
-# worth seeing. End to end: TTFT plus a few dozen tokens.
-TTFT_BOUNDS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-ITL_BOUNDS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-E2E_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 MARKER_USER = "inferwatch-canary"
 MARKER_HEADERS = MappingProxyType({"X-Inferwatch-Canary": "1"})
@@ -175,9 +172,9 @@ class Canary:
             headers=MARKER_HEADERS,
         )
         self._input = prompt_input(settings)
-        self._ttft = Counts(TTFT_BOUNDS)
-        self._itl = Counts(ITL_BOUNDS)
-        self._e2e = Counts(E2E_BOUNDS)
+        self._ttft = Counts(CANARY_TTFT_BOUNDS)
+        self._itl = Counts(CANARY_ITL_BOUNDS)
+        self._e2e = Counts(CANARY_E2E_BOUNDS)
         self._probes = dict.fromkeys(CANARY_RESULTS, 0)
         self._gap = TtftGap(settings.window)
         self._new_ttfts: list[float] = []  # since the last sample()

@@ -62,7 +62,7 @@ def scalars(
         value *= source.scale
         problem = _invalid(feed, value)
         if key in out:
-            value = max(out[key], value) if feed.kind is Kind.GAUGE else out[key] + value
+            value = _merged(feed, out[key], value)
             problem = problem or _invalid(feed, value)  # a sum can overflow
         out[key] = value
         if problem and key not in bad:
@@ -73,6 +73,11 @@ def scalars(
     return MappingProxyType(out)
 
 
+def _merged(feed: Feed, one: float, other: float) -> float:
+    """Two values of one series: a gauge's larger (stale copies read 0), a counter's sum."""
+    return max(one, other) if feed.kind is Kind.GAUGE else one + other
+
+
 def added(parts: list[SeriesValues], feed: Feed, dropped: list[Dropped]) -> SeriesValues:
     """The series of a feed's sources added (:func:`~.table.feed_sum`): a label set two of
     them give is their sum (a gauge's: the larger), left out if the sum is invalid."""
@@ -81,9 +86,7 @@ def added(parts: list[SeriesValues], feed: Feed, dropped: list[Dropped]) -> Seri
     out: dict[Labels, float] = {}
     for series in parts:
         for key, value in series.items():
-            if key in out:
-                value = max(out[key], value) if feed.kind is Kind.GAUGE else out[key] + value
-            out[key] = value
+            out[key] = _merged(feed, out[key], value) if key in out else value
     for key, value in list(out.items()):
         problem = _invalid(feed, value)
         if problem:  # a sum can overflow

@@ -16,33 +16,6 @@ INSTANCE_TTFT = f"instance:inferwatch_{TTFT}"
 INSTANCE_ITL = f"instance:inferwatch_{ITL}"
 
 
-# What a description reads where a signal read its fallback (method/fallbacks.py): the
-# canary's TTFT, the server's steps, the token budget in use.
-CANARY_TTFT_P95 = (
-    "histogram_quantile(0.95, sum by (le) "
-    "(rate(inferwatch_canary_time_to_first_token_seconds_bucket[%(window)s])))"
-)
-STEP_P95 = (
-    "histogram_quantile(0.95, sum by (le) "
-    '(rate(inferwatch_engine_step_seconds_bucket{kind="decode"}[%(window)s])))'
-)
-
-
-def _step_mean(kind: str) -> str:
-    return (
-        f'sum(rate(inferwatch_engine_step_seconds_sum{{kind="{kind}"}}[%(window)s])) / '
-        f'sum(rate(inferwatch_engine_step_seconds_count{{kind="{kind}"}}[%(window)s]))'
-    )
-
-
-PREFILL_STEP_MEAN = _step_mean("prefill")
-DECODE_STEP_OVER_FLOOR = f"{_step_mean('decode')} / max(inferwatch_decode_floor_seconds)"
-TOKEN_BUDGET_USE = (
-    "avg_over_time(inferwatch_batch_reserved_tokens[%(window)s]) / "
-    "avg_over_time(inferwatch_batch_token_budget[%(window)s])"
-)
-
-
 def value_of(selector: str, level: str, fmt: str = "humanize", match_model: bool = True) -> str:
     """Annotation snippet: the value of another series for the alert's own labels.
 
@@ -97,3 +70,30 @@ def window_mean(numerator: str, denominator: str = "") -> str:
 def canary_probes(result: str) -> str:
     """The canary's probes with this result over the window, for an annotation."""
     return f'sum(increase(inferwatch_canary_probes_total{{result="{result}"}}[%(window)s]))'
+
+
+# What a description reads where a signal read its fallback (method/fallbacks.py): the
+# canary's TTFT, the server's steps, the token budget in use.
+CANARY_TTFT_P95 = (
+    "histogram_quantile(0.95, sum by (le) "
+    "(rate(inferwatch_canary_time_to_first_token_seconds_bucket[%(window)s])))"
+)
+STEP_P95 = (
+    "histogram_quantile(0.95, sum by (le) "
+    '(rate(inferwatch_engine_step_seconds_bucket{kind="decode"}[%(window)s])))'
+)
+
+
+def _step_mean(kind: str) -> str:
+    return window_mean(
+        f'inferwatch_engine_step_seconds_sum{{kind="{kind}"}}',
+        f'inferwatch_engine_step_seconds_count{{kind="{kind}"}}',
+    )
+
+
+PREFILL_STEP_MEAN = _step_mean("prefill")
+DECODE_STEP_OVER_FLOOR = f"{_step_mean('decode')} / max(inferwatch_decode_floor_seconds)"
+TOKEN_BUDGET_USE = (
+    "avg_over_time(inferwatch_batch_reserved_tokens[%(window)s]) / "
+    "avg_over_time(inferwatch_batch_token_budget[%(window)s])"
+)

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from inferwatch.method.quantile import histogram_quantile
-from inferwatch.metrics import WINDOW_QUANTILES
+from inferwatch.metrics import CANARY_TTFT_BOUNDS, WINDOW_QUANTILES
 
 STEP = 30  # seconds between samples, the test's scrape interval
 SAMPLES = 40  # 20 minutes of data
@@ -37,8 +37,6 @@ STEP_TOKENS_LE = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384
 # fmt: on
 # TGI's duration buckets (queue, request, batch steps): 0.1 ms x 1.5^i, i = 1..35.
 TGI_LE = tuple(0.0001 * 1.5**i for i in range(1, 36))
-# The canary's first-token bounds (collect/canary.py).
-CANARY_TTFT_LE = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_BUDGET = 16000.0  # a TGI batch's max total tokens
 
 CANARY_RESULTS = ("ok", "http_error", "timeout", "connect_error", "bad_stream")
@@ -303,7 +301,7 @@ def _optional_series(r: Replica, backend: dict) -> list[dict]:
         out.append(_series("inferwatch_canary_ttft_gap_seconds", r.canary_gap, **backend))
     if r.canary_ttft is not None:
         metric = "inferwatch_canary_time_to_first_token_seconds"
-        out += _histogram(metric, backend, CANARY_TTFT_LE, 1 / 15, r.canary_ttft)
+        out += _histogram(metric, backend, CANARY_TTFT_BOUNDS, 1 / 15, r.canary_ttft)
     for result in CANARY_RESULTS if r.canary_probes is not None else ():
         probes = _counter(r.canary_probes.get(result, 0.0))
         out.append(_series("inferwatch_canary_probes_total", probes, **backend, result=result))
