@@ -73,7 +73,7 @@ FALLBACKS = (
         f"    + ({_step_mean('prefill')})\n  ),\n  1\n)",
         Ratio(Mean(QUEUE), Sum((Mean(QUEUE), Mean(STEP, _PREFILL)))),
     ),
-    # Where a server counts no finished requests by reason (TGI), its request duration
+    # Where a server counts no finished requests by reason (SGLang), its request duration
     # histogram counts them all the same.
     Signal(
         "request_duration_rate",

@@ -86,10 +86,11 @@ class Window:
     def reading(self, name: str) -> tuple[str, float | None]:
         """The signal read for ``name`` and its value: ``name`` itself, or its fallback
         where the newer page lacks a series the signal's own recipe reads and has the
-        fallback's (as PromQL's ``or`` takes the fallback where the signal has no series). A share (unit ``ratio``)
-        is clipped to [0, 1], as its rule is: a counter of seconds can gain a stall's first
-        seconds at once (``collect/derive.py`` counts a stall from its start), and over a
-        window shorter than the stall that would read as more than the whole window."""
+        fallback's (as PromQL's ``or`` takes the fallback where the signal has no series).
+        A share (unit ``ratio``) is clipped to [0, 1], as its rule is: a counter of seconds
+        can gain a stall's first seconds at once (``collect/derive.py`` counts a stall from
+        its start), and over a window shorter than the stall that would read as more than
+        the whole window."""
         signal = SIGNALS[name]
         if signal.fallback is not None and not self._present(signal.local):
             read = self.reading(signal.fallback)

@@ -72,8 +72,8 @@ not ``/metrics``, ``/health``, ``/get_server_info``, ``/model_info``, ``/freeze_
 Absent, and why: ``requests_finished`` (``num_requests_total`` has no finish reason, only
 aborts are counted apart); ``request_decode_time_seconds`` (no family); ``engine_step_tokens``
 and ``engine_step_seconds`` (no per-step histogram: ``forward_execution_seconds_total`` is
-busy time by forward mode, a counter, and ``per_stage_req_latency_seconds`` is per request); the grammar and disaggregation queues are not added to
-``requests_waiting``; ``spec_decode_draft_tokens`` / ``spec_decode_accepted_tokens``
+busy time by forward mode, a counter, and ``per_stage_req_latency_seconds`` is per
+request); the grammar and disaggregation queues are not added to ``requests_waiting``; ``spec_decode_draft_tokens`` / ``spec_decode_accepted_tokens``
 (SGLang exports no spec-decode counters, only gauges of the last interval:
 ``spec_accept_rate`` (accepted / proposed drafts), ``spec_accept_length`` (mean accepted
 drafts + bonus token per forward), ``spec_block_accept_length``, ``spec_cap_length``, and the

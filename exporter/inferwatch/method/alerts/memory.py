@@ -42,7 +42,6 @@ decode_bottleneck = partial(bottleneck, "decode", "memory")
 # ---------------------------------------------------------------------------------------
 # InferenceDecodeBottleneck
 
-
 DECODE_BOUND = Scenario(
     # ITL in (0.15, 0.2] -> p95 197.5 ms, mean 170 ms = 35.4x the 4.8 ms floor; TTFT normal.
     # Replica C decodes as slowly but its floor is 100 ms (a huge model): within 3x of the

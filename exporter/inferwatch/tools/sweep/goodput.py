@@ -7,9 +7,12 @@ objective: its TTFT (end to end: its duration) is within the bound, and at least
 objective's target share of its inter-token gaps is (the objective counts output tokens:
 a request meets it when its own tokens do). Without a latency objective a good request is
 one that did not fail. Per cell: the good share of all requests sent, and goodput in
-requests and output tokens per second over the cell's wall time::
+requests and output tokens per second over the cell's wall time, as the baseline file
+keeps them (the objectives in its metadata's ``goodput_objectives``)::
 
-    good 87.5 %  goodput 3.1 req/s, 198.4 tok/s   (TTFT <= 0.5 s, 95 % of gaps <= 0.05 s)
+    goodput_share: 0.875
+    goodput_requests_per_second: 3.1
+    goodput_tokens_per_second: 198.4
 """
 
 from __future__ import annotations
