@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import random
 import re
 import subprocess
 import sys
@@ -30,12 +31,13 @@ from aiohttp import web
 
 from inferwatch.baseline import Baseline, Cell, Quantiles, load, parse, to_yaml
 from inferwatch.calibration import thresholds_from
+from inferwatch.capacity import Step
 from inferwatch.cli import main
 from inferwatch.collect import stream as client
 from inferwatch.method.slo.config import slos_from_config
 from inferwatch.method.slo.objectives import SLOs
 from inferwatch.settings import ConfigError, resolve
-from inferwatch.tools.sweep import cells, command, prompts, report
+from inferwatch.tools.sweep import cells, command, prompts, report, search
 
 MODEL = "m"
 FIXED_TOKENS = 3
@@ -56,6 +58,7 @@ class Behaviour:
     empty_tokens: bool = False  # every other token streams with empty text (partial UTF-8)
     metrics: str = "vllm"  # "vllm", "inferwatch" (the sidecar's page), "tgi" or "none"
     metrics_lag: float = 0.0  # the page shows observations this much later
+    slots: int = 0  # at most this many requests generate at once, the rest queue (0: any)
 
 
 @dataclass
@@ -68,6 +71,7 @@ class Fake:
     max_in_flight: int = 0
     hung_up: threading.Event = field(default_factory=threading.Event)  # left hanging, cancelled
     url: str = ""
+    admission: asyncio.Semaphore | None = None  # Behaviour.slots, made on the server's loop
 
     def tgi_page(self) -> str:
         """TGI's page: no TTFT or inter-token histogram, its decode steps timed (here each
@@ -165,35 +169,47 @@ class Fake:
                 await send(
                     {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
                 )
-            await asyncio.sleep(b.ttft)
-            last = time.monotonic()
-            for k in range(body["max_tokens"]):
-                if k:
-                    await asyncio.sleep(b.itl)
-                    self.gaps.append(time.monotonic() - last)
-                    last = time.monotonic()
-                else:
-                    last = time.monotonic()
-                    self.observed.append((time.monotonic(), time.monotonic() - start))
-                token = "" if b.empty_tokens and k % 2 else "x"
-                choice = {"delta": {"content": token}} if chat else {"text": token}
-                await send({"choices": [{"index": 0, "finish_reason": None, **choice}]})
-                if k == 0 and every(b.error_event_every):
-                    await send({"error": {"message": "engine died"}})
-                    return resp
-            if chat:  # OpenAI closes a choice with an empty event
-                await send({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
-            if b.usage:
-                words = len(text.split())
-                usage = {
-                    "prompt_tokens": FIXED_TOKENS + TOKENS_PER_WORD * words,
-                    "completion_tokens": body["max_tokens"],
-                }
-                await send({"choices": [], "usage": usage})
-            await send("[DONE]")
+            if b.slots:
+                self.admission = self.admission or asyncio.Semaphore(b.slots)
+                async with self.admission:
+                    await self.generate(b, body, chat, start, send, every)
+            else:
+                await self.generate(b, body, chat, start, send, every)
         finally:
             self.in_flight -= 1
         return resp
+
+    async def generate(
+        self, b: Behaviour, body: dict, chat: bool, start: float, send: Any, every: Any
+    ) -> None:
+        """A request's tokens, its closing events and usage."""
+        text = body["messages"][0]["content"] if chat else body["prompt"]
+        await asyncio.sleep(b.ttft)
+        last = time.monotonic()
+        for k in range(body["max_tokens"]):
+            if k:
+                await asyncio.sleep(b.itl)
+                self.gaps.append(time.monotonic() - last)
+                last = time.monotonic()
+            else:
+                last = time.monotonic()
+                self.observed.append((time.monotonic(), time.monotonic() - start))
+            token = "" if b.empty_tokens and k % 2 else "x"
+            choice = {"delta": {"content": token}} if chat else {"text": token}
+            await send({"choices": [{"index": 0, "finish_reason": None, **choice}]})
+            if k == 0 and every(b.error_event_every):
+                await send({"error": {"message": "engine died"}})
+                return
+        if chat:  # OpenAI closes a choice with an empty event
+            await send({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+        if b.usage:
+            words = len(text.split())
+            usage = {
+                "prompt_tokens": FIXED_TOKENS + TOKENS_PER_WORD * words,
+                "completion_tokens": body["max_tokens"],
+            }
+            await send({"choices": [], "usage": usage})
+        await send("[DONE]")
 
 
 def request_index(text: str) -> int | None:
@@ -387,6 +403,70 @@ def test_goodput_objectives_come_from_the_config_and_flags_replace_their_bounds(
     assert run(flagged)[0].results[0].cell().goodput_share == 1.0
     other = plan(fake.url, slos, model="another", **flags)  # the default group: errors only
     assert other.objectives.text() == "no error"
+
+
+def test_the_search_finds_the_rate_a_server_of_two_slots_carries(fake: Fake) -> None:
+    # Two requests generate at once, each for 30 ms + 7 x 20 ms: at most 2 / 0.17 s, 11.8
+    # requests/s. At constant arrivals below that nothing waits; above it every arrival waits
+    # longer than the last, and past ~5 % over, requests outlast twice a service time.
+    fake.behaviour = Behaviour(ttft=0.03, itl=0.02, slots=2)
+    most = 2 / (0.03 + 7 * 0.02)
+    flags = {"prompt_tokens": (8,), "output_tokens": (8,), "concurrency": (1,)}
+    result, stderr = run(
+        plan(
+            fake.url, search="on", arrivals="constant", goodput_e2e=0.34, requests_per_cell=24,
+            search_start=4.0, **flags,
+        )
+    )  # fmt: skip
+    (capacity,) = result.capacity
+    assert capacity.ended == "converged" and capacity.shape == (8, 8), stderr
+    assert 0.5 * most <= capacity.requests_per_second <= 1.1 * most, (most, stderr)
+    assert capacity.goodput_share >= 0.95 and capacity.concurrency > 0
+    rates = [s.rate for s in capacity.steps]
+    assert rates[:3] == [4.0, 8.0, 16.0]  # doubled until a rate failed, then bisected
+    bad = [s for s in capacity.steps if s.goodput_share < 0.95]
+    assert bad and min(s.rate for s in bad) <= 1.1 * capacity.requests_per_second * 1.0001
+    assert stderr.count("search prompt 8, output 8: step") == len(capacity.steps)
+    # Open loop: more requests in flight than the server's two slots.
+    assert fake.max_in_flight > 2
+    # Written to the file with the conditions it was measured under, and read back.
+    back = parse(yaml.safe_load(to_yaml(result.baseline())))
+    assert back.capacity == result.capacity
+    assert {"model", "version", "gpu", "date", "seed"} <= set(result.metadata)
+
+
+def test_poisson_arrivals_are_seeded_and_average_the_rate() -> None:
+    first = search.arrival_times("poisson", 4.0, 2000, random.Random("7.128.64.0"))
+    again = search.arrival_times("poisson", 4.0, 2000, random.Random("7.128.64.0"))
+    other = search.arrival_times("poisson", 4.0, 2000, random.Random("8.128.64.0"))
+    assert first == again != other and first[0] == 0.0
+    assert 0.9 * 4.0 <= len(first) / first[-1] <= 1.1 * 4.0
+    assert search.arrival_times("constant", 4.0, 3, random.Random(1)) == [0.0, 0.25, 0.5]
+
+
+def step(rate: float, share: float, answered: float = 0.0, e2e: float = 1.0) -> Step:
+    return Step(rate, 16, answered or rate, share, 1.0, 0.1, 0.01, e2e)
+
+
+def test_the_next_rate_doubles_halves_then_bisects_and_noise_above_a_bad_rate_is_ignored() -> None:
+    assert search.next_rate([step(1, 1.0)], 0.95, 0.1) == 2
+    assert search.next_rate([step(1, 0.5)], 0.95, 0.1) == 0.5
+    assert search.next_rate([step(1, 1.0), step(2, 1.0), step(4, 0.5)], 0.95, 0.1) == 3
+    assert search.next_rate([step(3, 1.0), step(3.25, 0.9)], 0.95, 0.1) is None  # within 10 %
+    # A good step above the lowest bad rate does not raise the capacity.
+    noisy = [step(1, 1.0), step(2, 0.5), step(4, 1.0)]
+    assert search.bounds(noisy, 0.95) == (noisy[0], 2)
+    assert search.next_rate(noisy, 0.95, 0.1) == 1.5
+
+
+def test_the_knee_is_where_latency_outgrows_the_load() -> None:
+    # Throughput doubles at 10 % more latency, then again at 3x the latency.
+    steps = [step(1, 1.0, 1, 1.0), step(2, 1.0, 2, 1.1), step(4, 1.0, 4, 3.3), step(8, 0.2, 4.1)]
+    assert search.knee(steps) == 2
+    assert search.knee(steps[:2]) is None  # three steps with answers at least
+    assert search.knee([step(1, 1.0, 1, 1.0), step(2, 1, 2, 1.2), step(4, 1, 4, 1.3)]) is None
+    # The throughput that stops growing is past the knee.
+    assert search.knee([step(1, 1, 1, 1.0), step(2, 1, 2, 1.1), step(4, 0.5, 1.9, 1.2)]) == 2
 
 
 def test_failures_are_counted_and_never_stop_the_sweep(fake: Fake) -> None:

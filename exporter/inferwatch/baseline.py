@@ -23,6 +23,7 @@ exposes the cell comparable to the load as ``inferwatch_baseline_*`` gauges; ``g
       goodput_share: 0.95                 # optional: requests that met every objective
       goodput_requests_per_second: 4.65   # (metadata: goodput_objectives), and their rate
       goodput_tokens_per_second: 297.6
+    capacity: [...]   # optional: the load search's (``--search``), see inferwatch.capacity
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ from typing import Any
 
 import yaml
 
+from inferwatch.capacity import Capacity
+from inferwatch.capacity import document as capacity_document
+from inferwatch.capacity import parse as parse_capacity
 from inferwatch.model import BackendSample, Labels
-from inferwatch.settings import ConfigError, non_negative_number, read_text
+from inferwatch.settings import ConfigError, non_negative_int, non_negative_number, read_text
 
 FORMAT_VERSION = 1
 QUANTILES = ("p50", "p95", "p99")
@@ -104,6 +108,7 @@ class Cell:
 class Baseline:
     metadata: Mapping[str, Any]
     cells: tuple[Cell, ...] = field(default_factory=tuple)
+    capacity: tuple[Capacity, ...] = field(default_factory=tuple)  # ``--search``'s, per shape
 
     def comparable(self, running: float) -> Cell | None:
         """The cell to compare live latency with at ``running`` concurrent requests.
@@ -160,6 +165,8 @@ def to_yaml(baseline: Baseline) -> str:
         "metadata": dict(baseline.metadata),
         "cells": [_cell_doc(c) for c in baseline.cells],
     }
+    if baseline.capacity:
+        doc["capacity"] = [capacity_document(c) for c in baseline.capacity]
     return yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -192,7 +199,7 @@ def parse(doc: Any) -> Baseline:
         raise ValueError(
             f"not an inferwatch baseline (expected `inferwatch_baseline: {FORMAT_VERSION}`)"
         )
-    unknown = set(doc) - {"inferwatch_baseline", "metadata", "cells"}
+    unknown = set(doc) - {"inferwatch_baseline", "metadata", "cells", "capacity"}
     if unknown:
         raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
     metadata = doc.get("metadata") or {}
@@ -205,7 +212,13 @@ def parse(doc: Any) -> Baseline:
     keys = [c.key for c in parsed]
     if len(set(keys)) != len(keys):
         raise ValueError("cells: two cells with the same concurrency, prompt and output tokens")
-    return Baseline(metadata=metadata, cells=parsed)
+    capacity = doc.get("capacity") or []
+    if not isinstance(capacity, list):
+        raise ValueError("capacity: expected a list")
+    shapes = tuple(parse_capacity(c, f"capacity[{i}]") for i, c in enumerate(capacity))
+    if len({c.shape for c in shapes}) != len(shapes):
+        raise ValueError("capacity: two entries with the same prompt and output tokens")
+    return Baseline(metadata=metadata, cells=parsed, capacity=shapes)
 
 
 _CELL_FIELDS = {f for f in Cell.__dataclass_fields__}
@@ -223,10 +236,7 @@ def _cell(doc: Any, index: int) -> Cell:
         raise ValueError(f"{where}: missing {sorted(missing)[0]!r}")
     values: dict[str, Any] = {}
     for name in ("concurrency", "prompt_tokens", "output_tokens", "requests", "errors"):
-        value = doc[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{where}.{name}: {value!r} is not a non-negative integer")
-        values[name] = value
+        values[name] = non_negative_int(doc[name], f"{where}.{name}")
     if values["concurrency"] == 0:
         raise ValueError(f"{where}.concurrency: must be at least 1")
     for name in ("requests_per_second", "output_tokens_per_second"):

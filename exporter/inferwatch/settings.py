@@ -278,6 +278,13 @@ def non_negative_number(value: Any, where: str) -> float:
     return float(value)
 
 
+def non_negative_int(value: Any, where: str) -> int:
+    """A document's integer that must be >= 0 (YAML's bools are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}: {value!r} is not a non-negative integer")
+    return value
+
+
 def resolve(
     options: Iterable[Option],
     flags: Mapping[str, Any],

@@ -69,6 +69,7 @@ from typing import Any
 from inferwatch import __version__
 from inferwatch.baseline import Baseline, to_yaml
 from inferwatch.baseline import load as load_baseline
+from inferwatch.capacity import Capacity
 from inferwatch.collect.stream import Client, SweepError
 from inferwatch.method.spec import spec_from_config
 from inferwatch.settings import resolve
@@ -77,6 +78,7 @@ from inferwatch.tools.sweep.histograms import ITL, TTFT, Histograms, ServerHisto
 from inferwatch.tools.sweep.plan import DEFAULT_PROMPT_TOKENS, OPTIONS, Plan, new_file, plan_from
 from inferwatch.tools.sweep.prompts import Prompts, calibrate
 from inferwatch.tools.sweep.report import LEGEND, Progress, regressions, table
+from inferwatch.tools.sweep.search import search_shape, summary
 from inferwatch.urls import redact_url
 
 # The options and the plan are imported from here too: ``inferwatch calibrate`` runs the
@@ -107,10 +109,15 @@ class Sweep:
 
     metadata: Mapping[str, Any]
     results: tuple[CellResult, ...]
+    capacity: tuple[Capacity, ...] = ()
 
     def baseline(self) -> Baseline:
         cells = (r.cell() for r in self.results)
-        return Baseline(metadata=self.metadata, cells=tuple(c for c in cells if c is not None))
+        return Baseline(
+            metadata=self.metadata,
+            cells=tuple(c for c in cells if c is not None),
+            capacity=self.capacity,
+        )
 
 
 async def run(plan: Plan, progress: Progress) -> Sweep:
@@ -122,7 +129,8 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
         plan.api,
         plan.model,
         timeout=plan.request_timeout,
-        connections=max(plan.concurrency),
+        # Open-loop arrivals keep as many requests in flight as the server lets pile up.
+        connections=0 if plan.search else max(plan.concurrency),
         api_key=plan.api_key,
     )
     server = ServerHistograms(plan.metrics_url, plan.root, plan.model, progress.note)
@@ -147,11 +155,30 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
             result = CellResult(*key, samples, seconds, window, plan.objectives)
             results.append(result)
             progress.end_cell(result)
+        capacity = await _search(plan, client, prompts, progress) if plan.search else ()
     finally:
         await client.close()
         await server.close()
     duration = round(time.monotonic() - started, 1)
-    return Sweep(_metadata(plan, server, prompts, date, duration, bounds), tuple(results))
+    metadata = _metadata(plan, server, prompts, date, duration, bounds)
+    return Sweep(metadata, tuple(results), capacity)
+
+
+async def _search(
+    plan: Plan, client: Client, prompts: Prompts, progress: Progress
+) -> tuple[Capacity, ...]:
+    """The load search at every shape, after the cells (tags past theirs and the probe's)."""
+    assert plan.search is not None
+    found = []
+    for index, shape in enumerate(plan.shapes()):
+        first_tag = len(plan.keys()) + 1 + index * (plan.search.steps + 1)
+        found.append(
+            await search_shape(
+                client, prompts, shape, plan.search, plan.objectives, plan.seed, first_tag,
+                progress.note,
+            )
+        )  # fmt: skip
+    return tuple(found)
 
 
 def _bucket_bounds(page: Histograms | None) -> dict[str, list[float]]:
@@ -237,6 +264,8 @@ def measure(
     marks = regressions(sweep.results, previous, factor) if previous else None
     print(table(sweep.results, marks))
     print(f"{LEGEND}; good: {plan.objectives.text()})")
+    for capacity in sweep.capacity:
+        print(summary(capacity))
     if not sweep.baseline().cells:
         first = next(s.error for r in sweep.results for s in r.errors)
         print(f"inferwatch: error: every request failed (first: {first})", file=sys.stderr)

@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from inferwatch.capacity import ARRIVALS
 from inferwatch.method.slo.objectives import SLOs
 from inferwatch.settings import (
     ConfigError,
     Option,
     bounded_float,
+    bounded_int,
     existing_file,
     http_url,
     positive_float,
@@ -20,6 +22,7 @@ from inferwatch.settings import (
 )
 from inferwatch.tools.sweep.goodput import Objectives, objectives_for
 from inferwatch.tools.sweep.prompts import load_prompts
+from inferwatch.tools.sweep.search import Search
 
 
 def _int_list(minimum: int) -> Callable[[str], tuple[int, ...]]:
@@ -132,6 +135,46 @@ OPTIONS = (
         for kind, what in (("ttft", "TTFT"), ("itl", "inter-token gap"), ("e2e", "end-to-end"))
     ),
     Option(
+        "--search",
+        str,
+        "off",
+        "after the cells, search each prompt x output shape for the highest request rate "
+        "whose goodput meets --goodput-target (the capacity, written to the file)",
+        choices=("off", "on"),
+    ),
+    Option(
+        "--arrivals",
+        str,
+        "poisson",
+        "how the search's requests arrive at a rate (poisson: seeded by --seed)",
+        choices=ARRIVALS,
+    ),
+    Option(
+        "--goodput-target",
+        bounded_float(0.01, 1),
+        0.95,
+        "share of a step's requests that must be good for its rate to be carried",
+        metavar="SHARE",
+    ),
+    Option(
+        "--search-tolerance",
+        bounded_float(0.01, 1),
+        0.1,
+        "the search stops once the lowest bad rate is within this share above the good one",
+        metavar="SHARE",
+    ),
+    Option(
+        "--search-start",
+        positive_float,
+        None,
+        "the search's first rate in requests/s (default: 1 / one request's duration alone)",
+        metavar="RATE",
+    ),
+    Option("--search-steps", bounded_int(2, 100), 12, "most rates measured per shape", metavar="N"),
+    Option(
+        "--search-seconds", positive_float, 900.0, "most seconds searched per shape", metavar="S"
+    ),
+    Option(
         "--api-key",
         _non_empty,
         None,
@@ -162,6 +205,7 @@ class Plan:
     prompts_file: Path | None = None
     file_prompts: tuple[dict[str, Any], ...] = ()
     objectives: Objectives = field(default_factory=Objectives)  # what good requests meet
+    search: Search | None = None  # the load search after the cells, if asked for
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], slos: SLOs | None = None) -> Plan:
@@ -192,7 +236,11 @@ class Plan:
                 values["model"],
                 {kind: values.get(f"goodput_{kind}") for kind in ("ttft", "itl", "e2e")},
             ),
+            search=_search(values) if values.get("search") == "on" else None,
         )
+
+    def shapes(self) -> list[tuple[int, int]]:
+        return [(p, o) for p in self.prompt_tokens for o in self.output_tokens]
 
     def keys(self) -> list[tuple[int, int, int]]:
         return [
@@ -204,6 +252,18 @@ class Plan:
 
     def requests_in(self, concurrency: int) -> int:
         return self.requests_per_cell or max(8, 2 * concurrency)
+
+
+def _search(values: Mapping[str, Any]) -> Search:
+    return Search(
+        arrivals=values["arrivals"],
+        target=values["goodput_target"],
+        tolerance=values["search_tolerance"],
+        start=values["search_start"],
+        steps=values["search_steps"],
+        seconds=values["search_seconds"],
+        requests=values["requests_per_cell"],
+    )
 
 
 def plan_from(values: Mapping[str, Any], slos: SLOs | None = None) -> Plan:
