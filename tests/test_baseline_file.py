@@ -14,7 +14,7 @@ from aiohttp import web
 from inferwatch.baseline import Baseline, load, parse, series, to_yaml
 from inferwatch.calibration import thresholds_from
 from inferwatch.collect.backends import VLLM
-from inferwatch.collect.load import WindowedLoad
+from inferwatch.collect.load import WindowedLoad, WindowedShape
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
 from inferwatch.settings import ConfigError
@@ -290,3 +290,74 @@ async def test_a_flickering_running_count_keeps_the_cell_of_the_windows_load(
         await upstream.close()
     assert chosen[:2] == ["1", "1"]  # the first polls: 1 running so far
     assert set(chosen[4:]) == {"4"}
+
+
+def lengths_page(requests: int, prompt_tokens: int, output_tokens: int) -> str:
+    """A vLLM page whose finished requests' lengths add up to the given totals."""
+    lines = []
+    for name, total in (("prompt", prompt_tokens), ("generation", output_tokens)):
+        family = f"vllm:request_{name}_tokens"
+        labels = 'engine="0",model_name="tiny"'
+        lines += [
+            f"# TYPE {family} histogram",
+            f'{family}_bucket{{{labels},le="+Inf"}} {requests}.0',
+            f"{family}_sum{{{labels}}} {total}.0",
+            f"{family}_count{{{labels}}} {requests}.0",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_windowed_shape_is_the_mean_length_of_what_finished_in_the_window() -> None:
+    shape = WindowedShape(window=10.0)
+    assert shape.update(0.0, VLLM.normalize(lengths_page(10, 1280, 640))) is None  # one poll
+    # 10 more requests of 100 prompt and 200 output tokens each.
+    assert shape.update(5.0, VLLM.normalize(lengths_page(20, 2280, 2640))) == (100.0, 200.0)
+    assert shape.update(6.0, None) == (100.0, 200.0)  # a failed poll changes nothing
+    # The first poll leaves the window; then the server restarts: the window starts again.
+    assert shape.update(16.0, VLLM.normalize(lengths_page(30, 2580, 2940))) == (30.0, 30.0)
+    assert shape.update(17.0, VLLM.normalize(lengths_page(1, 50, 10))) is None
+
+
+async def test_the_capacity_series_is_the_nearest_shapes_scaled_to_the_live_outputs(
+    aiohttp_server,
+) -> None:
+    # Measured: 8 req/s at 128/64 and 2 req/s at 2048/64. Live requests of 100 prompt and
+    # 128 output tokens: the 128/64 shape, at half its rate.
+    doc = copy.deepcopy(DOC)
+    doc["capacity"] = [capacity_entry(128, 64, 8.0), capacity_entry(2048, 64, 2.0)]
+    pages = iter([lengths_page(10 * (i + 1), 1000 * (i + 1), 1280 * (i + 1)) for i in range(5)])
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=next(pages), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    server = await aiohttp_server(app)
+    upstream = Upstream(str(server.make_url("")), timeout=2.0, max_bytes=1 << 20)
+    clock = iter(float(t) for t in range(100))
+    settings = PollSettings(baseline=parse(doc), latency_window=15.0)
+    poller = Poller(upstream, VLLM, None, settings, clock=lambda: next(clock))
+    try:
+        first = (await poller.poll_once()).baseline["baseline_capacity_requests_per_second"]
+        later = (await poller.poll_once()).baseline["baseline_capacity_requests_per_second"]
+    finally:
+        await upstream.close()
+    shape = (("backend", "vllm"), ("model", "tiny"))
+    # Before two polls saw requests finish: the lowest capacity measured, as measured.
+    assert first == {(*shape, ("prompt_tokens", "2048"), ("output_tokens", "64")): 2.0}
+    assert later == {(*shape, ("prompt_tokens", "128"), ("output_tokens", "64")): 4.0}
+
+
+def capacity_entry(prompt: int, output: int, rate: float) -> dict:
+    return {
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "requests_per_second": rate,
+        "concurrency": 2.0,
+        "goodput_share": 1.0,
+        "target_share": 0.95,
+        "arrivals": "poisson",
+        "tolerance": 0.1,
+        "ended": "converged",
+        "steps": [],
+    }

@@ -359,6 +359,7 @@ def test_triage_top_row_answers_phase_and_layer() -> None:
         "Communication",
         "System",
         "Baseline",
+        "Capacity",
     ]
 
 

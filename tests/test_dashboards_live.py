@@ -52,7 +52,21 @@ def baseline_file(path: Path) -> Path:
         }
         for c in (1, 8)
     ]
-    path.write_text(to_yaml(parse({"inferwatch_baseline": 1, "cells": cells})))
+    # A capacity from the load search, so the capacity row has a line to draw.
+    capacity = {
+        "prompt_tokens": 64,
+        "output_tokens": 64,
+        "requests_per_second": 4.0,
+        "concurrency": 6.0,
+        "goodput_share": 1.0,
+        "target_share": 0.95,
+        "arrivals": "poisson",
+        "tolerance": 0.1,
+        "ended": "converged",
+        "steps": [],
+    }
+    doc = {"inferwatch_baseline": 1, "cells": cells, "capacity": [capacity]}
+    path.write_text(to_yaml(parse(doc)))
     return path
 
 

@@ -81,6 +81,20 @@ BASELINE = parse_baseline(
                 "output_tokens_per_second": 320.0,
             }
         ],
+        "capacity": [
+            {
+                "prompt_tokens": 256,
+                "output_tokens": 64,
+                "requests_per_second": 6.0,
+                "concurrency": 4.2,
+                "goodput_share": 0.97,
+                "target_share": 0.95,
+                "arrivals": "poisson",
+                "tolerance": 0.1,
+                "ended": "converged",
+                "steps": [],
+            }
+        ],
     }
 )
 

@@ -117,6 +117,15 @@ ENGINE_STEP_SECONDS = {
 GPU_BUSY = {0: 0.5, 1: 0.3}
 THERMAL_FROM_STEP = {0: 3, 1: None}
 BASELINE = {"time_to_first_token_seconds": 0.9, "inter_token_latency_seconds": 0.035}
+# The baseline's capacity at the measured shape nearest the live one (requests/s).
+CAPACITY = 7.5
+CAPACITY_SHAPE = (
+    ("backend", "vllm"),
+    ("model", MODEL),
+    ("prompt_tokens", "512"),
+    ("output_tokens", "128"),
+)
+
 # The canary: probes per second by result, and its TTFT gap (first page, last page).
 CANARY_PROBES = {"ok": 0.2, "http_error": 0.02, "timeout": 0.05, "connect_error": 0.0}
 CANARY_GAP = (0.02, 0.3)
@@ -246,7 +255,10 @@ def snapshot(step: int) -> Snapshot:
             decode_floor_seconds={(*vllm, *_engine(e)): DECODE_FLOOR[e] for e in ENGINES},
             latency_window=LATENCY_WINDOWS[step],
         ),
-        baseline={f"baseline_{name}": {baseline_cell: value} for name, value in BASELINE.items()},
+        baseline={
+            **{f"baseline_{name}": {baseline_cell: value} for name, value in BASELINE.items()},
+            "baseline_capacity_requests_per_second": {CAPACITY_SHAPE: CAPACITY},
+        },
         server_cpu=ServerCpuSample(
             cpu_seconds=_counter(SERVER_CPU[0], step),
             wait_seconds=_counter(SERVER_CPU[1], step),

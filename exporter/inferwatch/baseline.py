@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from inferwatch.capacity import Capacity
+from inferwatch.capacity import Capacity, at_shape
 from inferwatch.capacity import document as capacity_document
 from inferwatch.capacity import parse as parse_capacity
 from inferwatch.model import BackendSample, Labels
@@ -131,21 +131,35 @@ class Baseline:
 
 
 def series(
-    baseline: Baseline, sample: BackendSample, running: float
+    baseline: Baseline,
+    sample: BackendSample,
+    running: float,
+    shape: tuple[float, float] | None = None,
 ) -> dict[str, dict[Labels, float]]:
-    """The ``inferwatch_baseline_*`` series of the cell comparable to ``running`` requests
-    (the load over the rate window: :mod:`inferwatch.collect.load`)."""
+    """The ``inferwatch_baseline_*`` series of the cell comparable to ``running`` requests,
+    and the capacity at the live ``shape`` (mean prompt and output tokens; both over the
+    rate window: :mod:`inferwatch.collect.load`)."""
     cell = baseline.comparable(running)
     if cell is None:
         return {}
+    model = (("backend", sample.backend), ("model", sample.model))
+    out: dict[str, dict[Labels, float]] = {}
+    found = at_shape(baseline.capacity, *(shape or (None, None)))
+    if found is not None:
+        measured, rate = found
+        out["baseline_capacity_requests_per_second"] = {
+            (
+                *model,
+                ("prompt_tokens", str(measured.prompt_tokens)),
+                ("output_tokens", str(measured.output_tokens)),
+            ): rate
+        }
     base = (
-        ("backend", sample.backend),
-        ("model", sample.model),
+        *model,
         ("concurrency", str(cell.concurrency)),
         ("prompt_tokens", str(cell.prompt_tokens)),
         ("output_tokens", str(cell.output_tokens)),
     )
-    out: dict[str, dict[Labels, float]] = {}
     # Live latency comes from the server's histograms: compare it with the same side.
     for key, values in (
         ("baseline_time_to_first_token_seconds", cell.ttft()[0]),

@@ -228,6 +228,18 @@ BASELINE: dict[str, MetricDef] = _defs(
     ),
 )
 
+# The baseline file's capacity (``inferwatch baseline --search on``), at the measured
+# prompt/output shape nearest the live requests (labels: backend, model, prompt_tokens,
+# output_tokens: the measured shape's).
+CAPACITY: dict[str, MetricDef] = _defs(
+    MetricDef(
+        "baseline_capacity_requests_per_second",
+        G,
+        "Requests/s one replica carries with goodput at its target (the baseline's load "
+        "search), scaled from the measured output length to the live one over the rate window.",
+    ),
+)
+
 # The canary (``serve --canary on``): small streamed requests of its own, timed client side
 # (labels: backend, model). Only while the canary is on. A probe's result is one of these.
 CANARY_RESULTS = ("ok", "http_error", "timeout", "connect_error", "bad_stream")
@@ -335,6 +347,7 @@ ALL: dict[str, MetricDef] = {
     **DERIVED,
     **LATENCY_WINDOW,
     **BASELINE,
+    **CAPACITY,
     **CANARY,
     **CAPTURE,
     **SERVER_CPU,
@@ -352,6 +365,7 @@ GROUPS: tuple[tuple[str, dict[str, MetricDef], tuple[str, ...]], ...] = (
         BASELINE,
         ("backend", "model", "concurrency", "prompt_tokens", "output_tokens", "percentile"),
     ),
+    ("capacity", CAPACITY, ("backend", "model", "prompt_tokens", "output_tokens")),
     ("canary", CANARY, ("backend", "model")),
     ("capture", CAPTURE, ()),
     ("server CPU", SERVER_CPU, ()),

@@ -1,4 +1,5 @@
-"""The backend's load over the rate window: what the baseline cell is chosen by.
+"""The backend's load over the rate window: what the baseline cell is chosen by, and the
+shape of its requests: what the capacity is scaled to.
 
 ``inferwatch_baseline_*`` hold the baseline cell comparable to the live load, and the rules,
 the verdict page and ``diagnose`` divide the window's latency p95 by them. The load is the
@@ -9,6 +10,10 @@ the last poll's count: under light load that count flickers between concurrencie
 
 Sample: polls one second apart that see 1, 1, 2 and 2 running: :meth:`WindowedLoad.update`
 gives 1, 1, 1 and then 4/3 (each count holds until the next poll).
+
+The shape (:class:`WindowedShape`) is the mean prompt and output length of the requests that
+finished over the window, from the prompt and output token histograms' sums and counts: 10
+requests of 1,280 prompt and 640 output tokens in all give (128.0, 64.0).
 """
 
 from __future__ import annotations
@@ -43,3 +48,47 @@ class WindowedLoad:
         first, (last_at, last) = self._points[0][0], self._points[-1]
         span = last_at - first
         return self._area / span if span > 0 else last
+
+
+# The histograms of finished requests' lengths, in the order of a shape.
+SHAPE_HISTOGRAMS = ("request_prompt_tokens", "request_generation_tokens")
+
+
+class WindowedShape:
+    """Mean prompt and output tokens per request finished over ``window`` seconds of polls:
+    (prompt, output), None until two polls apart saw a request finish. A histogram that
+    went back (a restarted server) starts the window again."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self._points: deque[tuple[float, tuple[float, ...]]] = deque()  # (at, sums and counts)
+
+    def update(self, now: float, sample: BackendSample | None) -> tuple[float, float] | None:
+        totals = _length_totals(sample)
+        if totals is not None:
+            if self._points and any(map(float.__lt__, totals, self._points[-1][1])):
+                self._points.clear()
+            self._points.append((now, totals))
+        while len(self._points) > 2 and self._points[1][0] <= now - self.window:
+            self._points.popleft()
+        if len(self._points) < 2:
+            return None
+        first, last = self._points[0][1], self._points[-1][1]
+        prompt_sum, prompts, output_sum, outputs = (b - a for a, b in zip(first, last, strict=True))
+        if prompts <= 0 or outputs <= 0:
+            return None
+        return prompt_sum / prompts, output_sum / outputs
+
+
+def _length_totals(sample: BackendSample | None) -> tuple[float, ...] | None:
+    """(prompt tokens, prompts, output tokens, outputs) over every series, or None without
+    both histograms."""
+    if sample is None:
+        return None
+    totals: list[float] = []
+    for key in SHAPE_HISTOGRAMS:
+        series = sample.histograms.get(key)
+        if not series:
+            return None
+        totals += [sum(h.sum for h in series.values()), sum(h.count for h in series.values())]
+    return tuple(totals)

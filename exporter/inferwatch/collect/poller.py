@@ -23,7 +23,7 @@ from inferwatch.baseline import series as baseline_series
 from inferwatch.collect.backends import Backend, Mapper, UnknownBackend, detect
 from inferwatch.collect.derive import EngineLayout, QueuedWhileIdle, decode_floor, derived
 from inferwatch.collect.gpu import GpuSource
-from inferwatch.collect.load import WindowedLoad
+from inferwatch.collect.load import WindowedLoad, WindowedShape
 from inferwatch.collect.steps import DEFAULT_KNOWN_STEP, StepRecord
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.collect.upstream import Upstream, UpstreamError
@@ -121,6 +121,7 @@ class Poller:
         )
         self._latency = LatencyWindow(settings.latency_window)
         self._load = WindowedLoad(settings.latency_window)
+        self._shape = WindowedShape(settings.latency_window)
         self._version = ""
         self._model_hint = ""  # the model a server without model labels names elsewhere
         self._info_known = False
@@ -183,8 +184,10 @@ class Poller:
             self.settings.model_weights_bytes,
             self.settings.peak_memory_bandwidth,
         )
-        # The load only chooses a baseline cell.
-        load = self._load.update(now, sample) if self.settings.baseline is not None else None
+        # The load only chooses a baseline cell; the shape only scales its capacity.
+        baseline = self.settings.baseline
+        load = self._load.update(now, sample) if baseline is not None else None
+        shape = self._shape.update(now, sample) if baseline and baseline.capacity else None
         canary = self._read(self._canary, now, sample, collectors)
         captures = self._read(self._captures, now, sample, collectors)
         server_cpu = self._read(self._server_cpu, now, sample, collectors)
@@ -196,8 +199,8 @@ class Poller:
             collectors=collectors,
             gpus=gpus,
             derived=derived(qwi, floor, self._latency_window(now, sample)),
-            baseline=baseline_series(self.settings.baseline, sample, load or 0.0)
-            if self.settings.baseline is not None and sample is not None
+            baseline=baseline_series(baseline, sample, load or 0.0, shape)
+            if baseline is not None and sample is not None
             else {},
             canary=canary,
             captures=captures,

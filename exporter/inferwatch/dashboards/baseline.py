@@ -1,8 +1,17 @@
-"""The triage dashboard's "Baseline: what regressed?" row: live p95 against the baseline file's."""
+"""The triage dashboard's baseline rows: "what regressed?" (live p95 against the baseline
+file's) and "how much more load?" (live traffic against the capacity its load search measured)."""
 
 from __future__ import annotations
 
-from inferwatch.dashboards.queries import NO_BASELINE, TARGET, PanelSpec, Query, quantile, series
+from inferwatch.dashboards.queries import (
+    MODEL,
+    NO_BASELINE,
+    TARGET,
+    PanelSpec,
+    Query,
+    quantile,
+    series,
+)
 from inferwatch.method.panels import Panel
 from inferwatch.method.spec import Spec
 
@@ -44,5 +53,59 @@ def baseline_panels(spec: Spec) -> list[PanelSpec]:
             unit="s",
             width=12,
             no_value=NO_BASELINE,
+        ),
+    ]
+
+
+NO_CAPACITY = "no capacity: give inferwatch a baseline file from `inferwatch baseline --search on`"
+
+
+def capacity_panels(spec: Spec) -> list[PanelSpec]:
+    """Finished requests/s against the measured capacity, its share in use, the replicas the
+    traffic needs."""
+    window, high = spec.timing.window, spec.threshold("capacity_use_high")
+    finished = f"sum(rate({series('requests_finished')}[{window}]))"
+    capacity = f"sum({series('baseline_capacity_requests_per_second')})"
+    return [
+        PanelSpec(
+            Panel.LOAD_VS_CAPACITY,
+            "Finished requests/s of the selected replicas against the capacity their baseline "
+            "measured (the highest rate whose goodput met its target, scaled to the live output "
+            f"length). Above the {high * 100:g} % line for the alert's `for`: "
+            "InferenceNearCapacity, a ticket to add replicas before the queue forms.",
+            [
+                Query(finished, "finished requests/s"),
+                Query(capacity, "capacity"),
+                Query(f"{high:g} * {capacity}", f"ticket at {high * 100:g} %"),
+            ],
+            unit="reqps",
+            width=12,
+            no_value=NO_CAPACITY,
+        ),
+        PanelSpec(
+            Panel.CAPACITY_IN_USE,
+            "The share of the measured capacity the traffic uses. Headroom is the rest: what "
+            "more traffic the replicas carry at the goodput target.",
+            [Query(f"{finished} / ({capacity} > 0)", "in use")],
+            unit="percentunit",
+            kind="stat",
+            width=6,
+            no_value=NO_CAPACITY,
+            thresholds=[(None, "green"), (high, "orange"), (1, "red")],
+        ),
+        PanelSpec(
+            Panel.REPLICAS_NEEDED,
+            "The traffic over one replica's measured capacity: how many replicas it needs at "
+            "full capacity (`model:inferwatch_replicas_needed`, what the autoscaler recipe in "
+            "deploy/kubernetes/autoscaling targets), and how many report a capacity.",
+            [
+                Query(
+                    f"sum(model:inferwatch_replicas_needed:{spec.rate_name}{{{MODEL}}})",
+                    "needed",
+                ),
+                Query(f"count({series('baseline_capacity_requests_per_second')})", "replicas"),
+            ],
+            width=6,
+            no_value=NO_CAPACITY,
         ),
     ]

@@ -3,12 +3,12 @@
 The top row answers "prefill or decode, and which layer?" at a glance (``top_row.py``); the
 service level objectives below it say what users feel (``slo.py``); the rows below follow
 the method: latency by phase (``latency.py``), scheduler (``scheduler.py``), GPU and
-communication (``gpu.py``), system (``system.py``), baseline (``baseline.py``).
+communication (``gpu.py``), system (``system.py``), baseline and capacity (``baseline.py``).
 """
 
 from __future__ import annotations
 
-from inferwatch.dashboards.baseline import baseline_panels
+from inferwatch.dashboards.baseline import baseline_panels, capacity_panels
 from inferwatch.dashboards.gpu import communication_panels, gpu_panels
 from inferwatch.dashboards.latency import latency_panels
 from inferwatch.dashboards.queries import Row
@@ -30,4 +30,5 @@ def triage_panels(spec: Spec) -> list[Row]:
         ("Communication: NVLink and PCIe", communication_panels()),
         ("System: frontend CPU, the client's path, workload", system_panels(spec)),
         ("Baseline: what regressed?", baseline_panels(spec)),
+        ("Capacity: how much more load?", capacity_panels(spec)),
     ]

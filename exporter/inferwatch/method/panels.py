@@ -65,3 +65,7 @@ class Panel(str, Enum):
     # Baseline
     TTFT_VS_BASELINE = "TTFT p95: live vs baseline"
     ITL_VS_BASELINE = "ITL p95: live vs baseline"
+    # Capacity (the baseline's load search)
+    LOAD_VS_CAPACITY = "Load vs measured capacity"
+    CAPACITY_IN_USE = "Capacity in use"
+    REPLICAS_NEEDED = "Replicas needed at this traffic"

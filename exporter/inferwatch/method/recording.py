@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from inferwatch.method.signals import INSTANCE, MODEL
+from inferwatch.method.signals import CAPACITY, CAPACITY_SUM, INSTANCE, MODEL
 from inferwatch.method.slo.series import bucket_matcher
 from inferwatch.method.spec import Spec
 from inferwatch.metrics import WINDOW_QUANTILES
@@ -52,6 +52,21 @@ def recording_rules(spec: Spec) -> list[Record]:
         *_model_latency(spec),
         _queue_share(spec, MODEL),
         *_counter_rules(spec, MODEL),
+        *_capacity_rules(spec),
+    ]
+
+
+def _capacity_rules(spec: Spec) -> list[Record]:
+    """The fleet's measured capacity (its replicas' added up), and the replicas its traffic
+    needs: the finished requests/s over one replica's capacity (for an autoscaler to target
+    below 1 per replica: deploy/kubernetes/autoscaling)."""
+    w, by = spec.rate_name, _level(spec, MODEL)
+    return [
+        Record(CAPACITY_SUM, f"sum {by} ({CAPACITY})"),
+        Record(
+            f"model:inferwatch_replicas_needed:{w}",
+            f"model:inferwatch_requests_finished:{w}\n  / (avg {by} ({CAPACITY}) > 0)",
+        ),
     ]
 
 

@@ -27,6 +27,9 @@ def _q95(level: str, hist: str, q: str = "0.95") -> str:
 
 
 BASELINE95 = '{percentile="95"}'  # the baseline's gauges carry a percentile label
+# The baseline's capacity per replica (``serve --baseline``), and the fleet's (recorded).
+CAPACITY = "inferwatch_baseline_capacity_requests_per_second"
+CAPACITY_SUM = f"model:{CAPACITY}:sum"
 _ERRORS = {"reason": "error"}
 _ABORTS = {"reason": "abort"}
 _FAILED = "|".join(r for r in CANARY_RESULTS if r != "ok")
@@ -318,6 +321,17 @@ SIGNALS: dict[str, Signal] = {
             MODEL,
             "model:inferwatch_requests_finished:%(w)s",
             Rate("inferwatch_requests_finished_total"),
+        ),
+        Signal(
+            "model_capacity_use",
+            "share of the measured capacity in use (fleet)",
+            "ratio",
+            MODEL,
+            f"model:inferwatch_requests_finished:%(w)s\n  / ({CAPACITY_SUM} > 0)",
+            Ratio(
+                Rate("inferwatch_requests_finished_total"),
+                Gauge(CAPACITY, how="sum"),
+            ),
         ),
         *FALLBACKS,
     )

@@ -123,6 +123,14 @@ THRESHOLDS: dict[str, Threshold] = {
         "tokens/s",
         "Decode/prefill alerts need tokens flowing; an idle server has no latency problem.",
     ),
+    "capacity_use_high": Threshold(
+        0.9,
+        "ratio",
+        "The capacity is the highest rate at which the baseline's goodput met its target; "
+        "at 90 % of it a burst or a heavier request mix tips the service past that point, "
+        "and past 100 % the queue grows without bound. A ticket at 90 % leaves the time to add "
+        "a replica before users wait.",
+    ),
     "regression_factor": Threshold(
         1.5,
         "x",

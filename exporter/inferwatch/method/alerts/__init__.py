@@ -145,6 +145,7 @@ FLEET_SCENARIOS = (
             "InferenceExporterGPUMissing",
             "InferenceClientGap",
             "InferenceCanaryFailing",
+            "InferenceNearCapacity",
         ),
     ),
 )

@@ -1,11 +1,27 @@
-"""Against the baseline: live latency measured against the benchmark at comparable load."""
+"""Against the baseline: live latency measured against the benchmark at comparable load, and
+live traffic against the capacity the baseline's load search measured."""
 
 from __future__ import annotations
 
 from inferwatch.method.alerts.alert import Alert, Cond
-from inferwatch.method.alerts.annotations import INSTANCE_ITL, INSTANCE_TTFT, P95, value_of
-from inferwatch.method.scenario import SERVED_MODEL, A, B, Scenario, healthy, instance_alert
-from inferwatch.method.signals import BASELINE95, INSTANCE, ITL, TTFT
+from inferwatch.method.alerts.annotations import (
+    INSTANCE_ITL,
+    INSTANCE_TTFT,
+    P95,
+    PLAIN_NUMBER,
+    value_of,
+)
+from inferwatch.method.scenario import (
+    SERVED_MODEL,
+    A,
+    B,
+    C,
+    Scenario,
+    healthy,
+    instance_alert,
+    model_alert,
+)
+from inferwatch.method.signals import BASELINE95, CAPACITY_SUM, INSTANCE, ITL, MODEL, TTFT
 
 REGRESSION = Scenario(
     # Baseline at concurrency 8: TTFT p95 300 ms, ITL p95 40 ms. Live TTFT p95 487.5 ms is
@@ -66,4 +82,84 @@ LATENCY_REGRESSION = Alert(
     scenarios=(REGRESSION,),
 )
 
-ALERTS = (LATENCY_REGRESSION,)
+# ---------------------------------------------------------------------------------------
+# InferenceNearCapacity
+
+REPLICAS_NEEDED = "model:inferwatch_replicas_needed:rate5m"
+REPLICAS_NEEDED_LABELS = f'{{__name__="{REPLICAS_NEEDED}",backend="vllm",model="{SERVED_MODEL}"}}'
+
+# Three replicas finishing 2 requests/s each; the baseline measured 2.15 requests/s per
+# replica at the goodput target: 6 of 6.45 in use, 93 %, 2.79 replicas' worth of traffic.
+NEAR_CAPACITY = Scenario(
+    "near capacity: the traffic is 93 % of what the baseline carried",
+    tuple(healthy(i, capacity=2.15) for i in (A, B, C)),
+    file="baseline.yaml",
+    place=2,
+    fires={
+        "InferenceNearCapacity": [
+            model_alert(
+                "InferenceNearCapacity",
+                "warning",
+                "any",
+                "baseline",
+                f"{SERVED_MODEL} serves 93.02% of the capacity its baseline measured (threshold "
+                "90 %): 6 finished requests/s across its replicas against 6.45 requests/s at "
+                "the goodput target. This traffic needs 2.79 replicas at full capacity.",
+                f"{SERVED_MODEL} is near the capacity its baseline measured",
+            )
+        ]
+    },
+    records=(
+        (
+            REPLICAS_NEEDED,
+            REPLICAS_NEEDED_LABELS,
+            6 / 2.15,
+        ),
+    ),
+)
+
+# 10 % below the threshold: 6 of 7.5 requests/s, 80 %.
+NEAR_CAPACITY_MISS = Scenario(
+    "near miss: the traffic is 80 % of the measured capacity",
+    tuple(healthy(i, capacity=2.5) for i in (A, B, C)),
+    file="baseline.yaml",
+    place=3,
+    fires={},
+    silent=("InferenceNearCapacity",),
+    records=(
+        (
+            REPLICAS_NEEDED,
+            REPLICAS_NEEDED_LABELS,
+            2.4,
+        ),
+    ),
+)
+
+NEAR_CAPACITY_ALERT = Alert(
+    name="InferenceNearCapacity",
+    order=19,
+    severity="warning",
+    level=MODEL,
+    phase="any",
+    layer="baseline",
+    explains=("InferenceQueueingDelay",),
+    for_default="5m",
+    summary="{{ $labels.model }} is near the capacity its baseline measured",
+    description="{{ $labels.model }} serves {{ $value | humanizePercentage }} of the capacity "
+    "its baseline measured (threshold %(pct.capacity_use_high)s): "
+    + value_of("model:inferwatch_requests_finished:%(w)s", MODEL, PLAIN_NUMBER)
+    + " finished requests/s across its replicas against "
+    + value_of(CAPACITY_SUM, MODEL, PLAIN_NUMBER)
+    + " requests/s at the goodput target. This traffic needs "
+    + value_of("model:inferwatch_replicas_needed:%(w)s", MODEL, PLAIN_NUMBER)
+    + " replicas at full capacity.",
+    when=(Cond("model_capacity_use", ">", "capacity_use_high"),),
+    evidence=(
+        "Compare the capture's engine steps with the baseline's at the same rate: the same "
+        "step shape at more requests per step is the load; longer steps at the same load are "
+        "a slower service (InferenceLatencyRegression), whose capacity is lower than measured."
+    ),
+    scenarios=(NEAR_CAPACITY, NEAR_CAPACITY_MISS),
+)
+
+ALERTS = (LATENCY_REGRESSION, NEAR_CAPACITY_ALERT)

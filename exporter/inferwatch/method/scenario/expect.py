@@ -34,6 +34,8 @@ class Scenario:
     fires: dict[str, list[dict]]  # alert name -> expected alerts (labels + annotations)
     silent: tuple[str, ...] = ()  # alerts that must not fire (near misses, cross-checks)
     eval_time: str = EVAL
+    # Recorded series and their values at ``eval_time``: (expression, labels, value).
+    records: tuple[tuple[str, str, float], ...] = ()
 
 
 def _expected(alertname: str, labels: dict, description: str, summary: str) -> dict:
@@ -129,6 +131,14 @@ def promtool_group(s: Scenario) -> dict:
                 "exp_samples": [
                     {"labels": f'{{alertname="{a}"}}', "value": len(s.fires[a])} for a in firing
                 ],
-            }
+            },
+            *(
+                {
+                    "expr": expr,
+                    "eval_time": s.eval_time,
+                    "exp_samples": [{"labels": labels, "value": value}],
+                }
+                for expr, labels, value in s.records
+            ),
         ],
     }

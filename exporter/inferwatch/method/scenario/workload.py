@@ -110,6 +110,7 @@ class Replica:
     scrape_duration: str = "0.004x40"
     gpu_memory_total: str = "85899345920x40"  # '_' where the GPU's series are gone
     baseline: tuple[float, float] | None = None  # TTFT p95, ITL p95 at concurrency 8
+    capacity: float | None = None  # the baseline's requests/s at its goodput target
     canary_gap: str | None = None  # the canary's TTFT gap (None: canary off)
     canary_probes: dict[str, float] | None = None  # probes/s by result (None: canary off)
 
@@ -279,7 +280,8 @@ def _histograms(r: Replica, engine: dict, backend: dict) -> list[dict]:
 
 
 def _optional_series(r: Replica, backend: dict) -> list[dict]:
-    """The decode floor, the baseline and the canary, where the replica has them."""
+    """The decode floor, the baseline, its capacity and the canary, where the replica has
+    them."""
     out = []
     if r.decode_floor is not None:
         out.append(_series("inferwatch_decode_floor_seconds", f"{r.decode_floor:g}x40", **backend))
@@ -297,6 +299,10 @@ def _optional_series(r: Replica, backend: dict) -> list[dict]:
                     output_tokens="200",
                 )
             )
+    if r.capacity is not None:
+        shape = {"prompt_tokens": "800", "output_tokens": "200"}
+        metric = "inferwatch_baseline_capacity_requests_per_second"
+        out.append(_series(metric, f"{r.capacity:g}x40", **backend, **shape))
     if r.canary_gap is not None:
         out.append(_series("inferwatch_canary_ttft_gap_seconds", r.canary_gap, **backend))
     if r.canary_ttft is not None:
