@@ -8,6 +8,7 @@ the server-side window, errors and the CLI are checked against known values.
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import json
 import math
@@ -405,7 +406,9 @@ def test_goodput_objectives_come_from_the_config_and_flags_replace_their_bounds(
     assert other.objectives.text() == "no error"
 
 
-def test_the_search_finds_the_rate_a_server_of_two_slots_carries(fake: Fake) -> None:
+def test_the_search_finds_the_rate_a_server_of_two_slots_carries(
+    fake: Fake, caplog: pytest.LogCaptureFixture
+) -> None:
     # Two requests generate at once, each for 30 ms + 7 x 20 ms: at most 2 / 0.17 s, 11.8
     # requests/s. At constant arrivals below that nothing waits; above it every arrival waits
     # longer than the last, and past ~5 % over, requests outlast twice a service time.
@@ -429,6 +432,9 @@ def test_the_search_finds_the_rate_a_server_of_two_slots_carries(fake: Fake) -> 
     assert stderr.count("search prompt 8, output 8: step") == len(capacity.steps)
     # Open loop: more requests in flight than the server's two slots.
     assert fake.max_in_flight > 2
+    # A step ended early leaves nothing behind: no task or future whose end went unread.
+    gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
     # Written to the file with the conditions it was measured under, and read back.
     back = parse(yaml.safe_load(to_yaml(result.baseline())))
     assert back.capacity == result.capacity

@@ -102,13 +102,13 @@ async def run_step(
 
     started = time.perf_counter()
     tasks = [asyncio.create_task(send(i, at)) for i, at in enumerate(times)]
-    watch = asyncio.create_task(failed.wait())
+    every, watch = asyncio.gather(*tasks), asyncio.create_task(failed.wait())
     try:
-        await asyncio.wait([asyncio.gather(*tasks), watch], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([every, watch], return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in (*tasks, watch):
             task.cancel()
-        await asyncio.gather(*tasks, watch, return_exceptions=True)
+        await asyncio.gather(every, watch, return_exceptions=True)
     return samples, time.perf_counter() - started
 
 
