@@ -19,7 +19,7 @@ from aiohttp import web
 
 from inferwatch.collect.textparse import read_page
 from inferwatch.method import slo
-from inferwatch.method.alerts import ALERTS
+from inferwatch.method.alerts import ALERTS, RELATIONS
 from inferwatch.method.findings import Burn, Finding, Report, evaluate
 from inferwatch.method.local import Window
 from inferwatch.method.signals import SIGNALS
@@ -263,3 +263,28 @@ def test_a_saturated_nvlink_is_the_communication_layer() -> None:
     report = Report("x", "10.0s", spec, {}, evaluate(window, spec, LABELS))
     assert [f.alert.name for f in report.findings] == ["InferenceInterconnectSaturated"]
     assert "layer: communication" in render(report)
+
+
+def test_near_capacity_is_found_with_its_numbers_and_explains_the_queueing() -> None:
+    """The burst's 2.4 finished requests/s against a baseline that carried 2.5 per replica."""
+
+    def with_capacity(text: str, rate: float) -> str:
+        gauge = "inferwatch_baseline_capacity_requests_per_second"
+        shape = 'backend="vllm",model="tiny",prompt_tokens="64",output_tokens="64"'
+        return f"{text}# TYPE {gauge} gauge\n{gauge}{{{shape}}} {rate}\n"
+
+    spec = spec_from_config({"thresholds": {"queue_share_high": 0.3}})
+    window = Window(
+        read_page(with_capacity(DURING, 2.5)), read_page(with_capacity(AFTER, 2.5)), 10.0
+    )
+    assert window.value(SIGNALS["model_capacity_use"].local) == pytest.approx(0.96)
+    report = Report("x", "10.0s", spec, {}, evaluate(window, spec, LABELS))
+    found = {f.alert.name: f.explained_by for f in report.findings}
+    # A cause of its own; the queueing is listed under a cause (here the KV cache's, the
+    # first that explains it), never above.
+    assert found["InferenceNearCapacity"] is None and found["InferenceQueueingDelay"]
+    assert ("InferenceNearCapacity", ("InferenceQueueingDelay",), ("model",)) in RELATIONS
+    assert "share of the measured capacity in use (fleet) 96 % > 90 %" in render(report)
+    # 10 % below the threshold: 2.4 of 3 requests/s, 80 %.
+    calm = Window(read_page(with_capacity(DURING, 3)), read_page(with_capacity(AFTER, 3)), 10.0)
+    assert "InferenceNearCapacity" not in {f.alert.name for f in evaluate(calm, spec, LABELS)}

@@ -9,7 +9,8 @@ and the step: a rerun with ``--seed`` sends the same arrivals). A step sends
 :data:`MIN_REQUESTS`. A request is good when it meets every objective (:mod:`.goodput`); a
 step is good when its good share reaches ``--goodput-target``. A step ends early once more
 of its requests failed their objectives than the target allows: its verdict is certain,
-and the rest are cancelled (counted as not good).
+and the rest are cancelled (counted as not good); one request sent alone then returns once
+the server has worked off what they left, before the next step starts.
 
 **The search.** From ``--search-start`` (default: what one request at a time sustains, 1 /
 the duration of one request of the shape sent alone), the rate doubles while steps are good
@@ -197,6 +198,8 @@ async def search_shape(
         samples, seconds = await run_step(
             client, prompts, shape, first_tag + 1 + index, times, allowed_bad, objectives
         )
+        if CANCELLED in samples:  # what the cancelled requests left is worked off first
+            await client.stream(prompts.for_request(first_tag, 1 + index, shape[0]), shape[1])
         step = step_of(rate, samples, seconds, objectives)
         steps.append(step)
         note(_progress(shape, index, settings, step))
