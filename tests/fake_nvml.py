@@ -51,6 +51,17 @@ class FakeGpu:
     # NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES (197, 198), bytes; None: NOT_SUPPORTED (the
     # default, as on drivers before the fields existed). Lower them to mimic a reset.
     pcie_bytes: tuple[int, int] | None = None
+    # Health, defaults of a healthy H100: ECC on, row remapping (Ampere+), no page retirement
+    # (NOT_SUPPORTED after Volta), XID events. ``ecc`` by (nvmlMemoryErrorType_t,
+    # nvmlEccCounterType_t); ``remapped_rows`` as nvmlDeviceGetRemappedRows returns it
+    # (correctable, uncorrectable, pending, failure); ``xid_events`` waiting to be read.
+    ecc_supported: bool = True
+    ecc: dict[tuple[int, int], int] = field(default_factory=dict)
+    remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # None: NOT_SUPPORTED
+    retired_pages_pending: int | None = None  # nvmlEnableState_t; None: NOT_SUPPORTED
+    pcie_replays: int = 0
+    events_supported: bool = True
+    xid_events: list[int] = field(default_factory=list)
     field_time_us: int = 1_700_000_000_000_000  # nvmlFieldValue_t.timestamp, us since 1970
     field_errors: dict[int, int] = field(default_factory=dict)  # fieldId: per-entry nvmlReturn
     call_errors: dict[str, int] = field(default_factory=dict)  # function name: error it raises
@@ -82,6 +93,7 @@ class FakeNvml(types.ModuleType):
         self.shutdown = False
         self.gpm_gets = 0
         self.field_requests: list[list] = []  # nvmlDeviceGetFieldValues' requests, in order
+        self.freed_event_sets = 0
 
     def _gpu(self, handle: FakeGpu, function: str = "") -> FakeGpu:
         if function:
@@ -199,6 +211,54 @@ class FakeNvml(types.ModuleType):
             else:
                 request.metrics[i].nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
         return request
+
+    # -- health --------------------------------------------------------------------------
+
+    def nvmlDeviceGetTotalEccErrors(self, h: FakeGpu, error_type: int, counter_type: int) -> int:
+        g = self._gpu(h, "nvmlDeviceGetTotalEccErrors")
+        if not g.ecc_supported:
+            raise nvml_error(real.NVML_ERROR_NOT_SUPPORTED)
+        return g.ecc.get((error_type, counter_type), 0)
+
+    def nvmlDeviceGetRemappedRows(self, h: FakeGpu) -> tuple[int, int, int, int]:
+        g = self._gpu(h, "nvmlDeviceGetRemappedRows")
+        if g.remapped_rows is None:
+            raise nvml_error(real.NVML_ERROR_NOT_SUPPORTED)
+        return g.remapped_rows
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: FakeGpu) -> int:
+        g = self._gpu(h, "nvmlDeviceGetRetiredPagesPendingStatus")
+        if g.retired_pages_pending is None:
+            raise nvml_error(real.NVML_ERROR_NOT_SUPPORTED)
+        return g.retired_pages_pending
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: FakeGpu) -> int:
+        return self._gpu(h, "nvmlDeviceGetPcieReplayCounter").pcie_replays
+
+    def nvmlEventSetCreate(self) -> list[FakeGpu]:
+        return []  # the GPUs registered to it
+
+    def nvmlDeviceRegisterEvents(self, h: FakeGpu, types_: int, event_set: list) -> None:
+        g = self._gpu(h, "nvmlDeviceRegisterEvents")
+        if not g.events_supported:
+            raise nvml_error(real.NVML_ERROR_NOT_SUPPORTED)
+        assert types_ == real.nvmlEventTypeXidCriticalError
+        event_set.append(g)
+
+    def nvmlEventSetWait_v2(self, event_set: list, timeout_ms: int) -> real.c_nvmlEventData_t:
+        """The oldest waiting XID of the set's GPUs; NVML_ERROR_TIMEOUT when none waits."""
+        self.calls.append("nvmlEventSetWait_v2")
+        for g in event_set:
+            g.check("nvmlEventSetWait_v2")
+            if g.xid_events:
+                data = real.c_nvmlEventData_t()
+                data.eventType = real.nvmlEventTypeXidCriticalError
+                data.eventData = g.xid_events.pop(0)
+                return data
+        raise nvml_error(real.NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, event_set: list) -> None:
+        self.freed_event_sets += 1
 
     # -- communication -----------------------------------------------------------------
 

@@ -21,16 +21,19 @@ import pytest
 import yaml
 
 from inferwatch import __version__
+from inferwatch.baseline import parse as parse_baseline
 from inferwatch.serve.options import DEFAULT_PORT
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker-compose.yml"
 KUBE = REPO / "deploy" / "kubernetes"
-RENDERINGS = ("base", "overlays/tgi", "overlays/fleet")
+RENDERINGS = ("base", "overlays/tgi", "overlays/fleet", "overlays/keda", "overlays/hpa")
 # The oldest Kubernetes still commonly run, and the newest kubernetes-validate knows.
 K8S_VERSIONS = ("1.30.0", kubernetes_validate.latest_version() + ".0")
-CRD_GROUP = "monitoring.coreos.com/"
+CRD_GROUPS = ("monitoring.coreos.com/", "keda.sh/")
 NODE_VALIDATOR = REPO / "tests" / "k8s" / "validate.mjs"
+RULES = yaml.safe_load((REPO / "alerts" / "inferwatch-rules.yaml").read_text())
+REPLICAS_NEEDED = "model:inferwatch_replicas_needed:rate5m"
 PROFILES = {"vllm": ("vllm", "vllm"), "tgi": ("tgi", "tgi"), "cpu": ("vllm-cpu", "vllm")}
 # Beside a server profile: the same rules on VictoriaMetrics.
 VICTORIAMETRICS = {"victoriametrics", "vmagent", "vmalert"}
@@ -218,10 +221,16 @@ def test_core_objects_pass_kubernetes_validate_strict(rendered, version: str) ->
     kinds = set()
     for docs in rendered.values():
         for doc in docs:
-            if not doc["apiVersion"].startswith(CRD_GROUP):
+            if not doc["apiVersion"].startswith(CRD_GROUPS):
                 kubernetes_validate.validate(doc, version, strict=True)
                 kinds.add(doc["kind"])
-    assert kinds == {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget"}
+    assert kinds == {
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "PodDisruptionBudget",
+        "HorizontalPodAutoscaler",
+    }
     bogus = copy.deepcopy(one(rendered["base"], "Deployment"))
     bogus["spec"]["template"]["spec"]["containers"][1]["readinesProbe"] = {}
     with pytest.raises(kubernetes_validate.ValidationError, match="readinesProbe"):
@@ -234,9 +243,9 @@ def node_validate(docs: list[dict[str, Any]]) -> subprocess.CompletedProcess:
     return run(["node", str(NODE_VALIDATOR)], stdin=json.dumps(docs))
 
 
-def test_prometheus_operator_objects_pass_their_crd_schemas(rendered) -> None:
-    crds = [doc for docs in rendered.values() for doc in docs if doc["apiVersion"].startswith(CRD_GROUP)]  # fmt: skip
-    assert {doc["kind"] for doc in crds} == {"PodMonitor", "PrometheusRule"}
+def test_custom_resources_pass_their_crd_schemas(rendered) -> None:
+    crds = [doc for docs in rendered.values() for doc in docs if doc["apiVersion"].startswith(CRD_GROUPS)]  # fmt: skip
+    assert {doc["kind"] for doc in crds} == {"PodMonitor", "PrometheusRule", "ScaledObject"}
     proc = node_validate(crds)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("ok ") == len(crds)
@@ -244,6 +253,10 @@ def test_prometheus_operator_objects_pass_their_crd_schemas(rendered) -> None:
     broken["spec"]["podMetricsEndpoints"][0]["port"] = DEFAULT_PORT  # must name the port
     proc = node_validate([broken])
     assert proc.returncode == 1 and "port must be string" in proc.stdout
+    scaler = copy.deepcopy(one(rendered["overlays/keda"], "ScaledObject"))
+    del scaler["spec"]["triggers"][0]["type"]  # a trigger must say what it reads
+    proc = node_validate([scaler])
+    assert proc.returncode == 1 and "type" in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("name", RENDERINGS)
@@ -253,6 +266,8 @@ def test_rules_and_dashboards_equal_the_generated_files(rendered, name: str) -> 
     assert one(docs, "PrometheusRule")["spec"] == rules
     data = {}
     for config_map in objects(docs, "ConfigMap"):
+        if config_map["metadata"]["name"].startswith("inferwatch-baseline"):
+            continue  # the autoscaling overlays' baseline file
         assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
         data.update(config_map["data"])
     boards = {p.name: p.read_text() for p in (REPO / "dashboards").glob("*.json")}
@@ -287,7 +302,7 @@ def test_the_sidecar_is_small_unprivileged_and_probed_on_healthz(rendered, name:
 
 
 def test_overlays_change_what_they_say(rendered) -> None:
-    base, tgi, fleet = (rendered[name] for name in RENDERINGS)
+    base, tgi, fleet = (rendered[name] for name in ("base", "overlays/tgi", "overlays/fleet"))
     assert containers(base)["server"]["image"].startswith("vllm/vllm-openai:")
     assert containers(tgi)["server"]["image"].startswith(
         "ghcr.io/huggingface/text-generation-inference:"
@@ -304,3 +319,46 @@ def test_overlays_change_what_they_say(rendered) -> None:
     for docs in rendered.values():
         for container in containers(docs).values():
             assert image_tag(container["image"]) not in ("", "latest"), container["image"]
+
+
+@pytest.mark.parametrize("name", ["overlays/keda", "overlays/hpa"])
+def test_the_autoscaling_overlays_scale_on_the_measured_capacity(rendered, name: str) -> None:
+    docs = rendered[name]
+    deployment = one(docs, "Deployment")
+    assert "replicas" not in deployment["spec"]  # the autoscaler owns the count
+    # The sidecar reads a baseline file with a capacity, mounted from the generated ConfigMap.
+    pod = deployment["spec"]["template"]["spec"]
+    sidecar = containers(docs)["inferwatch"]
+    assert "--baseline=/etc/inferwatch/baseline/baseline.yaml" in sidecar["args"]
+    assert sidecar["volumeMounts"] == [
+        {"name": "baseline", "mountPath": "/etc/inferwatch/baseline", "readOnly": True}
+    ]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "baseline"]
+    (config_map,) = [c for c in objects(docs, "ConfigMap") if c["metadata"]["name"] == volume["configMap"]["name"]]  # fmt: skip
+    baseline = parse_baseline(yaml.safe_load(config_map["data"]["baseline.yaml"]))
+    assert baseline.capacity and all(c.requests_per_second for c in baseline.capacity)
+    # What it scales on is a series the generated rules record, for the served model.
+    model = containers(docs)["server"]["env"][0]["value"]
+    recorded = {r["record"] for g in RULES["groups"] for r in g["rules"] if "record" in r}
+    assert REPLICAS_NEEDED in recorded
+    if name == "overlays/keda":
+        scaler = one(docs, "ScaledObject")["spec"]
+        assert scaler["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+        (trigger,) = scaler["triggers"]
+        assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+        query = trigger["metadata"]["query"]
+        assert query.startswith(f"sum({REPLICAS_NEEDED}{{") and f'model="{model}"' in query
+        assert 0 < float(trigger["metadata"]["threshold"]) < 1  # headroom under the capacity
+    else:
+        hpa = one(docs, "HorizontalPodAutoscaler")["spec"]
+        assert hpa["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+        (metric,) = hpa["metrics"]
+        adapter = yaml.safe_load((KUBE / name / "prometheus-adapter-values.yaml").read_text())
+        (rule,) = adapter["rules"]["external"]
+        assert rule["seriesQuery"].startswith(f"{REPLICAS_NEEDED}{{")
+        served = re.sub(
+            rule["name"]["matches"], rule["name"]["as"].replace("$", "\\"), REPLICAS_NEEDED
+        )
+        assert metric["external"]["metric"]["name"] == served
+        assert metric["external"]["metric"]["selector"]["matchLabels"] == {"model": model}
+        assert metric["external"]["target"]["type"] == "AverageValue"

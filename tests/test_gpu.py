@@ -7,6 +7,8 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
+from inferwatch.collect.gpu_health import INTERVAL, MAX_EVENTS
+from inferwatch.metrics import GPU_XIDS_NEEDING_ATTENTION
 from inferwatch.model import CollectorStatus, Snapshot
 from inferwatch.serve.exposition import render, render_openmetrics
 
@@ -524,3 +526,127 @@ def test_exposition_of_communication_series_text_and_openmetrics() -> None:
         "tx",
         "rx",
     }
+
+
+# --- health: a GPU that is failing, not slow ---------------------------------------------
+
+ECC = {
+    (FI.NVML_MEMORY_ERROR_TYPE_CORRECTED, FI.NVML_VOLATILE_ECC): 12,
+    (FI.NVML_MEMORY_ERROR_TYPE_CORRECTED, FI.NVML_AGGREGATE_ECC): 340,
+    (FI.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, FI.NVML_VOLATILE_ECC): 1,
+    (FI.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, FI.NVML_AGGREGATE_ECC): 2,
+}
+
+
+def readings(src: GpuSource, clock: Clock, n: int) -> list:
+    """``n`` polls a health reading apart."""
+    out = []
+    for _ in range(n):
+        out += polls(src, 1)
+        clock.now += INTERVAL
+    return out
+
+
+def test_health_reads_ecc_row_remapping_replays_and_xids_on_a_failing_gpu() -> None:
+    gpu = FakeGpu(0, ecc=ECC, remapped_rows=(3, 1, 1, 0), pcie_replays=17, xid_events=[79, 13, 79])
+    clock = Clock()
+    src, nv = source(gpu, clock=clock)
+    (first,) = readings(src, clock, 1)
+    health = first.health
+    assert health.ecc_errors_total == {
+        ("corrected", "volatile"): 12.0,
+        ("corrected", "aggregate"): 340.0,
+        ("uncorrected", "volatile"): 1.0,
+        ("uncorrected", "aggregate"): 2.0,
+    }
+    assert health.remapped_rows == {"correctable": 3.0, "uncorrectable": 1.0}
+    assert (health.row_remap_pending, health.row_remap_failed) == (1.0, 0.0)
+    assert health.retired_pages_pending is None  # an H100: no page retirement (Ampere+)
+    assert health.pcie_replays_total == 17.0
+    # Those needing attention from 0, the rest as they come; counted from the start.
+    attention = {str(x): 0.0 for x in GPU_XIDS_NEEDING_ATTENTION}
+    assert health.xid_errors_total == attention | {"79": 2.0, "13": 1.0}
+    gpu.xid_events.append(48)
+    assert readings(src, clock, 1)[0].health.xid_errors_total == attention | {
+        "79": 2.0,
+        "13": 1.0,
+        "48": 1.0,
+    }
+    # At most one reading a second, whatever the poll interval: polls in between reuse it.
+    asked = nv.calls.count("nvmlDeviceGetPcieReplayCounter")
+    clock.now -= INTERVAL / 2
+    gpu.pcie_replays = 18
+    assert polls(src, 1)[0].health.pcie_replays_total == 17.0
+    assert nv.calls.count("nvmlDeviceGetPcieReplayCounter") == asked
+    clock.now += INTERVAL / 2
+    assert polls(src, 1)[0].health.pcie_replays_total == 18.0
+
+
+def test_a_storm_of_xids_is_drained_a_bounded_number_per_poll() -> None:
+    gpu = FakeGpu(0, xid_events=[13] * (MAX_EVENTS + 5))
+    clock = Clock()
+    src, _ = source(gpu, clock=clock)
+    first, second = readings(src, clock, 2)
+    assert first.health.xid_errors_total["13"] == MAX_EVENTS
+    assert second.health.xid_errors_total["13"] == MAX_EVENTS + 5
+
+
+def test_a_gpu_without_ecc_or_events_has_those_series_absent_not_zero(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A V100 without ECC: NOT_SUPPORTED for ECC, row remapping and events; page retirement.
+    gpu = FakeGpu(
+        0, ecc_supported=False, remapped_rows=None, retired_pages_pending=1, events_supported=False
+    )
+    clock = Clock()
+    with caplog.at_level("INFO", logger="inferwatch.collect.gpu"):
+        src, nv = source(gpu, clock=clock)  # the event set is registered as the GPU opens
+        first, second = readings(src, clock, 2)
+    for sample in (first, second):
+        health = sample.health
+        assert health.ecc_errors_total == {} and health.remapped_rows == {}
+        assert health.row_remap_pending is None and health.xid_errors_total == {}
+        assert health.retired_pages_pending == 1.0 and health.pcie_replays_total == 0.0
+    assert nv.calls.count("nvmlDeviceGetTotalEccErrors") == 1  # not supported: not asked again
+    logged = [r.getMessage() for r in caplog.records]
+    assert sum("ECC error counts unavailable" in m for m in logged) == 1
+    assert sum("XID events unavailable" in m for m in logged) == 1
+
+
+def test_a_failing_health_reading_leaves_only_its_series_and_a_lost_gpu_drops_it() -> None:
+    gpus = [FakeGpu(0, call_errors={"nvmlDeviceGetPcieReplayCounter": FI.NVML_ERROR_UNKNOWN})]
+    gpus.append(FakeGpu(1))
+    clock = Clock()
+    src, nv = source(*gpus, clock=clock)
+    samples, status = src.sample()
+    assert status.success and samples[0].health.pcie_replays_total is None
+    assert samples[0].health.row_remap_pending == 0.0 and samples[0].utilization_ratio == 0.0
+    gpus[1].call_errors["nvmlEventSetWait_v2"] = FI.NVML_ERROR_GPU_IS_LOST
+    clock.now += INTERVAL
+    samples, status = src.sample()
+    assert [g.index for g in samples] == [0] and "GPU 1" in status.error
+    src.close()
+    assert nv.freed_event_sets == 2
+
+
+def test_exposition_of_health_series() -> None:
+    gpu = FakeGpu(0, ecc=ECC, remapped_rows=(3, 1, 1, 0), pcie_replays=17, xid_events=[79])
+    src, _ = source(gpu)
+    gpus, status = src.sample()
+    snap = Snapshot("vllm", False, 0.0, None, {"gpu": status}, gpus=gpus)
+    page = render(snap).decode()
+    labels = {"gpu": "0", "uuid": gpu.uuid, "name": gpu.name}
+    ecc = "inferwatch_gpu_ecc_errors_total"
+    assert page_value(page, ecc, error="uncorrected", counter="volatile", **labels) == 1.0
+    assert page_value(page, ecc, error="corrected", counter="aggregate", **labels) == 340.0
+    assert page_value(page, "inferwatch_gpu_remapped_rows", kind="correctable", **labels) == 3.0
+    assert page_value(page, "inferwatch_gpu_row_remap_pending", **labels) == 1.0
+    assert page_value(page, "inferwatch_gpu_row_remap_failed", **labels) == 0.0
+    assert page_value(page, "inferwatch_gpu_pcie_replays_total", **labels) == 17.0
+    assert page_value(page, "inferwatch_gpu_xid_errors_total", xid="79", **labels) == 1.0
+    assert page_value(page, "inferwatch_gpu_xid_errors_total", xid="48", **labels) == 0.0
+    assert "inferwatch_gpu_retired_pages_pending" not in page
+    om = render_openmetrics(snap).decode()
+    families = {f.name: f for f in parse_openmetrics(om)}
+    assert families["inferwatch_gpu_xid_errors"].type == "counter"
+    assert families["inferwatch_gpu_ecc_errors"].type == "counter"

@@ -38,6 +38,7 @@ from inferwatch.model import (
     CanarySample,
     CollectorStatus,
     Derived,
+    GpuHealth,
     GpuSample,
     Histogram,
     Labels,
@@ -138,7 +139,24 @@ PCIE = {0: {"tx": (1e9, 3e9), "rx": (2e9, 2e9)}, 1: {"tx": (4e9, 8e9), "rx": (5e
 
 # Signals judged per GPU and reason (the alert names which): the local recipe is the worst
 # series', which is what an alert on any of them reduces to for one exporter.
-PER_SERIES = {"gpu_throttled": 2, "nvlink_share": 2, "pcie_share": 2}
+PER_SERIES = {
+    "gpu_throttled": 2,
+    "nvlink_share": 2,
+    "pcie_share": 2,
+    "gpu_uncorrected_ecc_rate": 2,
+    "gpu_xid_rate": 2,
+    "gpu_row_remap_pending": 2,
+    "gpu_row_remap_failed": 2,
+    "gpu_retired_pages_pending": 2,
+}
+
+# Per GPU: uncorrected ECC errors per second, XID 79 and XID 13 events per second (13 is a
+# program's fault: not counted), and the remap and retirement flags (first page, last page).
+UNCORRECTED_ECC = {0: 0.0, 1: 0.05}
+XID_EVENTS = {0: {"79": 0.02, "13": 0.5}, 1: {"79": 0.0, "13": 0.0}}
+REMAP_PENDING = {0: (0.0, 1.0), 1: (0.0, 0.0)}
+REMAP_FAILED = {0: (0.0, 0.0), 1: (0.0, 1.0)}
+RETIRED_PENDING = {0: (0.0, 0.0), 1: (1.0, 1.0)}
 
 
 def _line(first_last: tuple[float, float], step: int) -> float:
@@ -228,6 +246,16 @@ def snapshot(step: int) -> Snapshot:
             pcie_peak_bytes_per_second=PCIE_PEAK,
             nvlink_bytes_total={d: _counter(v, step) for d, v in NVLINK[k].items()},
             nvlink_peak_bytes_per_second=NVLINK_PEAK,
+            health=GpuHealth(
+                ecc_errors_total={
+                    ("uncorrected", "volatile"): _counter(UNCORRECTED_ECC[k], step),
+                    ("corrected", "volatile"): _counter(3.0, step),
+                },
+                row_remap_pending=_line(REMAP_PENDING[k], step),
+                row_remap_failed=_line(REMAP_FAILED[k], step),
+                retired_pages_pending=_line(RETIRED_PENDING[k], step),
+                xid_errors_total={x: _counter(v, step) for x, v in XID_EVENTS[k].items()},
+            ),
         )
         for k, busy in GPU_BUSY.items()
     )

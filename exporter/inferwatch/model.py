@@ -176,6 +176,20 @@ class BackendSample:
 
 
 @dataclass(frozen=True)
+class GpuHealth:
+    """A GPU's reliability at one poll (:mod:`inferwatch.collect.gpu_health`); None or
+    absent from a map: not available on this GPU."""
+
+    ecc_errors_total: Mapping[tuple[str, str], float] = field(default_factory=lambda: EMPTY)
+    remapped_rows: Mapping[str, float] = field(default_factory=lambda: EMPTY)  # by kind
+    row_remap_pending: float | None = None  # 1 or 0
+    row_remap_failed: float | None = None
+    retired_pages_pending: float | None = None
+    pcie_replays_total: float | None = None
+    xid_errors_total: Mapping[str, float] = field(default_factory=lambda: EMPTY)  # by XID
+
+
+@dataclass(frozen=True)
 class GpuSample:
     """One GPU at one poll. ``None`` means NVML could not provide the value on this GPU."""
 
@@ -201,6 +215,7 @@ class GpuSample:
     pcie_peak_bytes_per_second: float | None = None  # per direction
     nvlink_bytes_total: Mapping[str, float] = field(default_factory=lambda: EMPTY)
     nvlink_peak_bytes_per_second: float | None = None  # per direction, active links
+    health: GpuHealth = field(default_factory=GpuHealth)
 
     @property
     def labels(self) -> Labels:

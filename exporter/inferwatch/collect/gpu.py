@@ -4,7 +4,8 @@ Per poll and per GPU it reads utilization, the driver's high-resolution utilizat
 (integrated into busy seconds), memory, SM clock, power, temperature, clock-event
 (throttle) reasons, GPM SM/tensor/DRAM activity on GPUs that support it (Hopper+), and
 the communication layer (PCIe throughput, NVLink byte counters and their peaks: see
-:mod:`inferwatch.collect.links`). Static facts (name, UUID, peak memory) are read once.
+:mod:`inferwatch.collect.links`) and the GPU's health (memory errors, row remapping, PCIe
+replays, XID events: :mod:`inferwatch.collect.gpu_health`). Static facts (name, UUID, peak memory) are read once.
 
 Sample of what the exporter renders from one :class:`GpuSample`::
 
@@ -33,7 +34,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType, ModuleType
 from typing import Any
 
-from inferwatch.collect.links import Links, is_error
+from inferwatch.collect.gpu_health import Health
+from inferwatch.collect.links import Links
+from inferwatch.collect.nvml_reading import is_error
 from inferwatch.model import CollectorStatus, GpuSample
 
 log = logging.getLogger(__name__)
@@ -78,6 +81,7 @@ class _Device:
     memory_total_bytes: float | None
     bandwidth_peak: float | None
     links: Links
+    health: Health
     last_sample_ts: int = 0  # NVML sample timestamp (us) already integrated
     samples_supported: bool = True
     samples_primed: bool = False
@@ -133,6 +137,7 @@ class GpuSource:
             for device in self._devices:
                 for sample in device.gpm_samples:
                     self._call_quietly(self.nvml.nvmlGpmSampleFree, sample)
+                device.health.close()
             self._call_quietly(self.nvml.nvmlShutdown)
             self._initialised = False
 
@@ -188,6 +193,7 @@ class GpuSource:
             memory_total_bytes=float(memory.total) if memory is not None else None,
             bandwidth_peak=bandwidth,
             links=Links(nv, handle, index),
+            health=Health(nv, handle, index),
             gpm_samples=gpm_samples,
         )
 
@@ -249,6 +255,7 @@ class GpuSource:
             pcie_peak_bytes_per_second=links.pcie_peak_bytes_per_second,
             nvlink_bytes_total=MappingProxyType(links.nvlink_bytes_total),
             nvlink_peak_bytes_per_second=links.nvlink_peak_bytes_per_second,
+            health=device.health.sample(h, now),
         )
 
     def _integrate_busy(self, device: _Device, h: Any, utilization: float, now: float) -> None:

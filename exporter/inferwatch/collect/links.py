@@ -34,22 +34,18 @@ Units, with their sources:
 - NVLink counters: KiB (nvml.h), summed over all links; the peak is the common link speed
   in decimal MB/s (nvml.h) times the active links.
 
-A reading that fails short of the GPU being lost leaves only its own series out (logged
-once per GPU, reading and error); one the GPU does not support is not asked for again.
-NVML_ERROR_GPU_IS_LOST is raised, so the GPU source drops that GPU from the poll.
+A reading that fails is taken as :mod:`inferwatch.collect.nvml_reading` says: only its own
+series go, the GPU's only when it is lost.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-# The GPU source's logger: these lines are about a GPU, and keep the name they always had.
-log = logging.getLogger("inferwatch.collect.gpu")
+from inferwatch.collect.nvml_reading import Readings, log
 
 # Usable bytes/s per lane and direction by PCIe generation: transfer rate x encoding / 8.
 # PCI Express Base Specification: 1.x 2.5 GT/s and 2.x 5 GT/s with 8b/10b; 3.x 8 GT/s,
@@ -107,7 +103,7 @@ class Links:
         self._nvml = nvml
         self._index = index
         self.pcie_peak: float | None = None
-        self._unsupported: set[str] = set()  # readings NOT_SUPPORTED: not asked again
+        self._comm = Readings(nvml, index)
         self._nvlink_scopes: tuple[int, ...] = ()  # scopeIds of the counters; () = none
         self._nvlink_links: tuple[int, ...] = ()  # links present, for the per-link fallback
         # The PCIe byte counters still asked for, by direction (one NOT_SUPPORTED: dropped).
@@ -118,7 +114,6 @@ class Links:
         # The previous counter reading by direction: (bytes, timestamp in us).
         self._pcie_last: dict[str, tuple[float, int]] = {}
         self.nvlink_peak: float | None = None
-        self._logged: set[tuple[str, int]] = set()
         self._open(handle)
 
     def sample(self, handle: Any, gpm: dict[int, float]) -> LinkSample:
@@ -280,23 +275,6 @@ class Links:
             self._nvlink_scopes = ()  # not on this GPU: stop asking
         return out
 
-    def _comm(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """A communication reading: None when it fails (logged once per GPU, reading and
-        error), the error raised only when the GPU is lost (the GPU's whole sample goes).
-        A reading the GPU does not support is not asked for again."""
-        if what in self._unsupported:
-            return None
-        nv = self._nvml
-        try:
-            return fn(*args)
-        except nv.NVMLError as exc:
-            if is_error(nv, exc, "NVML_ERROR_GPU_IS_LOST"):
-                raise
-            if is_error(nv, exc, "NVML_ERROR_NOT_SUPPORTED"):
-                self._unsupported.add(what)
-            self._log_once(what, exc.value, str(exc))
-            return None
-
     def _field(self, what: str, value: Any) -> float | None:
         """One nvmlFieldValue_t as a number; None (logged once) when it holds an error."""
         nv = self._nvml
@@ -304,18 +282,7 @@ class Links:
         if code != nv.NVML_SUCCESS:
             if code == nv.NVML_ERROR_GPU_IS_LOST:
                 raise nv.NVMLError(code)
-            self._log_once(what, code, str(nv.NVMLError(code)))
+            self._comm.log_once(what, code, str(nv.NVMLError(code)))
             return None
         member = _FIELD_MEMBERS.get(value.valueType)
         return float(getattr(value.value, member)) if member else None
-
-    def _log_once(self, what: str, code: int, text: str) -> None:
-        if (what, code) in self._logged:
-            return
-        self._logged.add((what, code))
-        log.info("GPU %d: %s unavailable (%s); its series are left out", self._index, what, text)
-
-
-def is_error(nv: ModuleType, exc: Exception, code_name: str) -> bool:
-    """Whether ``exc`` is the NVMLError ``code_name`` (e.g. ``"NVML_ERROR_NOT_SUPPORTED"``)."""
-    return getattr(exc, "value", None) == getattr(nv, code_name)

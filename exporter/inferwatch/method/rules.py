@@ -181,6 +181,7 @@ def runbook_markdown(spec: Spec, alert: Alert) -> str:
         f"**Scope:** {'one instance (a local cause)' if alert.level == 'instance' else 'a model across its replicas'}",
         "",
         *RUNBOOKS[alert.name].text.split("\n"),
+        *alert.reference,
         *_evidence(alert),
         "## The rule",
         "",

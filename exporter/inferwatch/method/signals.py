@@ -19,7 +19,7 @@ from inferwatch.method.fallbacks import FALLBACKS
 from inferwatch.method.recipes import Gauge, Mean, Quantile, Rate, Ratio, ShareAbove, Sum
 from inferwatch.method.signal import INSTANCE, ITL, MODEL, NODE, QUEUE, TTFT, Signal
 from inferwatch.method.thresholds import THROTTLE_REASONS
-from inferwatch.metrics import CANARY_RESULTS
+from inferwatch.metrics import CANARY_RESULTS, GPU_XIDS_NEEDING_ATTENTION
 
 
 def _q95(level: str, hist: str, q: str = "0.95") -> str:
@@ -31,6 +31,7 @@ BASELINE95 = '{percentile="95"}'  # the baseline's gauges carry a percentile lab
 CAPACITY = "inferwatch_baseline_capacity_requests_per_second"
 CAPACITY_SUM = f"model:{CAPACITY}:sum"
 _ERRORS = {"reason": "error"}
+XIDS = "|".join(str(x) for x in GPU_XIDS_NEEDING_ATTENTION)
 _ABORTS = {"reason": "abort"}
 _FAILED = "|".join(r for r in CANARY_RESULTS if r != "ok")
 
@@ -198,6 +199,44 @@ SIGNALS: dict[str, Signal] = {
             f'avg_over_time(inferwatch_gpu_clock_throttled{{reason=~"{THROTTLE_REASONS}"}}[%(window)s])',
             # Judged per GPU and reason (the alert names them); locally, the worst one.
             Gauge("inferwatch_gpu_clock_throttled", {"reason": THROTTLE_REASONS}, averaged=True),
+        ),
+        # A failing GPU: per GPU in PromQL (the alert names it), locally the worst GPU.
+        Signal(
+            "gpu_uncorrected_ecc_rate",
+            "uncorrected ECC errors/s (GPU)",
+            "per_second",
+            NODE,
+            "max without (error, counter) (rate(inferwatch_gpu_ecc_errors_total"
+            '{error="uncorrected",counter="volatile"}[%(window)s]))',
+            Rate(
+                "inferwatch_gpu_ecc_errors_total",
+                {"error": "uncorrected", "counter": "volatile"},
+                how="max",
+            ),
+        ),
+        Signal(
+            "gpu_xid_rate",
+            "XID errors that need attention/s (GPU)",
+            "per_second",
+            NODE,
+            f'max without (xid) (rate(inferwatch_gpu_xid_errors_total{{xid=~"{XIDS}"}}'
+            "[%(window)s]))",
+            Rate("inferwatch_gpu_xid_errors_total", {"xid": XIDS}, how="max"),
+        ),
+        *(
+            Signal(
+                f"gpu_{name}",
+                label,
+                "count",
+                NODE,
+                f"inferwatch_gpu_{name}",
+                Gauge(f"inferwatch_gpu_{name}"),
+            )
+            for name, label in (
+                ("row_remap_pending", "row remap pending a reset (GPU)"),
+                ("row_remap_failed", "row remap failed (GPU)"),
+                ("retired_pages_pending", "retired pages pending a reset (GPU)"),
+            )
         ),
         # Communication. Per GPU in PromQL, its busier direction over its link's peak;
         # locally the busiest GPU and direction over the largest peak: the same where a

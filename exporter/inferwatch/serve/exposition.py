@@ -311,6 +311,29 @@ def _write_gpus(gpus: tuple[GpuSample, ...], sink: Sink) -> None:
             for d, v in getattr(g, by_direction).items()
         }
         sink.scalars(key, series)
+    _write_gpu_health(gpus, sink)
+
+
+def _write_gpu_health(gpus: tuple[GpuSample, ...], sink: Sink) -> None:
+    for key in ("row_remap_pending", "row_remap_failed", "retired_pages_pending"):
+        values = {g.labels: getattr(g.health, key) for g in gpus}
+        sink.scalars(f"gpu_{key}", {k: v for k, v in values.items() if v is not None})
+    replays = {g.labels: g.health.pcie_replays_total for g in gpus}
+    sink.scalars("gpu_pcie_replays", {k: v for k, v in replays.items() if v is not None})
+    ecc = {
+        (*g.labels, ("error", error), ("counter", counter)): n
+        for g in gpus
+        for (error, counter), n in g.health.ecc_errors_total.items()
+    }
+    sink.scalars("gpu_ecc_errors", ecc)
+    for key, label, field in (
+        ("gpu_remapped_rows", "kind", "remapped_rows"),
+        ("gpu_xid_errors", "xid", "xid_errors_total"),
+    ):
+        series = {
+            (*g.labels, (label, k)): v for g in gpus for k, v in getattr(g.health, field).items()
+        }
+        sink.scalars(key, series)
 
 
 def _write_canary(canary: CanarySample, labels: Labels, sink: Sink) -> None:

@@ -1,7 +1,8 @@
 """The alert table: when each cause alert fires, what it says, where it points.
 
 Each alert lives in the module of its layer (``availability.py``, ``scheduling.py``,
-``compute.py``, ``memory.py``, ``communication.py``, ``system.py``, ``baseline.py``) with
+``compute.py``, ``memory.py``, ``communication.py``, ``system.py``, ``hardware.py``,
+``baseline.py``) with
 everything about it: its conditions and text, the capture evidence, its promtool scenarios;
 its runbook is the Markdown template ``runbooks/<name>.md`` beside them. Adding one is one
 :class:`Alert` in its layer's ``ALERTS``, its template, and ``make generate``.
@@ -14,6 +15,7 @@ from inferwatch.method.alerts import (
     baseline,
     communication,
     compute,
+    hardware,
     memory,
     scheduling,
     system,
@@ -33,7 +35,7 @@ __all__ = [
     "Cond",
 ]
 
-LAYERS = (availability, scheduling, compute, memory, communication, system, baseline)
+LAYERS = (availability, scheduling, compute, memory, communication, system, hardware, baseline)
 
 
 def _table() -> dict[str, Alert]:
@@ -146,6 +148,7 @@ FLEET_SCENARIOS = (
             "InferenceClientGap",
             "InferenceCanaryFailing",
             "InferenceNearCapacity",
+            "InferenceGPUFailing",
         ),
     ),
 )

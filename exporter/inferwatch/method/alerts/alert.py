@@ -109,7 +109,9 @@ class Alert:
     severity: str
     level: str  # INSTANCE (a local cause) or MODEL (across replicas)
     phase: str  # prefill, decode, any
-    layer: str  # compute, memory, communication, scheduling, system, availability, baseline
+    layer: (
+        str  # availability, scheduling, compute, memory, communication, system, hardware, baseline
+    )
     for_default: str
     summary: str
     description: str
@@ -129,6 +131,8 @@ class Alert:
     outside_the_slis: bool = False
     # What a capture (``serve --capture-dir``) shows of this cause, for its runbook page.
     evidence: str = ""
+    # Markdown its runbook page prints after the template (a table from the definitions).
+    reference: tuple[str, ...] = ()
     scenarios: tuple[Scenario, ...] = field(default=(), compare=False, repr=False)
 
     def conditions(self) -> tuple[Cond, ...]:

@@ -7,6 +7,7 @@ import re
 from inferwatch.method.signals import INSTANCE, ITL, TTFT
 
 PLAIN_NUMBER = 'printf "%%.3g"'  # plain numbers (rates, ratios): 0.1, not humanize's "100m"
+GPU = "gpu"  # value_of's level for a GPU's series: the alert's instance, job and gpu
 
 # Quantile matchers of the exporter's window series and of the recording rules.
 P95, P99, P50 = '{quantile="0.95"}', '{quantile="0.99"}', '{quantile="0.5"}'
@@ -21,7 +22,8 @@ def value_of(selector: str, level: str, fmt: str = "humanize", match_model: bool
 
     ``selector`` is a metric name with optional extra matchers (``foo`` or
     ``foo{quantile="0.95"}``), possibly inside functions (``count(last_over_time(foo[6h]))``),
-    or an expression over several (:func:`window_mean`): the matchers go on every metric name.
+    or an expression over several (:func:`window_mean`): the matchers go on every metric name
+    (``level`` GPU: the alert's instance, job and gpu labels).
     ``fmt`` is a template function applied to the value, or ``label "name"`` to print one of
     the series' labels instead. ``match_model=False`` matches on instance and job only
     (series without a model label).
@@ -42,7 +44,10 @@ def _query(selector: str, level: str, match_model: bool = True) -> str:
     """The template pipeline that queries ``selector`` for the alert's own labels."""
     part = r"(?:[a-zA-Z0-9_:]|%\(\w+\)s)"  # a name character, or a %(w)s placeholder
     metric = re.compile(rf"{part}*inferwatch_{part}+(\{{[^}}]*\}})?")
-    if level == INSTANCE:
+    if level == GPU:
+        labels = 'instance="%%s",job="%%s",gpu="%%s"'
+        args = "$labels.instance $labels.job $labels.gpu"
+    elif level == INSTANCE:
         labels = 'instance="%%s",job="%%s"' + (',model="%%s"' if match_model else "")
         args = "$labels.instance $labels.job" + (" $labels.model" if match_model else "")
     else:

@@ -111,6 +111,10 @@ class Replica:
     gpu_memory_total: str = "85899345920x40"  # '_' where the GPU's series are gone
     baseline: tuple[float, float] | None = None  # TTFT p95, ITL p95 at concurrency 8
     capacity: float | None = None  # the baseline's requests/s at its goodput target
+    # GPU 0's health: values of its series ('0x40': healthy all along).
+    uncorrected_ecc: str = "0x40"  # volatile uncorrected ECC errors (a counter)
+    row_remap_pending: str = "0x40"
+    xid: dict[str, str] = field(default_factory=dict)  # XID -> its counter's values
     canary_gap: str | None = None  # the canary's TTFT gap (None: canary off)
     canary_probes: dict[str, float] | None = None  # probes/s by result (None: canary off)
 
@@ -345,6 +349,26 @@ def _gpu_series(r: Replica, target: dict) -> list[dict]:
             values = r.throttled.get(reason, "0x40") if gpu == 0 else "0x40"
             out.append(_series("inferwatch_gpu_clock_throttled", values, **pairs, reason=reason))
         out += _links(r, gpu, pairs)
+        out += _health(r, gpu, pairs)
+    return out
+
+
+def _health(r: Replica, gpu: int, pairs: dict) -> list[dict]:
+    """The GPU's ECC errors, row remapping and XID counters (GPU 0's as the replica says)."""
+    ecc = "inferwatch_gpu_ecc_errors_total"
+    out = [_series(ecc, "0x40", **pairs, error="corrected", counter="volatile")]
+    out.append(
+        _series(
+            ecc, r.uncorrected_ecc if gpu == 0 else "0x40", **pairs, error="uncorrected",
+            counter="volatile",
+        )
+    )  # fmt: skip
+    pending = r.row_remap_pending if gpu == 0 else "0x40"
+    out.append(_series("inferwatch_gpu_row_remap_pending", pending, **pairs))
+    out.append(_series("inferwatch_gpu_row_remap_failed", "0x40", **pairs))
+    for xid in ("13", "79"):  # 13: a program's fault (not the GPU's); 79: off the bus
+        values = r.xid.get(xid, "0x40") if gpu == 0 else "0x40"
+        out.append(_series("inferwatch_gpu_xid_errors_total", values, **pairs, xid=xid))
     return out
 
 
