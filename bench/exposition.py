@@ -71,7 +71,7 @@ from inferwatch.collect.poller import Poller, PollSettings  # noqa: E402
 from inferwatch.collect.upstream import Upstream  # noqa: E402
 from inferwatch.metrics import ALL, Kind  # noqa: E402
 from inferwatch.model import Histogram, Labels, Snapshot  # noqa: E402
-from inferwatch.serve import exposition  # noqa: E402
+from inferwatch.serve import exposition, families  # noqa: E402
 from inferwatch.serve.selfmetrics import SelfMetrics  # noqa: E402
 
 from fake_nvml import FakeGpu, FakeNvml  # noqa: E402
@@ -141,7 +141,7 @@ def _family(key: str) -> Metric:
 
 
 class _Families:
-    """A :class:`~inferwatch.serve.exposition.Sink` that builds prometheus_client families."""
+    """A :class:`~inferwatch.serve.families.Sink` that builds prometheus_client families."""
 
     def __init__(self) -> None:
         self.families: list[Metric] = []
@@ -173,14 +173,14 @@ class _Families:
 
 class SnapshotCollector:
     """The exporter's families, built fresh from the current snapshot on every collect(),
-    walked by the exporter's own :func:`~inferwatch.serve.exposition.write_snapshot`."""
+    walked by the exporter's own :func:`~inferwatch.serve.families.write_snapshot`."""
 
     def __init__(self, current: Callable[[], Snapshot]) -> None:
         self.current = current
 
     def collect(self) -> Iterable[Metric]:
         sink = _Families()
-        exposition.write_snapshot(self.current(), sink)
+        families.write_snapshot(self.current(), sink)
         return sink.families
 
 

@@ -20,11 +20,11 @@ from aiohttp import web
 from inferwatch.collect.textparse import read_page
 from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS, RELATIONS
-from inferwatch.method.findings import Burn, Finding, Report, evaluate
+from inferwatch.method.findings import EXIT, Burn, Finding, Report, evaluate
 from inferwatch.method.local import Window
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import spec_from_config
-from inferwatch.model import GpuSample
+from inferwatch.model import GpuHealth, GpuSample
 from inferwatch.tools.diagnose import EXIT_UNREADABLE
 from inferwatch.tools.report import render, report_json
 
@@ -288,3 +288,30 @@ def test_near_capacity_is_found_with_its_numbers_and_explains_the_queueing() -> 
     # 10 % below the threshold: 2.4 of 3 requests/s, 80 %.
     calm = Window(read_page(with_capacity(DURING, 3)), read_page(with_capacity(AFTER, 3)), 10.0)
     assert "InferenceNearCapacity" not in {f.alert.name for f in evaluate(calm, spec, LABELS)}
+
+
+def test_a_gpu_that_fell_off_the_bus_is_the_hardware_layer_and_pages() -> None:
+    """Two pages 10 s apart of a pod whose GPU reported an XID 79 between them."""
+
+    def gpu_page(xid_79: float) -> str:
+        gpu = GpuSample(
+            0,
+            "GPU-0",
+            "NVIDIA H100 80GB HBM3",
+            health=GpuHealth(xid_errors_total={"79": xid_79, "13": 0.0}),
+        )
+        return exporter_page(fixture_text("vllm-0.32.0-cpu-after-preemptions.prom"), (gpu,))
+
+    window = Window(read_page(gpu_page(0.0)), read_page(gpu_page(1.0)), seconds=10.0)
+    assert window.value(SIGNALS["gpu_xid_rate"].local) == pytest.approx(0.1)
+    spec = spec_from_config({})
+    report = Report("x", "10.0s", spec, {}, evaluate(window, spec, LABELS))
+    assert [f.alert.name for f in report.findings] == ["InferenceGPUFailing"]
+    text = render(report)
+    assert "layer: hardware" in text
+    assert "CRITICAL InferenceGPUFailing  any / hardware" in text
+    assert "XID errors that need attention/s (GPU) 0.1 > 0" in text
+    assert report.exit_code() == EXIT["critical"]
+    # An XID 13 is the program's fault: nothing.
+    quiet = Window(read_page(gpu_page(0.0)), read_page(gpu_page(0.0)), seconds=10.0)
+    assert not evaluate(quiet, spec, LABELS)

@@ -8,7 +8,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.collect.gpu_health import INTERVAL, MAX_EVENTS
-from inferwatch.metrics import GPU_XIDS_NEEDING_ATTENTION
+from inferwatch.method.gpu_faults import GPU_XIDS_NEEDING_ATTENTION
 from inferwatch.model import CollectorStatus, Snapshot
 from inferwatch.serve.exposition import render, render_openmetrics
 

@@ -173,54 +173,20 @@ GPU: dict[str, MetricDef] = _defs(
     MetricDef(
         "gpu_ecc_errors",
         C,
-        "ECC memory errors by error (corrected: single-bit, fixed; uncorrected: double-bit, "
-        "the data read was wrong) and counter (volatile: since the driver loaded; aggregate: "
-        "over the GPU's life); absent on a GPU without ECC.",
+        "ECC errors by error (corrected; uncorrected: the data read was wrong) and counter "
+        "(volatile: since the driver loaded; aggregate: lifetime); absent without ECC.",
         ("error", "counter"),
     ),
+    MetricDef("gpu_remapped_rows", G, "Memory rows remapped to spares, by error kind.", ("kind",)),
+    MetricDef("gpu_row_remap_pending", G, "1 while a row remap waits for a GPU reset."),
+    MetricDef("gpu_row_remap_failed", G, "1 once a row remap failed: no spare rows left."),
+    MetricDef("gpu_retired_pages_pending", G, "1 while retired pages wait for a GPU reset."),
+    MetricDef("gpu_pcie_replays", C, "PCIe link-level retransmissions (a marginal link)."),
     MetricDef(
-        "gpu_remapped_rows",
-        G,
-        "Memory rows remapped to spares (Ampere and later), by the kind of error that caused "
-        "it (correctable, uncorrectable).",
-        ("kind",),
-    ),
-    MetricDef(
-        "gpu_row_remap_pending",
-        G,
-        "1 while a row remap waits for a GPU reset: until then the bad row is in use.",
-    ),
-    MetricDef("gpu_row_remap_failed", G, "1 once a row remap failed: no spare rows are left."),
-    MetricDef(
-        "gpu_retired_pages_pending",
-        G,
-        "1 while retired memory pages wait for a GPU reset (GPUs before Ampere).",
-    ),
-    MetricDef(
-        "gpu_pcie_replays",
-        C,
-        "PCIe link-level retransmissions: a count that grows is a marginal link.",
-    ),
-    MetricDef(
-        "gpu_xid_errors",
-        C,
-        "Critical XID errors the driver reported, by code, since the exporter started.",
-        ("xid",),
+        "gpu_xid_errors", C, "Critical XID errors by code, since the exporter started.", ("xid",)
     ),
 )
 
-# XIDs that mean the GPU needs attention (NVIDIA's XID catalog): what each says, and what it
-# takes. The exporter shows their counters from its start (at 0), InferenceGPUFailing fires
-# on any of them, its runbook prints this table.
-GPU_XIDS_NEEDING_ATTENTION: dict[int, tuple[str, str]] = {
-    48: ("double-bit ECC error: the data read was wrong", "drain, then reset the GPU"),
-    63: ("a row remap or page retirement was recorded", "drain, then reset to apply it"),
-    64: ("a row remap or page retirement failed to be recorded", "drain; replace if it recurs"),
-    74: ("NVLink error", "drain and reset; if it recurs, check the link and its peer GPUs"),
-    79: ("the GPU fell off the bus", "drain; reboot the node, then check the hardware"),
-    94: ("contained uncorrectable ECC error: one process was hit", "restart that process"),
-    95: ("uncontained uncorrectable ECC error: every process on the GPU", "drain, then reset"),
-}
 
 # Signals derived by the poller (labels: backend, model).
 DERIVED: dict[str, MetricDef] = _defs(

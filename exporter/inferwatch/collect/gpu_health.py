@@ -31,7 +31,7 @@ documents):
   count is a marginal link (riser, slot, cable).
 - XID errors (``nvmlEventTypeXidCriticalError`` events): the driver's error codes, counted by
   code from the exporter's start; those that need attention
-  (:data:`inferwatch.metrics.GPU_XIDS_NEEDING_ATTENTION`) show from 0.
+  (:data:`inferwatch.method.gpu_faults.GPU_XIDS_NEEDING_ATTENTION`) show from 0.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 from inferwatch.collect.nvml_reading import Readings, is_error
-from inferwatch.metrics import GPU_XIDS_NEEDING_ATTENTION
+from inferwatch.method.gpu_faults import GPU_XIDS_NEEDING_ATTENTION
 from inferwatch.model import GpuHealth
 
 MAX_EVENTS = 64  # drained per reading and GPU: a storm of events never holds a poll up

@@ -16,10 +16,11 @@ import textwrap
 from collections.abc import Mapping
 
 from inferwatch.method.fallbacks import FALLBACKS
+from inferwatch.method.gpu_faults import GPU_XIDS_NEEDING_ATTENTION
 from inferwatch.method.recipes import Gauge, Mean, Quantile, Rate, Ratio, ShareAbove, Sum
 from inferwatch.method.signal import INSTANCE, ITL, MODEL, NODE, QUEUE, TTFT, Signal
 from inferwatch.method.thresholds import THROTTLE_REASONS
-from inferwatch.metrics import CANARY_RESULTS, GPU_XIDS_NEEDING_ATTENTION
+from inferwatch.metrics import CANARY_RESULTS
 
 
 def _q95(level: str, hist: str, q: str = "0.95") -> str:

@@ -3,7 +3,7 @@
 Each alert holds its scenarios (``Alert.scenarios``, in the layer modules of
 :mod:`inferwatch.method.alerts`): where it fires, its near misses, its cross-checks.
 ``alerts/tests/scenarios.py`` (run by ``make generate``) writes them to alerts/tests/*.yaml.
-:mod:`~inferwatch.method.scenario.workload` turns replicas into series,
+:mod:`~inferwatch.method.scenario.workload` describes replicas, :mod:`~inferwatch.method.scenario.series` turns them into series,
 :mod:`~inferwatch.method.scenario.expect` scenarios into test groups,
 :mod:`~inferwatch.method.scenario.slo` the SLO alerts' hours of traffic into series.
 """
@@ -15,6 +15,7 @@ from inferwatch.method.scenario.expect import (
     model_alert,
     promtool_group,
 )
+from inferwatch.method.scenario.series import input_series
 from inferwatch.method.scenario.workload import (
     CANARY_OK,
     EVAL,
@@ -31,7 +32,6 @@ from inferwatch.method.scenario.workload import (
     Dist,
     Replica,
     healthy,
-    input_series,
     tgi,
 )
 

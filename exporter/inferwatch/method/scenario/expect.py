@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
 
-from inferwatch.method.scenario.workload import EVAL, SERVED_MODEL, STEP, Replica, input_series
+from inferwatch.method.scenario.series import input_series
+from inferwatch.method.scenario.workload import EVAL, SERVED_MODEL, STEP, Replica
 from inferwatch.urls import runbook_url
 
 # The default spec's runbooks: the sidecar's own page, linked for an alert of one instance.

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from inferwatch.method.scenario.workload import TTFT_LE, A, labels
+from inferwatch.method.scenario.series import labels
+from inferwatch.method.scenario.workload import TTFT_LE, A
 
 SLO_MODEL, SLO_LARGE = "llama-3-8b", "llama-3-70b"  # 0.5 s and 2.5 s TTFT objectives
 

@@ -1,0 +1,153 @@
+"""Which contract families a :class:`Snapshot` holds, in page order: one writer for every
+encoder (:mod:`inferwatch.serve.exposition`'s pages; ``bench/exposition.py`` feeds
+prometheus_client's families the same way), so that no format can show another set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from inferwatch import __version__
+from inferwatch.model import CanarySample, GpuSample, Histogram, Labels, ServerCpuSample, Snapshot
+
+# GpuSample fields exposed one-to-one as gauges (the busy counter and throttle map aside).
+_GPU_GAUGES = (
+    "utilization_ratio",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "memory_bandwidth_peak_bytes_per_second",
+    "sm_clock_hertz",
+    "power_watts",
+    "temperature_celsius",
+    "sm_active_ratio",
+    "tensor_active_ratio",
+    "dram_active_ratio",
+    "pcie_peak_bytes_per_second",
+    "nvlink_peak_bytes_per_second",
+)
+
+
+class Sink(Protocol):
+    """Where :func:`write_snapshot` puts each family: the page writer, or another encoder
+    (``bench/exposition.py`` feeds prometheus_client's families the same way)."""
+
+    def scalars(self, key: str, series: Mapping[Labels, float], prefix: Labels = ()) -> None: ...
+
+    def histograms(self, key: str, series: Mapping[Labels, Histogram], prefix: Labels) -> None: ...
+
+
+def write_snapshot(snap: Snapshot, sink: Sink) -> None:
+    """Every contract family the snapshot holds, in page order; empty families are skipped
+    by the sink."""
+    kind = (("backend", snap.backend_kind),)
+    sink.scalars("build_info", {(("version", __version__),): 1.0})
+    sink.scalars("backend_up", {kind: float(snap.backend_up)})
+    sink.scalars("backend_scrape_duration_seconds", {kind: snap.backend_scrape_seconds})
+    status = snap.collectors
+    sink.scalars(
+        "collector_success", {(("collector", c),): float(s.success) for c, s in status.items()}
+    )
+    sink.scalars(
+        "collector_duration_seconds",
+        {(("collector", c),): s.duration_seconds for c, s in status.items()},
+    )
+    sample = snap.backend
+    if sample is not None:
+        prefix = (("backend", sample.backend),)
+        info = (*prefix, ("version", sample.version), ("model", sample.model))
+        sink.scalars("backend_info", {info: 1.0})
+        for key, series in sample.values.items():
+            sink.scalars(key, series, prefix)
+        for key, hseries in sample.histograms.items():
+            sink.histograms(key, hseries, prefix)
+    _write_gpus(snap.gpus, sink)
+    d = snap.derived
+    sink.scalars("queued_while_idle", {k: float(v) for k, v in d.queued_while_idle.items()})
+    sink.scalars("queued_while_idle_seconds", d.queued_while_idle_seconds_total)
+    sink.scalars("decode_floor_seconds", d.decode_floor_seconds)
+    for key, series in d.latency_window.items():
+        sink.scalars(key, series)
+    for key, series in snap.baseline.items():
+        sink.scalars(key, series)
+    if snap.canary is not None:
+        labels = (("backend", snap.backend_kind), ("model", snap.canary.model))
+        _write_canary(snap.canary, labels, sink)
+    if snap.server_cpu is not None:
+        _write_server_cpu(snap.server_cpu, sink)
+    if snap.captures is not None:
+        counts = snap.captures.counts
+        sink.scalars(
+            "captures", {(("trigger", t), ("result", r)): n for (t, r), n in counts.items()}
+        )
+        if snap.captures.last_timestamp is not None:
+            sink.scalars("last_capture_timestamp_seconds", {(): snap.captures.last_timestamp})
+
+
+def _write_server_cpu(cpu: ServerCpuSample, sink: Sink) -> None:
+    for key, value in (
+        ("server_cpu_seconds", cpu.cpu_seconds),
+        ("server_cpu_wait_seconds", cpu.wait_seconds),
+        ("server_threads", cpu.threads),
+        ("node_cpu_pressure_seconds", cpu.pressure_seconds),
+        ("server_cpu_throttled_seconds", cpu.throttled_seconds),
+        ("server_cpu_throttled_periods", cpu.throttled_periods),
+    ):
+        if value is not None:
+            sink.scalars(key, {(): float(value)})
+
+
+def _write_gpus(gpus: tuple[GpuSample, ...], sink: Sink) -> None:
+    for field in _GPU_GAUGES:
+        values = {g.labels: getattr(g, field) for g in gpus}
+        sink.scalars(f"gpu_{field}", {k: v for k, v in values.items() if v is not None})
+    sink.scalars("gpu_busy_seconds", {g.labels: g.busy_seconds_total for g in gpus})
+    throttled = {
+        (*g.labels, ("reason", reason)): float(on)
+        for g in gpus
+        for reason, on in g.clock_throttled.items()
+    }
+    sink.scalars("gpu_clock_throttled", throttled)
+    for key, by_direction in (
+        ("gpu_pcie_bytes_per_second", "pcie_bytes_per_second"),
+        ("gpu_nvlink_bytes", "nvlink_bytes_total"),
+    ):
+        series = {
+            (*g.labels, ("direction", d)): v
+            for g in gpus
+            for d, v in getattr(g, by_direction).items()
+        }
+        sink.scalars(key, series)
+    _write_gpu_health(gpus, sink)
+
+
+def _write_gpu_health(gpus: tuple[GpuSample, ...], sink: Sink) -> None:
+    for key in ("row_remap_pending", "row_remap_failed", "retired_pages_pending"):
+        values = {g.labels: getattr(g.health, key) for g in gpus}
+        sink.scalars(f"gpu_{key}", {k: v for k, v in values.items() if v is not None})
+    replays = {g.labels: g.health.pcie_replays_total for g in gpus}
+    sink.scalars("gpu_pcie_replays", {k: v for k, v in replays.items() if v is not None})
+    ecc = {
+        (*g.labels, ("error", error), ("counter", counter)): n
+        for g in gpus
+        for (error, counter), n in g.health.ecc_errors_total.items()
+    }
+    sink.scalars("gpu_ecc_errors", ecc)
+    for key, label, field in (
+        ("gpu_remapped_rows", "kind", "remapped_rows"),
+        ("gpu_xid_errors", "xid", "xid_errors_total"),
+    ):
+        series = {
+            (*g.labels, (label, k)): v for g in gpus for k, v in getattr(g.health, field).items()
+        }
+        sink.scalars(key, series)
+
+
+def _write_canary(canary: CanarySample, labels: Labels, sink: Sink) -> None:
+    sink.histograms("canary_time_to_first_token_seconds", {labels: canary.ttft}, ())
+    sink.histograms("canary_inter_token_latency_seconds", {labels: canary.itl}, ())
+    sink.histograms("canary_request_duration_seconds", {labels: canary.e2e}, ())
+    probes = {(*labels, ("result", r)): n for r, n in canary.probes.items()}
+    sink.scalars("canary_probes", probes)
+    if canary.ttft_gap_seconds is not None:
+        sink.scalars("canary_ttft_gap_seconds", {labels: canary.ttft_gap_seconds})
