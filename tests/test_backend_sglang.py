@@ -21,6 +21,7 @@ LLAMA31 = (("model", "meta-llama/Llama-3.1-8B-Instruct"),)
 SPOT_CHECKS = [
     (FULL, "requests_running", QWOPUS, 0.0),
     (FULL, "requests_waiting", QWOPUS, 0.0),
+    (FULL, "requests_deferred", QWOPUS, 0.0),  # num_grammar_queue_reqs
     (FULL, "kv_cache_usage_ratio", QWOPUS, 0.0),
     (FULL, "prompt_tokens", QWOPUS, 106.0),
     (FULL, "generation_tokens", QWOPUS, 12.0),
@@ -225,3 +226,19 @@ def test_spec_decode_gauges_are_not_the_token_counters() -> None:
     assert "sglang:spec_accept_rate{" in text and "sglang:spec_accept_length{" in text
     sample = SGLANG.normalize(text)
     assert not {"spec_decode_draft_tokens", "spec_decode_accepted_tokens"} & set(sample.values)
+
+
+def test_a_request_whose_grammar_compiles_waits_deferred() -> None:
+    # SGLang keeps them in a queue of their own: waiting (3 + 2), of which 2 deferred.
+    for prefix in ("sglang:", "sglang_"):
+        text = (
+            f'{prefix}num_queue_reqs{{model_name="m"}} 3.0\n'
+            f'{prefix}num_grammar_queue_reqs{{model_name="m"}} 2.0\n'
+        )
+        sample = SGLANG.normalize(text)
+        assert sample.values["requests_waiting"] == {(("model", "m"),): 5.0}
+        assert sample.values["requests_deferred"] == {(("model", "m"),): 2.0}
+    # An older SGLang without the grammar queue: the queue alone, nothing deferred.
+    sample = SGLANG.normalize('sglang:num_queue_reqs{model_name="m"} 3.0\n')
+    assert sample.values["requests_waiting"] == {(("model", "m"),): 3.0}
+    assert "requests_deferred" not in sample.values

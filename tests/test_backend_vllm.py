@@ -20,6 +20,8 @@ E0 = (("model", "tiny"), ("engine", "0"))
 SPOT_CHECKS = [
     ("vllm-0.32.0-cpu-loaded-kv-full.prom", "requests_running", E0, 4.0),
     ("vllm-0.32.0-cpu-loaded-kv-full.prom", "requests_waiting", E0, 20.0),
+    # The 20 wait for capacity (reason="capacity" 20, "deferred" 0).
+    ("vllm-0.32.0-cpu-loaded-kv-full.prom", "requests_deferred", E0, 0.0),
     ("vllm-0.32.0-cpu-loaded-kv-full.prom", "kv_cache_usage_ratio", E0, 1.0),
     ("vllm-0.32.0-cpu-loaded-kv-full.prom", "preemptions", E0, 13.0),
     ("vllm-0.32.0-cpu-loaded-kv-full.prom", "prompt_tokens", E0, 10116.0),

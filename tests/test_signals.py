@@ -63,6 +63,8 @@ ENGINES = ("0", "1")
 RUNNING = {"0": (4.0, 8.0), "1": (12.0, 6.0)}
 KV_USAGE = {"0": (0.2, 0.6), "1": (0.9, 0.7)}
 WAITING = {"0": (0.0, 2.0), "1": (3.0, 1.0)}
+# Of the waiting, those held back by other than capacity (a grammar, a KV transfer).
+DEFERRED = {"0": (0.0, 1.0), "1": (2.0, 0.0)}
 # A server that admits by a token budget: tokens reserved (first, last page) of a budget.
 RESERVED_TOKENS = {"0": (9000.0, 15000.0), "1": (12000.0, 14000.0)}
 TOKEN_BUDGET = {"0": (16000.0, 16000.0), "1": (16000.0, 16000.0)}
@@ -192,6 +194,7 @@ def backend_sample(step: int) -> BackendSample:
     values: dict[str, dict[Labels, float]] = {
         "requests_running": per_engine(lambda e: _line(RUNNING[e], step)),
         "requests_waiting": per_engine(lambda e: _line(WAITING[e], step)),
+        "requests_deferred": per_engine(lambda e: _line(DEFERRED[e], step)),
         "kv_cache_usage_ratio": per_engine(lambda e: _line(KV_USAGE[e], step)),
         "batch_reserved_tokens": per_engine(lambda e: _line(RESERVED_TOKENS[e], step)),
         "batch_token_budget": per_engine(lambda e: _line(TOKEN_BUDGET[e], step)),

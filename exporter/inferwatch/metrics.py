@@ -46,6 +46,7 @@ G, C, H, S = Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM, Kind.SUMMARY
 BACKEND: dict[str, MetricDef] = _defs(
     MetricDef("requests_running", G, "Requests in the running batch."),
     MetricDef("requests_waiting", G, "Requests waiting to be scheduled (queue depth)."),
+    MetricDef("requests_deferred", G, "Of those, requests held back by other than capacity."),
     MetricDef("kv_cache_usage_ratio", G, "Fraction of the KV cache in use, 0..1."),
     MetricDef("preemptions", C, "Requests preempted (evicted from the KV cache) by the scheduler."),
     MetricDef("prompt_tokens", C, "Prompt (prefill) tokens processed."),
@@ -153,11 +154,7 @@ GPU: dict[str, MetricDef] = _defs(
         "neither is available.",
         ("direction",),
     ),
-    MetricDef(
-        "gpu_pcie_peak_bytes_per_second",
-        G,
-        "PCIe link peak per direction: the link's generation rate x its width.",
-    ),
+    MetricDef("gpu_pcie_peak_bytes_per_second", G, "PCIe peak per direction: rate x width."),
     MetricDef(
         "gpu_nvlink_bytes",
         C,

@@ -24,10 +24,15 @@ def _batch(spec: Spec) -> list[PanelSpec]:
             Panel.RUNNING_WAITING,
             "Requests in the running batch and waiting in the queue. Healthy: waiting near 0. "
             "Waiting grows while running sits at its maximum: capacity. Waiting while running is "
-            "low: admission is blocked (KV cache, scheduler, CPU).",
+            "low: admission is blocked (KV cache, scheduler, CPU). Deferred: of the waiting, "
+            "those held back by other than capacity (a LoRA adapter's turn, a KV transfer, a "
+            "grammar compiling): more replicas do not shorten that part.",
             [
                 Query(f"sum by (instance) ({series('requests_running')})", "running {{instance}}"),
                 Query(f"sum by (instance) ({series('requests_waiting')})", "waiting {{instance}}"),
+                Query(
+                    f"sum by (instance) ({series('requests_deferred')})", "deferred {{instance}}"
+                ),
             ],
         ),
         PanelSpec(

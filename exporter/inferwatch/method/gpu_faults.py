@@ -1,4 +1,5 @@
-"""What a GPU's driver error codes (XIDs) mean: those that say the GPU needs attention.
+"""A GPU that is failing: what its driver's error codes (XIDs) mean, and the signals that
+judge it.
 
 From NVIDIA's XID catalog ("XID Errors", NVIDIA GPU deployment and management
 documentation): what each reports, and what it takes. The exporter shows their counters
@@ -9,6 +10,9 @@ fault, an out-of-range access, a killed context) are the software's.
 
 from __future__ import annotations
 
+from inferwatch.method.recipes import Gauge, Rate
+from inferwatch.method.signal import NODE, Signal
+
 GPU_XIDS_NEEDING_ATTENTION: dict[int, tuple[str, str]] = {
     48: ("double-bit ECC error: the data read was wrong", "drain, then reset the GPU"),
     63: ("a row remap or page retirement was recorded", "drain, then reset to apply it"),
@@ -18,3 +22,46 @@ GPU_XIDS_NEEDING_ATTENTION: dict[int, tuple[str, str]] = {
     94: ("contained uncorrectable ECC error: one process was hit", "restart that process"),
     95: ("uncontained uncorrectable ECC error: every process on the GPU", "drain, then reset"),
 }
+
+XIDS = "|".join(str(x) for x in GPU_XIDS_NEEDING_ATTENTION)
+
+# The signals of a failing GPU (InferenceGPUFailing's): per GPU in PromQL (the alert names
+# it), locally the worst GPU.
+GPU_HEALTH = (
+    Signal(
+        "gpu_uncorrected_ecc_rate",
+        "uncorrected ECC errors/s (GPU)",
+        "per_second",
+        NODE,
+        "max without (error, counter) (rate(inferwatch_gpu_ecc_errors_total"
+        '{error="uncorrected",counter="volatile"}[%(window)s]))',
+        Rate(
+            "inferwatch_gpu_ecc_errors_total",
+            {"error": "uncorrected", "counter": "volatile"},
+            how="max",
+        ),
+    ),
+    Signal(
+        "gpu_xid_rate",
+        "XID errors that need attention/s (GPU)",
+        "per_second",
+        NODE,
+        f'max without (xid) (rate(inferwatch_gpu_xid_errors_total{{xid=~"{XIDS}"}}[%(window)s]))',
+        Rate("inferwatch_gpu_xid_errors_total", {"xid": XIDS}, how="max"),
+    ),
+    *(
+        Signal(
+            f"gpu_{name}",
+            label,
+            "count",
+            NODE,
+            f"inferwatch_gpu_{name}",
+            Gauge(f"inferwatch_gpu_{name}"),
+        )
+        for name, label in (
+            ("row_remap_pending", "row remap pending a reset (GPU)"),
+            ("row_remap_failed", "row remap failed (GPU)"),
+            ("retired_pages_pending", "retired pages pending a reset (GPU)"),
+        )
+    ),
+)

@@ -51,9 +51,23 @@ def recording_rules(spec: Spec) -> list[Record]:
         *_instance_rules(spec),
         *_model_latency(spec),
         _queue_share(spec, MODEL),
+        _deferred_share(spec),
         *_counter_rules(spec, MODEL),
         *_capacity_rules(spec),
     ]
+
+
+def _deferred_share(spec: Spec) -> Record:
+    """The share of the fleet's waiting requests held back by other than capacity."""
+    window, by = spec.timing.window, _level(spec, MODEL)
+    deferred, waiting = (
+        f"sum {by} (avg_over_time(inferwatch_requests_{name}[{window}]))"
+        for name in ("deferred", "waiting")
+    )
+    return Record(
+        f"model:inferwatch_requests_deferred:share_{spec.rate_name}",
+        _share(f"{deferred}\n  / ({waiting} > 0)"),
+    )
 
 
 def _capacity_rules(spec: Spec) -> list[Record]:

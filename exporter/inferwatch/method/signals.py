@@ -16,7 +16,7 @@ import textwrap
 from collections.abc import Mapping
 
 from inferwatch.method.fallbacks import FALLBACKS
-from inferwatch.method.gpu_faults import GPU_XIDS_NEEDING_ATTENTION
+from inferwatch.method.gpu_faults import GPU_HEALTH
 from inferwatch.method.recipes import Gauge, Mean, Quantile, Rate, Ratio, ShareAbove, Sum
 from inferwatch.method.signal import INSTANCE, ITL, MODEL, NODE, QUEUE, TTFT, Signal
 from inferwatch.method.thresholds import THROTTLE_REASONS
@@ -32,7 +32,6 @@ BASELINE95 = '{percentile="95"}'  # the baseline's gauges carry a percentile lab
 CAPACITY = "inferwatch_baseline_capacity_requests_per_second"
 CAPACITY_SUM = f"model:{CAPACITY}:sum"
 _ERRORS = {"reason": "error"}
-XIDS = "|".join(str(x) for x in GPU_XIDS_NEEDING_ATTENTION)
 _ABORTS = {"reason": "abort"}
 _FAILED = "|".join(r for r in CANARY_RESULTS if r != "ok")
 
@@ -157,6 +156,14 @@ SIGNALS: dict[str, Signal] = {
             "sum without (engine) (avg_over_time(inferwatch_requests_running[%(window)s]))",
             Gauge("inferwatch_requests_running", how="sum", averaged=True),
         ),
+        Signal(
+            "engine_step_rate",
+            "engine steps/s",
+            "per_second",
+            INSTANCE,
+            "sum without (engine) (rate(inferwatch_engine_steps_total[%(window)s]))",
+            Rate("inferwatch_engine_steps_total"),
+        ),
         # System
         Signal(
             "frontend_cpu",
@@ -201,44 +208,7 @@ SIGNALS: dict[str, Signal] = {
             # Judged per GPU and reason (the alert names them); locally, the worst one.
             Gauge("inferwatch_gpu_clock_throttled", {"reason": THROTTLE_REASONS}, averaged=True),
         ),
-        # A failing GPU: per GPU in PromQL (the alert names it), locally the worst GPU.
-        Signal(
-            "gpu_uncorrected_ecc_rate",
-            "uncorrected ECC errors/s (GPU)",
-            "per_second",
-            NODE,
-            "max without (error, counter) (rate(inferwatch_gpu_ecc_errors_total"
-            '{error="uncorrected",counter="volatile"}[%(window)s]))',
-            Rate(
-                "inferwatch_gpu_ecc_errors_total",
-                {"error": "uncorrected", "counter": "volatile"},
-                how="max",
-            ),
-        ),
-        Signal(
-            "gpu_xid_rate",
-            "XID errors that need attention/s (GPU)",
-            "per_second",
-            NODE,
-            f'max without (xid) (rate(inferwatch_gpu_xid_errors_total{{xid=~"{XIDS}"}}'
-            "[%(window)s]))",
-            Rate("inferwatch_gpu_xid_errors_total", {"xid": XIDS}, how="max"),
-        ),
-        *(
-            Signal(
-                f"gpu_{name}",
-                label,
-                "count",
-                NODE,
-                f"inferwatch_gpu_{name}",
-                Gauge(f"inferwatch_gpu_{name}"),
-            )
-            for name, label in (
-                ("row_remap_pending", "row remap pending a reset (GPU)"),
-                ("row_remap_failed", "row remap failed (GPU)"),
-                ("retired_pages_pending", "retired pages pending a reset (GPU)"),
-            )
-        ),
+        *GPU_HEALTH,
         # Communication. Per GPU in PromQL, its busier direction over its link's peak;
         # locally the busiest GPU and direction over the largest peak: the same where a
         # node's GPUs share one link type, as they do.
@@ -331,6 +301,17 @@ SIGNALS: dict[str, Signal] = {
             MODEL,
             f"model:inferwatch_{QUEUE}:mean_per_ttft_mean_%(w)s",
             Ratio(Mean(QUEUE), Mean(TTFT)),
+        ),
+        Signal(
+            "model_deferred_share",
+            "deferred share of the waiting requests (fleet)",
+            "ratio",
+            MODEL,
+            "model:inferwatch_requests_deferred:share_%(w)s",
+            Ratio(
+                Gauge("inferwatch_requests_deferred", how="sum", averaged=True),
+                Gauge("inferwatch_requests_waiting", how="sum", averaged=True),
+            ),
         ),
         Signal(
             "model_error_ratio",

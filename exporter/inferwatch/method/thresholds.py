@@ -51,6 +51,13 @@ THRESHOLDS: dict[str, Threshold] = {
         "hundred; two in a hundred are steps that carry far more work than the others (a "
         "prefill chunk).",
     ),
+    "deferred_share_high": Threshold(
+        0.5,
+        "ratio",
+        "When most waiting requests wait on something other than capacity (a grammar "
+        "compiling, a KV transfer, a LoRA adapter's turn), more replicas do not shorten the "
+        "queue: InferenceQueueingDelay holds its capacity verdict back.",
+    ),
     "queue_share_high": Threshold(
         0.5,
         "ratio",

@@ -80,13 +80,14 @@ def _merged(feed: Feed, one: float, other: float) -> float:
 
 def added(parts: list[SeriesValues], feed: Feed, dropped: list[Dropped]) -> SeriesValues:
     """The series of a feed's sources added (:func:`~.table.feed_sum`): a label set two of
-    them give is their sum (a gauge's: the larger), left out if the sum is invalid."""
+    them give is their sum (other families, other quantities: a gauge's too), left out if
+    the sum is invalid."""
     if len(parts) == 1:
         return parts[0]
     out: dict[Labels, float] = {}
     for series in parts:
         for key, value in series.items():
-            out[key] = _merged(feed, out[key], value) if key in out else value
+            out[key] = out[key] + value if key in out else value
     for key, value in list(out.items()):
         problem = _invalid(feed, value)
         if problem:  # a sum can overflow

@@ -73,7 +73,9 @@ Absent, and why: ``requests_finished`` (``num_requests_total`` has no finish rea
 aborts are counted apart); ``request_decode_time_seconds`` (no family); ``engine_step_tokens``
 and ``engine_step_seconds`` (no per-step histogram: ``forward_execution_seconds_total`` is
 busy time by forward mode, a counter, and ``per_stage_req_latency_seconds`` is per
-request); the grammar and disaggregation queues are not added to ``requests_waiting``; ``spec_decode_draft_tokens`` / ``spec_decode_accepted_tokens``
+request); the disaggregation queues are not added to ``requests_waiting`` (the grammar
+queue is, and is ``requests_deferred``: a request whose grammar compiles waits, but not for
+capacity); ``spec_decode_draft_tokens`` / ``spec_decode_accepted_tokens``
 (SGLang exports no spec-decode counters, only gauges of the last interval:
 ``spec_accept_rate`` (accepted / proposed drafts), ``spec_accept_length`` (mean accepted
 drafts + bonus token per forward), ``spec_block_accept_length``, ``spec_cap_length``, and the
@@ -82,7 +84,7 @@ counter).
 """
 
 from inferwatch.collect.backends.mapping import Backend
-from inferwatch.collect.backends.table import Feed, Profiler, Source, feed, inference_api
+from inferwatch.collect.backends.table import Feed, Profiler, Source, feed, feed_sum, inference_api
 
 
 def _sglang(key: str, name: str, **where: str) -> Feed:
@@ -103,7 +105,16 @@ SGLANG = Backend(
     profiler=Profiler(enable="SGLANG_TORCH_PROFILER_DIR=DIR python -m sglang.launch_server ..."),
     feeds=(
         _sglang("requests_running", "num_running_reqs"),
-        _sglang("requests_waiting", "num_queue_reqs"),
+        # A request whose grammar compiles waits in a queue of its own: waiting, deferred.
+        feed_sum(
+            "requests_waiting",
+            *(
+                Source(f"{prefix}{name}")
+                for prefix in ("sglang:", "sglang_")
+                for name in ("num_queue_reqs", "num_grammar_queue_reqs")
+            ),
+        ),
+        _sglang("requests_deferred", "num_grammar_queue_reqs"),
         _sglang("kv_cache_usage_ratio", "token_usage"),
         _sglang("preemptions", "num_retracted_requests_total"),
         _sglang("prompt_tokens", "prompt_tokens_total"),

@@ -66,6 +66,11 @@ VLLM = Backend(
     feeds=(
         feed("requests_running", "vllm:num_requests_running"),
         feed("requests_waiting", "vllm:num_requests_waiting"),
+        # Deferred: waiting on a LoRA budget, a KV transfer or a blocked status, not capacity.
+        feed(
+            "requests_deferred",
+            Source("vllm:num_requests_waiting_by_reason", {"reason": "deferred"}),
+        ),
         feed("kv_cache_usage_ratio", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
         feed("preemptions", "vllm:num_preemptions_total"),
         feed("prompt_tokens", "vllm:prompt_tokens_total"),

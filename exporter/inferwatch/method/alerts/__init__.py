@@ -149,6 +149,8 @@ FLEET_SCENARIOS = (
             "InferenceCanaryFailing",
             "InferenceNearCapacity",
             "InferenceGPUFailing",
+            "InferenceEngineHung",
+            "InferenceKVCacheGaugeFrozen",
         ),
     ),
 )

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from inferwatch.method.alerts.alert import USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import GPU, PLAIN_NUMBER, value_of
-from inferwatch.method.gpu_faults import GPU_XIDS_NEEDING_ATTENTION
+from inferwatch.method.gpu_faults import GPU_XIDS_NEEDING_ATTENTION, XIDS
 from inferwatch.method.scenario import A, B, Scenario, healthy, instance_alert
-from inferwatch.method.signals import INSTANCE, XIDS
+from inferwatch.method.signals import INSTANCE
 
 # An XID's counter: 0 until 13 minutes in, then 1 (the evaluation, at 15 minutes, sees it
 # within its 5-minute window).

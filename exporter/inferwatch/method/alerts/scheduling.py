@@ -9,6 +9,7 @@ from inferwatch.method.alerts.annotations import (
     P50,
     P99,
     PLAIN_NUMBER,
+    if_present,
     value_of,
     window_mean,
 )
@@ -160,10 +161,11 @@ QUEUED_WHILE_IDLE = Alert(
 # ---------------------------------------------------------------------------------------
 # InferenceQueueingDelay
 
-OVERLOAD = Scenario(
-    # TTFT in (5, 7.5] -> p95 7.375 s, 4.5 s of a 6 s mean spent queued: capacity.
-    "pure overload: queueing, not prefill",
-    tuple(
+
+def overloaded(deferred: tuple[float, ...] | None) -> tuple:
+    """OVERLOAD's replicas, ``deferred`` of their waiting requests held back by other than
+    capacity."""
+    return tuple(
         healthy(
             i,
             ttft=Dist({7.5: 1.0}, 6.0),
@@ -171,9 +173,16 @@ OVERLOAD = Scenario(
             itl=Dist({0.075: 1.0}, 0.06),
             running=(16,),
             waiting=(28, 31, 35, 30),
+            deferred=deferred,
         )
         for i in (A, B)
-    ),
+    )
+
+
+OVERLOAD = Scenario(
+    # TTFT in (5, 7.5] -> p95 7.375 s, 4.5 s of a 6 s mean spent queued: capacity.
+    "pure overload: queueing, not prefill",
+    overloaded(None),
     file="phase.yaml",
     place=4,
     fires={"InferenceQueueingDelay": [FLEET_QUEUEING]},
@@ -182,6 +191,41 @@ OVERLOAD = Scenario(
         "InferenceDecodeBottleneck",
         "InferenceQueuedWhileIdle",
     ),
+)
+
+DEFERRED_SHARE = "model:inferwatch_requests_deferred:share_%(w)s"
+
+
+DEFERRED = Scenario(
+    # The same queue, but 24 of its ~31 requests wait on a grammar or a KV transfer: 77 %.
+    "deferred, not capacity: the queue waits on something else",
+    overloaded((21, 24, 27, 23)),
+    file="scheduling.yaml",
+    place=5,
+    fires={},
+    silent=("InferenceQueueingDelay",),
+)
+DEFERRED_NEAR_MISS = Scenario(
+    # 30 % deferred (29.82 % averaged over the window): most of the queue is capacity's.
+    "deferred near miss: most of the queue waits for capacity",
+    overloaded((8, 9, 11, 9)),
+    file="scheduling.yaml",
+    place=6,
+    fires={
+        "InferenceQueueingDelay": [
+            model_alert(
+                "InferenceQueueingDelay",
+                "warning",
+                "prefill",
+                "scheduling",
+                f"TTFT p95 of {SERVED_MODEL} across replicas is 7.375s (threshold 2s) and "
+                "requests spend 75% of their mean TTFT waiting to be scheduled (of the waiting "
+                "requests, 29.82% were held back by other than capacity): the fleet lacks "
+                "capacity.",
+                f"{SERVED_MODEL}: time to first token is dominated by queueing",
+            )
+        ]
+    },
 )
 
 QUEUEING_DELAY = Alert(
@@ -197,17 +241,28 @@ QUEUEING_DELAY = Alert(
     description="TTFT p95 of {{ $labels.model }} across replicas is "
     "{{ $value | humanizeDuration }} (threshold %(t.ttft_p95_seconds)ss) and requests spend "
     + value_of(f"model:inferwatch_{QUEUE}:mean_per_ttft_mean_%(w)s", MODEL, "humanizePercentage")
-    + " of their mean TTFT waiting to be scheduled: the fleet lacks capacity.",
+    + " of their mean TTFT waiting to be scheduled"
+    + if_present(
+        DEFERRED_SHARE,
+        MODEL,
+        " (of the waiting requests, "
+        + value_of(DEFERRED_SHARE, MODEL, "humanizePercentage")
+        + " were held back by other than capacity)",
+        "",
+    )
+    + ": the fleet lacks capacity.",
     when=(
         Cond("model_ttft_p95", ">", "ttft_p95_seconds"),
         Cond("model_queue_share", ">", "queue_share_high"),
     ),
+    # Requests that wait on a grammar, a KV transfer or an adapter, not on capacity.
+    unless=(Cond("model_deferred_share", ">", "deferred_share_high"),),
     evidence=(
         f"The engine's steps ({STEP_SPAN}) run back to back with the batch full (D at "
         "`--max-num-seqs`): the queue is capacity, not a stall. Gaps between steps would "
         "point at InferenceQueuedWhileIdle's causes instead."
     ),
-    scenarios=(OVERLOAD,),
+    scenarios=(OVERLOAD, DEFERRED, DEFERRED_NEAR_MISS),
 )
 
 # ---------------------------------------------------------------------------------------

@@ -92,6 +92,7 @@ def _engine_series(r: Replica, engine: dict, backend: dict) -> list[dict]:
     gauges = (
         ("inferwatch_requests_running", r.running),
         ("inferwatch_requests_waiting", r.waiting),
+        ("inferwatch_requests_deferred", r.deferred),
         ("inferwatch_kv_cache_usage_ratio", r.kv_usage),
         (
             "inferwatch_batch_reserved_tokens",

@@ -83,6 +83,7 @@ class Replica:
     prefix_hit_share: float | None = 0.25
     running: tuple[float, ...] = (8, 10, 12, 11, 9)
     waiting: tuple[float, ...] = (0, 1, 0, 2, 0)
+    deferred: tuple[float, ...] | None = None  # of the waiting, held back by other than capacity
     kv_usage: tuple[float, ...] | None = (0.42, 0.55, 0.61, 0.48)
     token_budget_use: tuple[float, ...] | None = None  # a TGI batch's share of its budget
     preemptions_per_s: float | None = 0.0
