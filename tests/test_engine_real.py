@@ -1,0 +1,155 @@
+"""An engine that dies or hangs behind vLLM's API server, on the real vLLM (CPU).
+
+Killed (SIGKILL), vLLM 0.32's engine core takes its API server down with it: the server
+fails the requests in flight and exits, and the sidecar reads it as down. Paused (SIGSTOP)
+with requests running and none waiting, the engine hangs while the API server keeps
+answering, ``/health`` included: the sidecar's verdict finds InferenceEngineHung, and
+``inferwatch diagnose`` ranks it first. The times from the fault to each are printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from demo.calibration import kv_cache
+from demo.processes import http_get, http_json
+from demo.stack import Inferwatch, VllmServer
+from demo.traffic import complete_many
+
+pytestmark = pytest.mark.vllm
+
+GIVE_UP = 120.0  # a guard against a hang, not a bound on how fast anything must be
+WINDOW = 10.0  # the sidecar's rate window: a hung engine shows after one of them
+
+
+def sidecar(tmp_path: Path, server: VllmServer) -> Inferwatch:
+    config = tmp_path / "inferwatch.yaml"
+    config.write_text(
+        f"alerting:\n  rate_window: {WINDOW:g}s\n  for:\n    InferenceEngineHung: 3s\n"
+    )
+    args = ["--backend", "vllm", "--gpu", "off", "--poll-interval", "0.25", "--config", str(config)]
+    return Inferwatch(tmp_path, server.url, args).start()
+
+
+def findings(iw: Inferwatch) -> list[str]:
+    return [f["alert"] for f in http_json(f"{iw.url}/verdict.json")["findings"]]
+
+
+def wait_until(check, what: str, context=lambda: "") -> float:
+    """Seconds until ``check()`` holds."""
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < GIVE_UP, f"{what} never came {context()}"
+        time.sleep(0.25)
+    return time.monotonic() - started
+
+
+def running(iw: Inferwatch) -> float:
+    try:
+        return iw.metric("inferwatch_requests_running")
+    except KeyError:  # not polled yet
+        return 0.0
+
+
+def answering(url: str) -> bool:
+    try:
+        return http_get(url, 2)[0] == 200
+    except OSError:
+        return False
+
+
+async def faulted(
+    server: VllmServer, iw: Inferwatch, sig: int, until, then=lambda: None
+) -> tuple[float, object]:
+    """Four clients in long generations, then ``sig`` to the engine core; (seconds from the
+    signal until ``until()`` holds, and what ``then()`` gives, called while the fault still
+    holds). The batch holds 16 and the four fit the KV cache, so none waits (no preemption
+    puts one back in the queue)."""
+    blocks, block_size = kv_cache(server.url)
+    stop = asyncio.Event()
+    load = asyncio.create_task(
+        complete_many(
+            server.url, stop, clients=4, prompt_words=2, max_tokens=blocks * block_size // 8
+        )
+    )
+    try:
+        await asyncio.to_thread(wait_until, lambda: running(iw) >= 4, "the load")
+        await asyncio.sleep(WINDOW)  # a window of healthy work first
+        engine = server.engine_core_pid()
+        os.kill(engine, sig)
+        try:
+            context = lambda: f"(verdict: {http_json(f'{iw.url}/verdict.json')})"  # noqa: E731
+            seconds = await asyncio.to_thread(wait_until, until, "the finding", context)
+            return seconds, await asyncio.to_thread(then)
+        finally:
+            if sig == signal.SIGSTOP:
+                os.kill(engine, signal.SIGCONT)
+    finally:
+        stop.set()
+        await load
+
+
+def test_a_hung_engine_behind_an_answering_api_server_is_found_and_ranked_first(
+    vllm_server: VllmServer, tmp_path: Path
+) -> None:
+    server = vllm_server.ensure_running()
+    iw = sidecar(tmp_path, server)
+    health: list[bool] = []
+    try:
+
+        def found() -> bool:
+            health.append(answering(f"{server.url}/health"))
+            return "InferenceEngineHung" in findings(iw)
+
+        def diagnose() -> subprocess.CompletedProcess:
+            """As a user runs it while the engine still hangs."""
+            return subprocess.run(
+                [sys.executable, "-m", "inferwatch", "diagnose", "--exporter", iw.url,
+                 "--interval", "2", "--json"],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+
+        seconds, out = asyncio.run(faulted(server, iw, signal.SIGSTOP, found, diagnose))
+    finally:
+        iw.stop()
+    # The API server answered /health all along: only the engine was stuck.
+    assert health and all(health), health
+    report = json.loads(out.stdout)
+    first = report["findings"][0]["alert"] if report["findings"] else None
+    print(
+        f"\nengine paused with 4 requests running: InferenceEngineHung in the verdict after "
+        f"{seconds:.1f} s (the verdict judges a {WINDOW:g} s window); /health answered 200 "
+        f"{len(health)} times of {len(health)}; diagnose --exporter ranks first: {first}"
+    )
+    # Two scrapes 2 s apart of the paused engine: no token, the requests still "running".
+    assert first == "InferenceEngineHung", report["findings"]
+
+
+def test_a_killed_engine_core_takes_vllm_down_and_reads_as_backend_down(
+    vllm_server: VllmServer, tmp_path: Path
+) -> None:
+    server = vllm_server.ensure_running()
+    iw = sidecar(tmp_path, server)
+    try:
+
+        def down() -> bool:
+            return iw.metric("inferwatch_backend_up") == 0
+
+        seconds, _ = asyncio.run(faulted(server, iw, signal.SIGKILL, down))
+        exited = wait_until(lambda: not server.alive(), "vLLM's exit")
+    finally:
+        iw.stop()
+        server.stop()  # the session's next user starts it again
+    print(
+        f"\nengine core killed: vLLM's API server exited ({exited:.1f} s after the sidecar saw "
+        f"it down); the sidecar read inferwatch_backend_up 0 after {seconds:.1f} s"
+    )
