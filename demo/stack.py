@@ -97,6 +97,24 @@ def tiny_model(cache: Path = CACHE) -> Path:
     return out
 
 
+def tiny_lora(name: str, seed: int, cache: Path = CACHE) -> Path:
+    """A random-weight LoRA adapter for the tiny model (``demo/tiny_lora.py``), built on
+    first use with the vLLM environment's Python."""
+    out = cache / "tiny-lora" / name
+    done = out / ".complete"
+    recipe = hashlib.sha256((REPO / "demo" / "tiny_lora.py").read_bytes()).hexdigest()
+    if not done.exists() or done.read_text().strip() != f"{recipe} {seed}":
+        subprocess.run(
+            [str(VLLM_PYTHON), str(REPO / "demo" / "tiny_lora.py"), str(out), str(seed)],
+            check=True,
+            capture_output=True,
+            cwd=REPO / "demo",
+            timeout=600,
+        )
+        done.write_text(f"{recipe} {seed}\n")
+    return out
+
+
 class VllmServer:
     """The real vLLM OpenAI server on CPU, serving the tiny model as ``tiny``."""
 

@@ -25,11 +25,16 @@ def prompt(words: int, salt: int = 0) -> str:
 
 
 async def complete(
-    session: aiohttp.ClientSession, base_url: str, text: str, max_tokens: int
+    session: aiohttp.ClientSession,
+    base_url: str,
+    text: str,
+    max_tokens: int,
+    model: str = MODEL,
 ) -> int:
-    """One non-streaming completion; returns the HTTP status."""
+    """One non-streaming completion (of ``model``: the served model, or a LoRA adapter's
+    name); returns the HTTP status."""
     body = {
-        "model": MODEL,
+        "model": model,
         "prompt": text,
         "max_tokens": max_tokens,
         "ignore_eos": True,

@@ -29,6 +29,13 @@ SPOT_CHECKS = [
     ("vllm-0.32.0-cpu-loaded-kv-full.prom", "requests_finished", (*E0, ("reason", "length")), 12.0),
     ("vllm-0.32.0-cpu-loaded-kv-full.prom", "engine_steps", E0, 496.0),
     ("vllm-0.32.0-cpu-loaded-kv-full.prom", "frontend_cpu_seconds", (("model", "tiny"),), 7.87),
+    # lora-a's 3 run in the one adapter slot; lora-b's 3 wait for it: deferred, not capacity.
+    ("vllm-0.32.0-cpu-lora-deferred.prom", "requests_running", E0, 3.0),
+    ("vllm-0.32.0-cpu-lora-deferred.prom", "requests_waiting", E0, 3.0),
+    ("vllm-0.32.0-cpu-lora-deferred.prom", "requests_deferred", E0, 3.0),
+    # lora_requests_info has no model or engine label: the served model's, no engine.
+    ("vllm-0.32.0-cpu-lora-deferred.prom", "lora_adapters_active", (("model", "tiny"),), 1.0),
+    ("vllm-0.32.0-cpu-lora-deferred.prom", "lora_adapters_max", (("model", "tiny"),), 1.0),
     ("vllm-0.32.0-cpu-after-preemptions.prom", "preemptions", E0, 46.0),
     ("vllm-0.32.0-cpu-after-preemptions.prom", "prefix_cache_queries", E0, 13018.0),
     ("vllm-0.32.0-cpu-after-preemptions.prom", "prefix_cache_hits", E0, 12320.0),
@@ -141,7 +148,7 @@ def test_docs_snippet_without_inf_bucket_is_left_out() -> None:
 
 # Feeds the conftest oracle cannot read (it takes each sample's own value and tests `where`
 # by equality): checked against the capture lines in the tests below instead.
-DERIVED = ("kv_cache_capacity_tokens", "http_requests")
+DERIVED = ("kv_cache_capacity_tokens", "http_requests", "lora_adapters_active", "lora_adapters_max")
 
 
 def without_derived(backend: Backend) -> Backend:
@@ -429,3 +436,21 @@ def test_http_requests_with_a_status_that_is_no_http_status_are_left_out(status:
     assert "http_requests" not in sample.values
     assert sample.values["requests_waiting"] == {(("model", "m"), ("engine", "0")): 3.0}
     assert [d.family for d in sample.dropped] == ["http_requests_total"]
+
+
+def test_lora_info_is_read_from_its_newest_series() -> None:
+    # vLLM keeps one lora_requests_info series per label set it has had, each valued at the
+    # time it was last set: only the newest says the present.
+    info = "vllm:lora_requests_info"
+    text = (
+        'vllm:num_requests_running{engine="0",model_name="tiny"} 2.0\n'
+        f'{info}{{max_lora="1",running_lora_adapters="a",waiting_lora_adapters="a"}} 1.7e9\n'
+        f'{info}{{max_lora="1",running_lora_adapters="a,b",waiting_lora_adapters="b"}} 1.9e9\n'
+        f'{info}{{max_lora="1",running_lora_adapters="",waiting_lora_adapters=""}} 1.8e9\n'
+    )
+    sample = VLLM.normalize(text)
+    assert sample.values["lora_adapters_active"] == {(("model", "tiny"),): 2.0}
+    assert sample.values["lora_adapters_max"] == {(("model", "tiny"),): 1.0}
+    # Nothing running now: the newest series names no adapter.
+    idle = text.replace(" 1.8e9", " 2.0e9")
+    assert VLLM.normalize(idle).values["lora_adapters_active"] == {(("model", "tiny"),): 0.0}

@@ -21,7 +21,12 @@ from demo.stack import Inferwatch, Prometheus, VllmServer, tiny_model
 from demo.traffic import Burst, burst
 from inferwatch.baseline import parse, to_yaml
 from inferwatch.dashboards import dashboards
-from inferwatch.dashboards.queries import GPU_ONLY_PANELS, SPEC_DECODE_PANELS, STEP_TIMED_PANELS
+from inferwatch.dashboards.queries import (
+    GPU_ONLY_PANELS,
+    LORA_PANELS,
+    SPEC_DECODE_PANELS,
+    STEP_TIMED_PANELS,
+)
 from inferwatch.method.spec import spec_from_config
 from inferwatch.tools.generate import write
 
@@ -145,7 +150,8 @@ def test_every_panel_query_returns_data(stack) -> None:
                     continue
                 checked += 1
                 empty_here = (
-                    panel["title"] in GPU_ONLY_PANELS | SPEC_DECODE_PANELS | STEP_TIMED_PANELS
+                    panel["title"]
+                    in GPU_ONLY_PANELS | SPEC_DECODE_PANELS | STEP_TIMED_PANELS | LORA_PANELS
                 )
                 if empty_here and result:
                     failures.append(f"{name} / {panel['title']}: returned data, none expected")

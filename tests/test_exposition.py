@@ -155,10 +155,12 @@ def test_every_exposed_family_is_in_the_contract() -> None:
     assert families <= contract
     # With a GPU, a vLLM page, the derived signals and a baseline, every family shows but
     # those vLLM lacks (SGLang's own idle counter, TGI's step durations and token budget),
-    # this server did not use (speculative decoding was off) or an H100 has not (page
-    # retirement is for GPUs before Ampere).
+    # this server did not use (speculative decoding and LoRA were off) or an H100 has not
+    # (page retirement is for GPUs before Ampere).
     assert contract - families == {
         "inferwatch_gpu_retired_pages_pending",
+        "inferwatch_lora_adapters_active",
+        "inferwatch_lora_adapters_max",
         "inferwatch_scheduler_idle_seconds_total",
         "inferwatch_engine_step_seconds",
         "inferwatch_batch_reserved_tokens",

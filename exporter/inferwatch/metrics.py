@@ -109,12 +109,10 @@ BACKEND: dict[str, MetricDef] = _defs(
         "The most tokens the running batch may reserve: a full budget holds new requests in "
         "the queue, as a full KV cache does elsewhere.",
     ),
+    MetricDef("lora_adapters_active", G, "LoRA adapters with requests in the engine."),
+    MetricDef("lora_adapters_max", G, "The most LoRA adapters one batch holds."),
     MetricDef("spec_decode_draft_tokens", C, "Speculative decoding: draft tokens proposed."),
-    MetricDef(
-        "spec_decode_accepted_tokens",
-        C,
-        "Speculative decoding: draft tokens the target model accepted.",
-    ),
+    MetricDef("spec_decode_accepted_tokens", C, "Speculative decoding: draft tokens accepted."),
     MetricDef(
         "http_requests",
         C,

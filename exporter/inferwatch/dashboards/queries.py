@@ -61,6 +61,8 @@ GPU_ONLY_PANELS = {
 }
 # Empty unless the server runs speculative decoding.
 SPEC_DECODE_PANELS = {Panel.SPEC_DECODE}
+# Empty unless the server serves LoRA adapters.
+LORA_PANELS = {Panel.LORA_ADAPTERS}
 # Empty unless the server times its engine steps and admits by a token budget (TGI).
 STEP_TIMED_PANELS = {Panel.STEP_LATENCY, Panel.TOKEN_BUDGET}
 

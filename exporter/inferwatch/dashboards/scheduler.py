@@ -110,6 +110,20 @@ def _kv_cache(spec: Spec) -> list[PanelSpec]:
             unit="percentunit",
             thresholds=limit(threshold("kv_usage_high")),
         ),
+        PanelSpec(
+            Panel.LORA_ADAPTERS,
+            "LoRA adapters with requests in the engine, against the most one batch holds "
+            "(vLLM's --max-loras). At the maximum, requests for another adapter wait for a "
+            "slot: they show as deferred in the running-and-waiting panel, a wait that more "
+            "replicas do not shorten; more slots or fewer adapters per replica do.",
+            [
+                Query(
+                    f"max by (instance) ({series('lora_adapters_active')})", "active {{instance}}"
+                ),
+                Query(f"max by (instance) ({series('lora_adapters_max')})", "max {{instance}}"),
+            ],
+            no_value="no LoRA adapters on this server",
+        ),
     ]
 
 

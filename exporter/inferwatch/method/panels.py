@@ -37,6 +37,7 @@ class Panel(str, Enum):
     QUEUED_WHILE_IDLE_TIME = "Queued-while-idle time"
     KV_CAPACITY = "KV cache capacity and free tokens"
     TOKEN_BUDGET = "Batch token budget in use"
+    LORA_ADAPTERS = "LoRA adapters in use"
     # GPU
     GPU_BUSY_BY_GPU = "GPU busy by GPU"
     GPU_ACTIVITY = "SM / tensor / DRAM activity"

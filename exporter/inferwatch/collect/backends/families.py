@@ -41,6 +41,7 @@ def scalars(
     out: dict[Labels, float] = {}
     seen: set[Labels] = set()
     bad: dict[Labels, str] = {}
+    stamps: dict[Labels, float] = {}  # ``newest``: the value of the sample kept per key
     for text, value in samples:
         own, key = relabel.series(text)
         if source.where and not _matches(own, source.where):
@@ -51,6 +52,7 @@ def scalars(
             )
             continue
         seen.add(own)
+        stamp = value
         if source.from_labels:
             derived = _from_labels(own, source.from_labels)
             if isinstance(derived, str):
@@ -59,9 +61,17 @@ def scalars(
                     dropped.append(Dropped(source.name, "invalid value", detail))
                 continue
             value = derived
+        elif source.count_label:
+            names = dict(own).get(source.count_label, "")
+            value = float(sum(1 for n in names.split(",") if n.strip()))
         value *= source.scale
         problem = _invalid(feed, value)
-        if key in out:
+        if source.newest:
+            if key in stamps and not stamp > stamps[key]:
+                continue
+            stamps[key] = stamp
+            bad.pop(key, None)
+        elif key in out:
             value = _merged(feed, out[key], value)
             problem = problem or _invalid(feed, value)  # a sum can overflow
         out[key] = value

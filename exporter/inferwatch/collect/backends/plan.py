@@ -78,6 +78,8 @@ class Step:
         simple = (
             not source.where
             and not source.from_labels
+            and not source.count_label
+            and not source.newest
             and source.times is None
             and len(set(keys)) == len(keys)
             and len({relabel.series(text)[0] for text in texts[0]}) == len(keys)

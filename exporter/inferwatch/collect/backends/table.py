@@ -44,7 +44,11 @@ class Source:
     ``values`` writes a contract label's server values in the contract's terms (TGI's
     ``err="overloaded"`` is ``reason="error"``; a value it does not list is kept as it is, so
     ``where`` keeps out the ones it has no meaning for), and ``constant`` adds labels the
-    server leaves implicit (TGI's successes are one unlabelled counter).
+    server leaves implicit (TGI's successes are one unlabelled counter). ``count_label`` takes
+    the value as the number of comma-separated names in that label; with ``newest``, of the
+    samples that coincide after relabeling only the one whose own value is the largest
+    counts (an info family valued at the time each label set was last set, all of them kept:
+    vLLM's ``lora_requests_info``).
     """
 
     name: str
@@ -55,6 +59,8 @@ class Source:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     values: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
     constant: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    count_label: str = ""
+    newest: bool = False
 
     @property
     def relabels(self) -> bool:
@@ -110,6 +116,14 @@ def info(name: str, *alternatives: str | tuple[str, ...]) -> Source:
     return Source(
         name, from_labels=tuple((a,) if isinstance(a, str) else tuple(a) for a in alternatives)
     )
+
+
+def newest_info(name: str, label: str, *, count: bool = False) -> Source:
+    """The number in ``label`` (``count``: the number of comma-separated names in it) of the
+    newest sample of an info family whose values are the times its label sets were set."""
+    if count:
+        return Source(name, count_label=label, newest=True)
+    return Source(name, from_labels=((label,),), newest=True)
 
 
 def inference_api(*paths: str) -> Callable[[str], bool]:

@@ -35,10 +35,25 @@ absent, not filled from the per-token ITL histogram. Speculative decoding counte
 (prometheus-fastapi-instrumentator, status already grouped as ``2xx``), summed over handler
 and method for the inference API only (see ``inference_api``; vLLM itself already excludes
 ``/metrics``, ``/health``, ``/load``, ``/ping``, ``/version`` and ``/server_info``).
+
+``requests_deferred`` is ``vllm:num_requests_waiting_by_reason{reason="deferred"}`` (0.20+):
+the waiting requests held back by other than capacity (a LoRA adapter's turn, a KV
+transfer, a blocked request). With ``--enable-lora``, ``vllm:lora_requests_info`` (no
+``model_name``; its value the time its labels were set, one series kept per label set it has
+had) gives ``lora_adapters_active``, the adapters named in ``running_lora_adapters`` of its
+newest series (vLLM 0.32 lists there every adapter with requests in the engine, running or
+waiting), and ``lora_adapters_max`` (``max_lora``).
 """
 
 from inferwatch.collect.backends.mapping import Backend
-from inferwatch.collect.backends.table import Profiler, Source, feed, inference_api, info
+from inferwatch.collect.backends.table import (
+    Profiler,
+    Source,
+    feed,
+    inference_api,
+    info,
+    newest_info,
+)
 
 # vLLM's inference routes outside /v1/: SageMaker's /invocations and the pooling, scoring
 # and rerank routes.
@@ -109,6 +124,12 @@ VLLM = Backend(
                 "vllm:cache_config_info", "kv_cache_size_tokens", ("num_gpu_blocks", "block_size")
             ),
         ),
+        # One series per state it has been in, each valued at the time it was last set.
+        feed(
+            "lora_adapters_active",
+            newest_info("vllm:lora_requests_info", "running_lora_adapters", count=True),
+        ),
+        feed("lora_adapters_max", newest_info("vllm:lora_requests_info", "max_lora")),
         feed("spec_decode_draft_tokens", "vllm:spec_decode_num_draft_tokens_total"),
         feed("spec_decode_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_total"),
         feed("http_requests", Source("http_requests_total", {"handler": _INFERENCE})),
