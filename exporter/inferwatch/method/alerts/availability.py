@@ -320,7 +320,13 @@ ENGINE_HUNG_ALERT = Alert(
     level=INSTANCE,
     phase="any",
     layer="availability",
-    explains=("InferenceGPUUnderutilized", "InferenceCanaryFailing", "InferenceClientGap"),
+    # Its gauges froze at the engine's last report: a full KV cache among them is stale.
+    explains=(
+        "InferenceKVCachePressure",
+        "InferenceGPUUnderutilized",
+        "InferenceCanaryFailing",
+        "InferenceClientGap",
+    ),
     # Requests that never finish are counted by no SLI until a client gives up.
     outside_the_slis=True,
     for_default="2m",
