@@ -39,7 +39,13 @@ from inferwatch.capacity import Capacity, at_shape
 from inferwatch.capacity import document as capacity_document
 from inferwatch.capacity import parse as parse_capacity
 from inferwatch.model import BackendSample, Labels
-from inferwatch.settings import ConfigError, non_negative_int, non_negative_number, read_text
+from inferwatch.settings import (
+    ConfigError,
+    check_fields,
+    non_negative_int,
+    non_negative_number,
+    read_text,
+)
 
 FORMAT_VERSION = 1
 QUANTILES = ("p50", "p95", "p99")
@@ -235,19 +241,9 @@ def parse(doc: Any) -> Baseline:
     return Baseline(metadata=metadata, cells=parsed, capacity=shapes)
 
 
-_CELL_FIELDS = {f for f in Cell.__dataclass_fields__}
-
-
 def _cell(doc: Any, index: int) -> Cell:
     where = f"cells[{index}]"
-    if not isinstance(doc, dict):
-        raise ValueError(f"{where}: expected a mapping")
-    unknown = set(doc) - _CELL_FIELDS
-    if unknown:
-        raise ValueError(f"{where}: unknown key {sorted(unknown)[0]!r}")
-    missing = _CELL_FIELDS - set(doc) - set(OPTIONAL_FIELDS)
-    if missing:
-        raise ValueError(f"{where}: missing {sorted(missing)[0]!r}")
+    check_fields(doc, Cell, where, OPTIONAL_FIELDS)
     values: dict[str, Any] = {}
     for name in ("concurrency", "prompt_tokens", "output_tokens", "requests", "errors"):
         values[name] = non_negative_int(doc[name], f"{where}.{name}")

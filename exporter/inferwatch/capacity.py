@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from inferwatch.settings import non_negative_int, non_negative_number
+from inferwatch.settings import check_fields, non_negative_int, non_negative_number
 
 ARRIVALS = ("poisson", "constant")
 ENDINGS = ("converged", "step limit", "time limit", "no good rate")
@@ -118,9 +118,7 @@ def document(capacity: Capacity) -> dict[str, Any]:
 
 def parse(doc: Any, where: str) -> Capacity:
     """One entry of the file's ``capacity:`` section; ValueError says what is wrong."""
-    if not isinstance(doc, dict):
-        raise ValueError(f"{where}: expected a mapping")
-    _known_keys(doc, Capacity, where, optional=("knee_requests_per_second",))
+    check_fields(doc, Capacity, where, optional=("knee_requests_per_second",))
     values: dict[str, Any] = {}
     for name in ("prompt_tokens", "output_tokens"):
         values[name] = non_negative_int(doc[name], f"{where}.{name}")
@@ -148,22 +146,10 @@ def parse(doc: Any, where: str) -> Capacity:
 
 
 def _step(doc: Any, where: str) -> Step:
-    if not isinstance(doc, dict):
-        raise ValueError(f"{where}: expected a mapping")
-    _known_keys(doc, Step, where)
+    check_fields(doc, Step, where)
     values = {
         name: non_negative_number(doc[name], f"{where}.{name}")
         for name in Step.__dataclass_fields__
         if name != "requests"
     }
     return Step(requests=non_negative_int(doc["requests"], f"{where}.requests"), **values)
-
-
-def _known_keys(doc: dict, kind: type, where: str, optional: tuple[str, ...] = ()) -> None:
-    fields = set(kind.__dataclass_fields__)  # type: ignore[attr-defined]
-    unknown = set(doc) - fields
-    if unknown:
-        raise ValueError(f"{where}: unknown key {sorted(unknown)[0]!r}")
-    missing = fields - set(doc) - set(optional)
-    if missing:
-        raise ValueError(f"{where}: missing {sorted(missing)[0]!r}")

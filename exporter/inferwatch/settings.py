@@ -278,6 +278,20 @@ def non_negative_number(value: Any, where: str) -> float:
     return float(value)
 
 
+def check_fields(doc: Any, kind: type, where: str, optional: Iterable[str] = ()) -> None:
+    """A document mapping that has every field of the dataclass ``kind`` but ``optional``,
+    and no other key; ValueError names the first that is wrong."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: expected a mapping")
+    fields = set(kind.__dataclass_fields__)  # type: ignore[attr-defined]
+    unknown = set(doc) - fields
+    if unknown:
+        raise ValueError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+    missing = fields - set(doc) - set(optional)
+    if missing:
+        raise ValueError(f"{where}: missing {sorted(missing)[0]!r}")
+
+
 def non_negative_int(value: Any, where: str) -> int:
     """A document's integer that must be >= 0 (YAML's bools are not numbers)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
