@@ -5,7 +5,8 @@ prometheus_client's families the same way), so that no format can show another s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Protocol
 
 from inferwatch import __version__
@@ -99,48 +100,43 @@ def _write_server_cpu(cpu: ServerCpuSample, sink: Sink) -> None:
 
 def _write_gpus(gpus: tuple[GpuSample, ...], sink: Sink) -> None:
     for field in _GPU_GAUGES:
-        values = {g.labels: getattr(g, field) for g in gpus}
-        sink.scalars(f"gpu_{field}", {k: v for k, v in values.items() if v is not None})
-    sink.scalars("gpu_busy_seconds", {g.labels: g.busy_seconds_total for g in gpus})
-    throttled = {
-        (*g.labels, ("reason", reason)): float(on)
-        for g in gpus
-        for reason, on in g.clock_throttled.items()
-    }
-    sink.scalars("gpu_clock_throttled", throttled)
-    for key, by_direction in (
-        ("gpu_pcie_bytes_per_second", "pcie_bytes_per_second"),
-        ("gpu_nvlink_bytes", "nvlink_bytes_total"),
-    ):
-        series = {
-            (*g.labels, ("direction", d)): v
-            for g in gpus
-            for d, v in getattr(g, by_direction).items()
-        }
-        sink.scalars(key, series)
-    _write_gpu_health(gpus, sink)
-
-
-def _write_gpu_health(gpus: tuple[GpuSample, ...], sink: Sink) -> None:
+        sink.scalars(f"gpu_{field}", _each(gpus, attrgetter(field)))
+    sink.scalars("gpu_busy_seconds", _each(gpus, attrgetter("busy_seconds_total")))
+    sink.scalars(
+        "gpu_clock_throttled",
+        _each_by(gpus, "reason", lambda g: {r: float(on) for r, on in g.clock_throttled.items()}),
+    )
+    sink.scalars(
+        "gpu_pcie_bytes_per_second",
+        _each_by(gpus, "direction", attrgetter("pcie_bytes_per_second")),
+    )
+    sink.scalars("gpu_nvlink_bytes", _each_by(gpus, "direction", attrgetter("nvlink_bytes_total")))
+    # Health: a GPU that is failing.
     for key in ("row_remap_pending", "row_remap_failed", "retired_pages_pending"):
-        values = {g.labels: getattr(g.health, key) for g in gpus}
-        sink.scalars(f"gpu_{key}", {k: v for k, v in values.items() if v is not None})
-    replays = {g.labels: g.health.pcie_replays_total for g in gpus}
-    sink.scalars("gpu_pcie_replays", {k: v for k, v in replays.items() if v is not None})
+        sink.scalars(f"gpu_{key}", _each(gpus, attrgetter(f"health.{key}")))
+    sink.scalars("gpu_pcie_replays", _each(gpus, attrgetter("health.pcie_replays_total")))
     ecc = {
         (*g.labels, ("error", error), ("counter", counter)): n
         for g in gpus
         for (error, counter), n in g.health.ecc_errors_total.items()
     }
     sink.scalars("gpu_ecc_errors", ecc)
-    for key, label, field in (
-        ("gpu_remapped_rows", "kind", "remapped_rows"),
-        ("gpu_xid_errors", "xid", "xid_errors_total"),
-    ):
-        series = {
-            (*g.labels, (label, k)): v for g in gpus for k, v in getattr(g.health, field).items()
-        }
-        sink.scalars(key, series)
+    sink.scalars("gpu_remapped_rows", _each_by(gpus, "kind", attrgetter("health.remapped_rows")))
+    sink.scalars("gpu_xid_errors", _each_by(gpus, "xid", attrgetter("health.xid_errors_total")))
+
+
+def _each(
+    gpus: tuple[GpuSample, ...], value: Callable[[GpuSample], float | None]
+) -> dict[Labels, float]:
+    """Each GPU's value; a GPU without one left out."""
+    return {g.labels: v for g in gpus if (v := value(g)) is not None}
+
+
+def _each_by(
+    gpus: tuple[GpuSample, ...], label: str, values: Callable[[GpuSample], Mapping[str, float]]
+) -> dict[Labels, float]:
+    """Each GPU's values by ``label`` (its directions, its throttle reasons...)."""
+    return {(*g.labels, (label, k)): v for g in gpus for k, v in values(g).items()}
 
 
 def _write_canary(canary: CanarySample, labels: Labels, sink: Sink) -> None:
