@@ -162,9 +162,11 @@ QUEUED_WHILE_IDLE = Alert(
 # InferenceQueueingDelay
 
 
-def overloaded(deferred: tuple[float, ...] | None) -> tuple:
-    """OVERLOAD's replicas, ``deferred`` of their waiting requests held back by other than
-    capacity."""
+def overloaded(deferred: float | None) -> tuple:
+    """OVERLOAD's replicas, the share ``deferred`` of their waiting requests held back by
+    other than capacity at every sample: the same share whichever samples a window holds
+    (promtool may read a description's recorded share one evaluation apart)."""
+    waiting = (28, 31, 35, 30)
     return tuple(
         healthy(
             i,
@@ -172,8 +174,8 @@ def overloaded(deferred: tuple[float, ...] | None) -> tuple:
             queue=Dist({5.0: 1.0}, 4.5),
             itl=Dist({0.075: 1.0}, 0.06),
             running=(16,),
-            waiting=(28, 31, 35, 30),
-            deferred=deferred,
+            waiting=waiting,
+            deferred=None if deferred is None else tuple(w * deferred for w in waiting),
         )
         for i in (A, B)
     )
@@ -197,18 +199,18 @@ DEFERRED_SHARE = "model:inferwatch_requests_deferred:share_%(w)s"
 
 
 DEFERRED = Scenario(
-    # The same queue, but 24 of its ~31 requests wait on a grammar or a KV transfer: 77 %.
+    # The same queue, but 77 % of it waits on a grammar or a KV transfer.
     "deferred, not capacity: the queue waits on something else",
-    overloaded((21, 24, 27, 23)),
+    overloaded(0.77),
     file="scheduling.yaml",
     place=5,
     fires={},
     silent=("InferenceQueueingDelay",),
 )
 DEFERRED_NEAR_MISS = Scenario(
-    # 30 % deferred (29.82 % averaged over the window): most of the queue is capacity's.
+    # 30 % deferred: most of the queue is capacity's.
     "deferred near miss: most of the queue waits for capacity",
-    overloaded((8, 9, 11, 9)),
+    overloaded(0.3),
     file="scheduling.yaml",
     place=6,
     fires={
@@ -220,7 +222,7 @@ DEFERRED_NEAR_MISS = Scenario(
                 "scheduling",
                 f"TTFT p95 of {SERVED_MODEL} across replicas is 7.375s (threshold 2s) and "
                 "requests spend 75% of their mean TTFT waiting to be scheduled (of the waiting "
-                "requests, 29.82% were held back by other than capacity): the fleet lacks "
+                "requests, 30% were held back by other than capacity): the fleet lacks "
                 "capacity.",
                 f"{SERVED_MODEL}: time to first token is dominated by queueing",
             )
