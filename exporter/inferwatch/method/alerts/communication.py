@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from inferwatch.method.alerts.alert import USERS_SEE, Alert, Cond
-from inferwatch.method.scenario import A, B, Scenario, healthy, instance_alert
+from inferwatch.method.scenario import A, B, Scenario, gpu_alert, healthy
 from inferwatch.method.signals import INSTANCE
 
 
 def link_alert(instance: str, share: str) -> dict:
     """InferenceInterconnectSaturated on GPU 0 of ``instance`` at ``share`` of the peak."""
-    return instance_alert(
+    return gpu_alert(
         "InferenceInterconnectSaturated",
         instance,
         "warning",
@@ -20,10 +20,6 @@ def link_alert(instance: str, share: str) -> dict:
         "compute or memory, sets the pace: tensor-parallel all-reduce between GPUs, or host "
         "transfers.",
         f"GPU 0 on {instance}: a link runs near its peak",
-        no_model="",
-        gpu="0",
-        name="NVIDIA H100 80GB HBM3",
-        uuid=f"GPU-{instance[5]}0",
     )
 
 

@@ -24,6 +24,7 @@ from inferwatch.method.scenario import (
     Dist,
     Scenario,
     bottleneck,
+    gpu_alert,
     healthy,
     instance_alert,
     tgi,
@@ -257,7 +258,7 @@ THROTTLED = Scenario(
     place=7,
     fires={
         "InferenceGPUThrottling": [
-            instance_alert(
+            gpu_alert(
                 "InferenceGPUThrottling",
                 A,
                 "warning",
@@ -267,10 +268,6 @@ THROTTLED = Scenario(
                 "100% of the last 5m: every kernel runs slower until cooling or power delivery "
                 "is fixed.",
                 f"GPU 0 on {A} is throttled (hw_thermal_slowdown)",
-                no_model="",
-                gpu="0",
-                name="NVIDIA H100 80GB HBM3",
-                uuid="GPU-00",
                 reason="hw_thermal_slowdown",
             )
         ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from inferwatch.method.alerts.alert import USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import GPU, PLAIN_NUMBER, value_of
 from inferwatch.method.gpu_faults import GPU_XIDS_NEEDING_ATTENTION, XIDS
-from inferwatch.method.scenario import A, B, Scenario, healthy, instance_alert
+from inferwatch.method.scenario import A, B, Scenario, gpu_alert, healthy
 from inferwatch.method.signals import INSTANCE
 
 # An XID's counter: 0 until 13 minutes in, then 1 (the evaluation, at 15 minutes, sees it
@@ -19,7 +19,7 @@ ONE_EVENT = "0x25 1x14"
 
 def failing(instance: str, pending: str = "0", ecc: str = "0", xids: str = "0") -> dict:
     """InferenceGPUFailing on GPU 0 of ``instance``, with the values its text quotes."""
-    return instance_alert(
+    return gpu_alert(
         "InferenceGPUFailing",
         instance,
         "critical",
@@ -30,10 +30,6 @@ def failing(instance: str, pending: str = "0", ecc: str = "0", xids: str = "0") 
         f"that need attention ({', '.join(XIDS.split('|'))}) in the last 5m: {xids}. It can "
         "give wrong answers or crash: drain it; the runbook says when a reset is enough.",
         f"GPU 0 on {instance} is failing",
-        no_model="",
-        gpu="0",
-        name="NVIDIA H100 80GB HBM3",
-        uuid=f"GPU-{instance[5]}0",
     )
 
 

@@ -201,8 +201,8 @@ DECODE_AT_HARDWARE_FLOOR = Alert(
 # InferenceKVCachePressure
 
 
-def kv_pressure_on_a(kv_percent: int) -> dict:
-    """InferenceKVCachePressure on replica A, preempting 0.1 requests/s, KV use now
+def kv_pressure_on_a(kv_percent: int, preempted: str = "0.1") -> dict:
+    """InferenceKVCachePressure on replica A, preempting ``preempted`` requests/s, KV use now
     ``kv_percent`` % (the wave of KV values at 15m, sample 30)."""
     return instance_alert(
         "InferenceKVCachePressure",
@@ -211,7 +211,7 @@ def kv_pressure_on_a(kv_percent: int) -> dict:
         "decode",
         "memory",
         f"KV-cache use now {kv_percent}% (threshold 90 % averaged over 5m) and the scheduler "
-        "preempted 0.1 requests/s (threshold 0.02/s). Preempted requests lose their "
+        f"preempted {preempted} requests/s (threshold 0.02/s). Preempted requests lose their "
         "KV cache and are recomputed later.",
         f"KV cache under pressure on {A} ({SERVED_MODEL})",
     )
@@ -342,19 +342,7 @@ KV_FROZEN = Scenario(
                 f"The KV-cache gauge of {A} is frozen ({SERVED_MODEL})",
             )
         ],
-        "InferenceKVCachePressure": [
-            instance_alert(
-                "InferenceKVCachePressure",
-                A,
-                "warning",
-                "decode",
-                "memory",
-                "KV-cache use now 99% (threshold 90 % averaged over 5m) and the scheduler "
-                "preempted 0 requests/s (threshold 0.02/s). Preempted requests lose their "
-                "KV cache and are recomputed later.",
-                f"KV cache under pressure on {A} ({SERVED_MODEL})",
-            )
-        ],
+        "InferenceKVCachePressure": [kv_pressure_on_a(99, preempted="0")],
     },
 )
 

@@ -11,6 +11,7 @@ Each alert holds its scenarios (``Alert.scenarios``, in the layer modules of
 from inferwatch.method.scenario.expect import (
     Scenario,
     bottleneck,
+    gpu_alert,
     instance_alert,
     model_alert,
     promtool_group,
@@ -52,6 +53,7 @@ __all__ = [
     "Replica",
     "Scenario",
     "bottleneck",
+    "gpu_alert",
     "healthy",
     "input_series",
     "instance_alert",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
 
-from inferwatch.method.scenario.series import input_series
+from inferwatch.method.scenario.series import gpu_labels, input_series
 from inferwatch.method.scenario.workload import EVAL, SERVED_MODEL, STEP, Replica
 from inferwatch.urls import runbook_url
 
@@ -76,6 +76,23 @@ def instance_alert(
     extra.pop("no_model", None)
     labels |= extra
     return _expected(alertname, labels, description, summary)
+
+
+def gpu_alert(
+    alertname: str,
+    instance: str,
+    severity: str,
+    phase: str,
+    layer: str,
+    description: str,
+    summary: str,
+    **extra: str,
+) -> dict:
+    """An alert of GPU 0 of one instance: its GPU's labels, no backend or model."""
+    return instance_alert(
+        alertname, instance, severity, phase, layer, description, summary,
+        no_model="", **gpu_labels(instance, 0), **extra,
+    )  # fmt: skip
 
 
 def bottleneck(phase: str, layer: str, instance: str, description: str, **extra: str) -> dict:

@@ -213,16 +213,16 @@ def _server_cpu_series(r: Replica, target: dict) -> list[dict]:
     ]
 
 
+def gpu_labels(instance: str, gpu: int) -> dict[str, str]:
+    """The labels of a replica's GPU series: its index, a UUID of its own, an H100's name."""
+    return {"gpu": str(gpu), "uuid": f"GPU-{instance[5]}{gpu}", "name": "NVIDIA H100 80GB HBM3"}
+
+
 def _gpu_series(r: Replica, target: dict) -> list[dict]:
-    """Each GPU's busy time, memory, throttling and links."""
+    """Each GPU's busy time, memory, throttling, links and health."""
     out = []
     for gpu, busy in enumerate(r.gpu_busy or ()):
-        pairs = {
-            **target,
-            "gpu": str(gpu),
-            "uuid": f"GPU-{r.instance[5]}{gpu}",
-            "name": "NVIDIA H100 80GB HBM3",
-        }
+        pairs = {**target, **gpu_labels(r.instance, gpu)}
         out.append(_series("inferwatch_gpu_busy_seconds_total", _counter(busy), **pairs))
         out.append(_series("inferwatch_gpu_memory_total_bytes", r.gpu_memory_total, **pairs))
         for reason in ("sw_power_cap", "hw_thermal_slowdown"):
