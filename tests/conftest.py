@@ -453,3 +453,20 @@ def cli(
     for logger, (handlers, level) in zip(loggers, saved, strict=True):
         logger.handlers[:] = handlers
         logger.setLevel(level)
+
+
+def capacity_entry(prompt: int, output: int, rate: float, **changes: object) -> dict:
+    """An entry of a baseline file's capacity section (``inferwatch.capacity``): ``rate``
+    requests/s carried at the goodput target at this prompt and output length."""
+    return {
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "requests_per_second": rate,
+        "concurrency": 2.0,
+        "goodput_share": 1.0,
+        "target_share": 0.95,
+        "arrivals": "poisson",
+        "tolerance": 0.1,
+        "ended": "converged",
+        "steps": [],
+    } | changes

@@ -19,6 +19,8 @@ from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
 from inferwatch.settings import ConfigError
 
+from conftest import capacity_entry
+
 
 def cell(concurrency: int, prompt: int, ttft_p95: float, itl_p95: float = 0.02) -> dict:
     return {
@@ -261,17 +263,13 @@ def test_windowed_load_is_time_weighted_and_forgets_what_left_the_window() -> No
     assert mean == 4.0
 
 
-async def test_a_flickering_running_count_keeps_the_cell_of_the_windows_load(
-    aiohttp_server,
-) -> None:
-    # Each poll sees 1 or 8 running, in turn: the last count's cell would flip between the
-    # cells of 1 and 4 at every poll; the window's load (4.5) keeps the cell of 4.
-    baseline = parse(DOC)
-    assert baseline.comparable(1).concurrency == 1 and baseline.comparable(8).concurrency == 4
-    pages = iter([running_page(8 if i % 2 else 1) for i in range(40)])
+async def poller_over(aiohttp_server, pages: list[str], baseline: Baseline) -> tuple:
+    """(upstream, poller) of a server that answers ``pages`` in turn, polled one second
+    apart with the baseline and a 15 s rate window."""
+    answers = iter(pages)
 
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(text=next(pages), content_type="text/plain")
+        return web.Response(text=next(answers), content_type="text/plain")
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
@@ -279,7 +277,18 @@ async def test_a_flickering_running_count_keeps_the_cell_of_the_windows_load(
     upstream = Upstream(str(server.make_url("")), timeout=2.0, max_bytes=1 << 20)
     clock = iter(float(t) for t in range(100))
     settings = PollSettings(baseline=baseline, latency_window=15.0)
-    poller = Poller(upstream, VLLM, None, settings, clock=lambda: next(clock))
+    return upstream, Poller(upstream, VLLM, None, settings, clock=lambda: next(clock))
+
+
+async def test_a_flickering_running_count_keeps_the_cell_of_the_windows_load(
+    aiohttp_server,
+) -> None:
+    # Each poll sees 1 or 8 running, in turn: the last count's cell would flip between the
+    # cells of 1 and 4 at every poll; the window's load (4.5) keeps the cell of 4.
+    baseline = parse(DOC)
+    assert baseline.comparable(1).concurrency == 1 and baseline.comparable(8).concurrency == 4
+    pages = [running_page(8 if i % 2 else 1) for i in range(40)]
+    upstream, poller = await poller_over(aiohttp_server, pages, baseline)
     chosen = []
     try:
         for _ in range(40):
@@ -325,18 +334,8 @@ async def test_the_capacity_series_is_the_nearest_shapes_scaled_to_the_live_outp
     # 128 output tokens: the 128/64 shape, at half its rate.
     doc = copy.deepcopy(DOC)
     doc["capacity"] = [capacity_entry(128, 64, 8.0), capacity_entry(2048, 64, 2.0)]
-    pages = iter([lengths_page(10 * (i + 1), 1000 * (i + 1), 1280 * (i + 1)) for i in range(5)])
-
-    async def metrics(request: web.Request) -> web.Response:
-        return web.Response(text=next(pages), content_type="text/plain")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    server = await aiohttp_server(app)
-    upstream = Upstream(str(server.make_url("")), timeout=2.0, max_bytes=1 << 20)
-    clock = iter(float(t) for t in range(100))
-    settings = PollSettings(baseline=parse(doc), latency_window=15.0)
-    poller = Poller(upstream, VLLM, None, settings, clock=lambda: next(clock))
+    pages = [lengths_page(10 * (i + 1), 1000 * (i + 1), 1280 * (i + 1)) for i in range(5)]
+    upstream, poller = await poller_over(aiohttp_server, pages, parse(doc))
     try:
         first = (await poller.poll_once()).baseline["baseline_capacity_requests_per_second"]
         later = (await poller.poll_once()).baseline["baseline_capacity_requests_per_second"]
@@ -346,18 +345,3 @@ async def test_the_capacity_series_is_the_nearest_shapes_scaled_to_the_live_outp
     # Before two polls saw requests finish: the lowest capacity measured, as measured.
     assert first == {(*shape, ("prompt_tokens", "2048"), ("output_tokens", "64")): 2.0}
     assert later == {(*shape, ("prompt_tokens", "128"), ("output_tokens", "64")): 4.0}
-
-
-def capacity_entry(prompt: int, output: int, rate: float) -> dict:
-    return {
-        "prompt_tokens": prompt,
-        "output_tokens": output,
-        "requests_per_second": rate,
-        "concurrency": 2.0,
-        "goodput_share": 1.0,
-        "target_share": 0.95,
-        "arrivals": "poisson",
-        "tolerance": 0.1,
-        "ended": "converged",
-        "steps": [],
-    }

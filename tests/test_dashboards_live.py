@@ -30,6 +30,8 @@ from inferwatch.dashboards.queries import (
 from inferwatch.method.spec import spec_from_config
 from inferwatch.tools.generate import write
 
+from conftest import capacity_entry
+
 pytestmark = pytest.mark.vllm
 
 # The generated rules, evaluated every second; InferenceLatencyRegression fires after one
@@ -58,18 +60,7 @@ def baseline_file(path: Path) -> Path:
         for c in (1, 8)
     ]
     # A capacity from the load search, so the capacity row has a line to draw.
-    capacity = {
-        "prompt_tokens": 64,
-        "output_tokens": 64,
-        "requests_per_second": 4.0,
-        "concurrency": 6.0,
-        "goodput_share": 1.0,
-        "target_share": 0.95,
-        "arrivals": "poisson",
-        "tolerance": 0.1,
-        "ended": "converged",
-        "steps": [],
-    }
+    capacity = capacity_entry(64, 64, 4.0, concurrency=6.0)
     doc = {"inferwatch_baseline": 1, "cells": cells, "capacity": [capacity]}
     path.write_text(to_yaml(parse(doc)))
     return path

@@ -50,7 +50,7 @@ from inferwatch.model import (
 from inferwatch.serve.exposition import Renderer, render, render_openmetrics
 from inferwatch.serve.selfmetrics import PROCESS_FAMILIES, SelfMetrics
 
-from conftest import FIXTURES, fixture_text, oracle_samples
+from conftest import FIXTURES, capacity_entry, fixture_text, oracle_samples
 from fake_nvml import FakeGpu, FakeNvml
 
 KEY = (("backend", "vllm"), ("model", "tiny"))
@@ -81,20 +81,7 @@ BASELINE = parse_baseline(
                 "output_tokens_per_second": 320.0,
             }
         ],
-        "capacity": [
-            {
-                "prompt_tokens": 256,
-                "output_tokens": 64,
-                "requests_per_second": 6.0,
-                "concurrency": 4.2,
-                "goodput_share": 0.97,
-                "target_share": 0.95,
-                "arrivals": "poisson",
-                "tolerance": 0.1,
-                "ended": "converged",
-                "steps": [],
-            }
-        ],
+        "capacity": [capacity_entry(256, 64, 6.0, concurrency=4.2, goodput_share=0.97)],
     }
 )
 
