@@ -1,7 +1,8 @@
 """An engine that dies or hangs behind vLLM's API server, on the real vLLM (CPU).
 
 Killed (SIGKILL), vLLM 0.32's engine core takes its API server down with it: the server
-fails the requests in flight and exits, and the sidecar reads it as down. Paused (SIGSTOP)
+fails the requests in flight and exits, the sidecar reads it as down, and a real Prometheus
+with the generated rules fires InferenceBackendDown. Paused (SIGSTOP)
 with requests running and none waiting, the engine hangs while the API server keeps
 answering, ``/health`` included: the sidecar's verdict finds InferenceEngineHung, and
 ``inferwatch diagnose`` ranks it first. The times from the fault to each are printed.
@@ -20,22 +21,34 @@ from pathlib import Path
 
 import pytest
 
+from demo.alerting import Prometheus
 from demo.calibration import kv_cache
 from demo.processes import http_get, http_json
 from demo.stack import Inferwatch, VllmServer
 from demo.traffic import complete_many
+from inferwatch.method.spec import spec_from_config
+from inferwatch.settings import load_config_file
+from inferwatch.tools.generate import write
 
 pytestmark = pytest.mark.vllm
 
 GIVE_UP = 120.0  # a guard against a hang, not a bound on how fast anything must be
 WINDOW = 10.0  # the sidecar's rate window: a hung engine shows after one of them
+# The rules' timing for this test (the demo's: 1 s scrapes and evaluations, short `for`s).
+CONFIG = f"""\
+alerting:
+  rate_window: {WINDOW:g}s
+  evaluation_interval: 1s
+  exporter_selector: 'job="inferwatch"'
+  for:
+    InferenceEngineHung: 3s
+    InferenceBackendDown: 5s
+"""
 
 
 def sidecar(tmp_path: Path, server: VllmServer) -> Inferwatch:
     config = tmp_path / "inferwatch.yaml"
-    config.write_text(
-        f"alerting:\n  rate_window: {WINDOW:g}s\n  for:\n    InferenceEngineHung: 3s\n"
-    )
+    config.write_text(CONFIG)
     args = ["--backend", "vllm", "--gpu", "off", "--poll-interval", "0.25", "--config", str(config)]
     return Inferwatch(tmp_path, server.url, args).start()
 
@@ -139,17 +152,34 @@ def test_a_killed_engine_core_takes_vllm_down_and_reads_as_backend_down(
 ) -> None:
     server = vllm_server.ensure_running()
     iw = sidecar(tmp_path, server)
+    write(tmp_path, spec_from_config(load_config_file(tmp_path / "inferwatch.yaml")))
+    prometheus = Prometheus(
+        tmp_path / "prometheus",
+        [f"127.0.0.1:{iw.port}"],
+        rule_files=[tmp_path / "alerts" / "inferwatch-rules.yaml"],
+    ).start()
+    seen: dict[str, float] = {}  # what was seen, seconds after the kill
+
+    def alerted() -> bool:
+        started = seen.setdefault("kill", time.monotonic())
+        if "down" not in seen and iw.metric("inferwatch_backend_up") == 0:
+            seen["down"] = time.monotonic() - started
+        if "exit" not in seen and not server.alive():
+            seen["exit"] = time.monotonic() - started
+        firing = 'ALERTS{alertname="InferenceBackendDown",alertstate="firing"}'
+        return bool(prometheus.query(firing))
+
     try:
-
-        def down() -> bool:
-            return iw.metric("inferwatch_backend_up") == 0
-
-        seconds, _ = asyncio.run(faulted(server, iw, signal.SIGKILL, down))
-        exited = wait_until(lambda: not server.alive(), "vLLM's exit")
+        seconds, _ = asyncio.run(faulted(server, iw, signal.SIGKILL, alerted))
+        exited = seen.get("exit") or wait_until(lambda: not server.alive(), "vLLM's exit")
     finally:
+        prometheus.stop()
         iw.stop()
         server.stop()  # the session's next user starts it again
     print(
-        f"\nengine core killed: vLLM's API server exited ({exited:.1f} s after the sidecar saw "
-        f"it down); the sidecar read inferwatch_backend_up 0 after {seconds:.1f} s"
+        f"\nengine core killed: the sidecar read inferwatch_backend_up 0 after "
+        f"{seen['down']:.1f} s, vLLM's API server had exited after {exited:.1f} s, and "
+        f"Prometheus (1 s scrapes and evaluations, `for: 5s`) fired InferenceBackendDown "
+        f"after {seconds:.1f} s"
     )
+    assert seen["down"] <= seconds
