@@ -426,3 +426,18 @@ async def test_a_share_never_exceeds_the_window(exporter) -> None:
     for finding in doc["findings"]:
         for item in finding["evidence"]:
             assert item["unit"] != "ratio" or item["value"] is None or 0 <= item["value"] <= 1, item
+
+
+async def test_only_a_windows_pages_are_kept(exporter) -> None:
+    """The sparklines keep 15 minutes of points; of the pages, the verdict reads the oldest
+    inside its window and never an older one, so older ones are not kept."""
+    _, _, _, client, apps = exporter
+    await client()
+    await poll(exporter, *[KV_FULL, AFTER] * 25)  # 50 polls 10 s apart
+    history = apps[0][VERDICT]
+    doc = history.document()
+    kept = [at for at, _ in history._pages]
+    assert history.window == 300.0
+    assert kept[-1] - kept[0] == history.window and len(kept) == 31
+    assert doc["window_seconds"] == history.window  # the verdict still spans the window
+    assert len(doc["series"]["running"]) == 49  # every point but the first has a window

@@ -66,12 +66,11 @@ PHASE_CODES = {
 
 @dataclass(frozen=True)
 class Point:
-    """One recorded page: when (poller clock and wall clock), the page (compressed) and the
-    series values over the window from the previous point (None: no data)."""
+    """One recorded page: when (poller clock and wall clock) and the series values over the
+    window from the previous point (None: no data)."""
 
     at: float
     wall: float
-    page: bytes
     backend_up: bool
     values: dict[str, float | None]
     read: dict[str, str] = field(default_factory=dict)  # the signal read, where a fallback
@@ -165,6 +164,9 @@ class VerdictHistory:
         self.keep_seconds = max(keep_seconds, self.window)
         self.step = max(poller.settings.interval, DEFAULT_STEP) if step is None else step
         self._points: deque[Point] = deque(maxlen=max_points)
+        # The pages (compressed) as old as a window at most: the verdict's first page is
+        # the oldest inside it; older ones are never read again.
+        self._pages: deque[tuple[float, bytes]] = deque()
         self._last: tuple[Snapshot | None, Samples] = (None, {})  # newest recorded, parsed
         self._wall = wall
         self._page = page  # a snapshot's /metrics page (the renderer's, in the sidecar)
@@ -186,9 +188,9 @@ class VerdictHistory:
             if snap is self._last[0]:
                 return
             try:
-                points = tuple(self._points)
-                point, parsed, verdict = await asyncio.to_thread(
-                    self._compute, snap, at, points, self._last[1]
+                points, pages = tuple(self._points), tuple(self._pages)
+                point, page, parsed, verdict = await asyncio.to_thread(
+                    self._compute, snap, at, points, pages, self._last[1]
                 )
             except Exception:  # a bug must not reach the request path or stop the task
                 if self._bug_log.allow("verdict") is not None:
@@ -197,6 +199,9 @@ class VerdictHistory:
             self._points.append(point)
             while self._points and point.at - self._points[0].at > self.keep_seconds:
                 self._points.popleft()
+            self._pages.append((at, page))
+            while at - self._pages[0][0] > self.window:
+                self._pages.popleft()
             self._last = (snap, parsed)
             self.verdict = verdict
             for listener in self.listeners:
@@ -207,8 +212,13 @@ class VerdictHistory:
                         log.exception("a verdict listener failed")
 
     def _compute(
-        self, snap: Snapshot, at: float, points: tuple[Point, ...], previous: Samples
-    ) -> tuple[Point, Samples, Verdict]:
+        self,
+        snap: Snapshot,
+        at: float,
+        points: tuple[Point, ...],
+        pages: tuple[tuple[float, bytes], ...],
+        previous: Samples,
+    ) -> tuple[Point, bytes, Samples, Verdict]:
         text = self._page(snap)
         page = self._reader.read(text.decode())
         values: dict[str, float | None] = dict.fromkeys(SERIES)
@@ -218,17 +228,19 @@ class VerdictHistory:
             readings = {name: window.reading(name) for name in SERIES}
             values = {name: value for name, (_, value) in readings.items()}
             read = {name: signal for name, (signal, _) in readings.items() if signal != name}
-        point = Point(at, self._wall(), zlib.compress(text, 1), snap.backend_up, values, read)
-        first = next((p for p in points if at - p.at <= self.window and p.at < at), None)
+        point = Point(at, self._wall(), snap.backend_up, values, read)
+        first = next(((t, p) for t, p in pages if at - t <= self.window and t < at), None)
         if first is None:
             verdict = COLLECTING
         else:
-            if first is points[-1]:
+            first_at, first_page = first
+            if first_at == points[-1].at:
                 before = previous
             else:
-                before = self._reader.read(zlib.decompress(first.page).decode())
-            verdict = compute_verdict(before, page, at - first.at, self.spec)
-        return point, page, Verdict(**{**verdict.__dict__, "updated": point.wall})
+                before = self._reader.read(zlib.decompress(first_page).decode())
+            verdict = compute_verdict(before, page, at - first_at, self.spec)
+        verdict = Verdict(**{**verdict.__dict__, "updated": point.wall})
+        return point, zlib.compress(text, 1), page, verdict
 
     def series(self) -> dict[str, list[tuple[float, float | None]]]:
         """Each sparkline signal's points: (wall-clock time, value or None), oldest first.
