@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import logging
 import socket
@@ -36,6 +37,22 @@ log = logging.getLogger("inferwatch")
 
 # Seconds a thread holds the GIL before another that waits for it takes it (sys's).
 SWITCH_INTERVAL = 0.001
+# glibc's malloc raises its mmap threshold whenever a mapped block is freed (up to 32 MiB),
+# so once a big page's text has come and gone, the next big buffers are carved from the heap,
+# which keeps the memory after they are freed. Held at its default, every block this large
+# is a mapping of its own, handed back to the system when freed (see bench/exporter.py's
+# huge page). mallopt's parameter number is glibc's M_MMAP_THRESHOLD (malloc.h).
+MMAP_THRESHOLD = 128 * 1024
+M_MMAP_THRESHOLD = -3
+
+
+def hand_big_buffers_back() -> None:
+    """Hold glibc's mmap threshold at :data:`MMAP_THRESHOLD`; no-op on another libc."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # no mallopt: not glibc
+        return
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
 def build_poller(config: ServeConfig, latency_window: float = 300.0) -> Poller:
@@ -198,6 +215,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
     # the event loop answering scrapes takes it back at every switch, each time after up
     # to the interval (5 ms by default): a scrape that needs a few took tens of ms.
     sys.setswitchinterval(SWITCH_INTERVAL)
+    hand_big_buffers_back()
     web.run_app(
         app,
         sock=sockets,
