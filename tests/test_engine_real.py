@@ -73,6 +73,17 @@ def running(iw: Inferwatch) -> float:
         return 0.0
 
 
+def ranked_first(iw: Inferwatch) -> str | None:
+    """What ``inferwatch diagnose --exporter`` ranks first, run as a user runs it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "inferwatch", "diagnose", "--exporter", iw.url,
+         "--interval", "2", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    findings = json.loads(out.stdout)["findings"]
+    return findings[0]["alert"] if findings else None
+
+
 def answering(url: str) -> bool:
     try:
         return http_get(url, 2)[0] == 200
@@ -123,28 +134,20 @@ def test_a_hung_engine_behind_an_answering_api_server_is_found_and_ranked_first(
             health.append(answering(f"{server.url}/health"))
             return "InferenceEngineHung" in findings(iw)
 
-        def diagnose() -> subprocess.CompletedProcess:
-            """As a user runs it while the engine still hangs."""
-            return subprocess.run(
-                [sys.executable, "-m", "inferwatch", "diagnose", "--exporter", iw.url,
-                 "--interval", "2", "--json"],
-                capture_output=True, text=True, timeout=60,
-            )  # fmt: skip
-
-        seconds, out = asyncio.run(faulted(server, iw, signal.SIGSTOP, found, diagnose))
+        seconds, first = asyncio.run(
+            faulted(server, iw, signal.SIGSTOP, found, lambda: ranked_first(iw))
+        )
     finally:
         iw.stop()
     # The API server answered /health all along: only the engine was stuck.
     assert health and all(health), health
-    report = json.loads(out.stdout)
-    first = report["findings"][0]["alert"] if report["findings"] else None
     print(
         f"\nengine paused with 4 requests running: InferenceEngineHung in the verdict after "
         f"{seconds:.1f} s (the verdict judges a {WINDOW:g} s window); /health answered 200 "
         f"{len(health)} times of {len(health)}; diagnose --exporter ranks first: {first}"
     )
     # Two scrapes 2 s apart of the paused engine: no token, the requests still "running".
-    assert first == "InferenceEngineHung", report["findings"]
+    assert first == "InferenceEngineHung"
 
 
 def test_a_killed_engine_core_takes_vllm_down_and_reads_as_backend_down(
@@ -170,7 +173,9 @@ def test_a_killed_engine_core_takes_vllm_down_and_reads_as_backend_down(
         return bool(prometheus.query(firing))
 
     try:
-        seconds, _ = asyncio.run(faulted(server, iw, signal.SIGKILL, alerted))
+        seconds, first = asyncio.run(
+            faulted(server, iw, signal.SIGKILL, alerted, lambda: ranked_first(iw))
+        )
         exited = seen.get("exit") or wait_until(lambda: not server.alive(), "vLLM's exit")
     finally:
         prometheus.stop()
@@ -180,6 +185,7 @@ def test_a_killed_engine_core_takes_vllm_down_and_reads_as_backend_down(
         f"\nengine core killed: the sidecar read inferwatch_backend_up 0 after "
         f"{seen['down']:.1f} s, vLLM's API server had exited after {exited:.1f} s, and "
         f"Prometheus (1 s scrapes and evaluations, `for: 5s`) fired InferenceBackendDown "
-        f"after {seconds:.1f} s"
+        f"after {seconds:.1f} s; diagnose --exporter ranks first: {first}"
     )
     assert seen["down"] <= seconds
+    assert first == "InferenceBackendDown"
