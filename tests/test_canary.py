@@ -162,7 +162,10 @@ async def test_a_probe_measures_ttft_gaps_and_e2e_and_carries_the_marker(
     sample = await canary.probe_once()
     assert sample is not None and sample.ok, sample
     assert sample.ttft >= fake.ttft
-    assert len(sample.gaps) == 3 and min(sample.gaps) >= fake.itl
+    # One gap a token after the first; a gap is two arrivals apart, and the first of them
+    # can arrive late on a busy machine, so only the whole is bounded by the server's sleeps.
+    assert len(sample.gaps) == 3 and min(sample.gaps) > 0
+    assert sample.e2e >= fake.ttft + 3 * fake.itl
     assert sample.e2e >= sample.ttft + sum(sample.gaps)
     body = fake.bodies[0]
     assert body["user"] == MARKER_USER and body["model"] == "m" and body["max_tokens"] == 4
