@@ -161,7 +161,7 @@ def test_a_killed_engine_core_takes_vllm_down_and_reads_as_backend_down(
         [f"127.0.0.1:{iw.port}"],
         rule_files=[tmp_path / "alerts" / "inferwatch-rules.yaml"],
     ).start()
-    seen: dict[str, float] = {}  # what was seen, seconds after the kill
+    seen: dict[str, float] = {}  # seconds after the kill of what was seen ("kill": its time)
 
     def alerted() -> bool:
         started = seen.setdefault("kill", time.monotonic())

@@ -5,8 +5,9 @@ request rate at which goodput stays at its target share, and the throughput knee
 or not the earlier ones have finished, as users do: ``constant`` (evenly spaced) or
 ``poisson`` (exponential gaps, drawn from a generator seeded by the run's seed, the shape
 and the step: a rerun with ``--seed`` sends the same arrivals). A step sends 15 seconds of
-arrivals, at least :data:`MIN_REQUESTS` requests, more where ``--requests-per-cell`` asks. A request is good when it meets every objective (:mod:`.goodput`); a
-step is good when its good share reaches ``--goodput-target``. A step ends early once more
+arrivals, at least :data:`MIN_REQUESTS` requests, more where ``--requests-per-cell`` asks.
+A request is good when it meets every objective (:mod:`.goodput`); a step is good when its
+good share reaches ``--goodput-target``. A step ends early once more
 of its requests failed their objectives than the target allows: its verdict is certain,
 and the rest are cancelled (counted as not good); one request sent alone then returns once
 the server has worked off what they left, before the next step starts.
@@ -61,7 +62,8 @@ class Search:
 
     def requests_at(self, rate: float) -> int:
         """At least :data:`STEP_SECONDS` of arrivals: a shorter step is over before the queue
-        a rate builds shows (8 requests at once all met their objectives "at 42,000 req/s")."""
+        a rate builds shows (a handful of requests sent at once all meet their objectives at
+        any rate)."""
         return max(self.requests or 0, MIN_REQUESTS, math.ceil(rate * STEP_SECONDS))
 
 
