@@ -38,6 +38,7 @@ from pathlib import Path
 
 import aiohttp
 
+from demo.capacity import measure_capacity
 from demo.stack import MODEL_NAME, VLLM_ARGS, StackError, VllmServer, http_get
 from demo.traffic import Burst, burst, complete, complete_many, prompt
 from inferwatch.collect.textparse import parse_labels, scan
@@ -93,6 +94,7 @@ class FaultSizes:
     long_prompt_words: int
     long_prompt_ttft: float  # the server's TTFT p50 for such a prompt, alone
     client_gap: float  # the client-gap threshold
+    capacity: float  # requests/s of the normal shape at the goodput target (demo/capacity.py)
     # Busy loops of the noisy neighbour: one per CPU this process may run on (all of the
     # machine's, or the one core of a pinned run).
     neighbours: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
@@ -306,7 +308,9 @@ class Calibration:
             f"  server CPU wait threshold {t('server_cpu_wait_share'):.0%} of its ready time; "
             f"noisy neighbour {f.neighbours} busy loop(s); ITL tail: over "
             f"{t('itl_tail_share'):.1%} of token gaps above {t('itl_tail_bound_seconds') * 1000:g} ms",
-            f"  longest engine step {self.engine_step:.2f} s (a burst of the KV fault)",
+            f"  longest engine step {self.engine_step:.2f} s (a burst of the KV fault); "
+            f"capacity {f.capacity:.1f} requests/s with 95 % of first tokens within the "
+            "TTFT threshold",
         ]
 
 
@@ -339,7 +343,10 @@ def calibrate(
         raise StackError(f"inferwatch calibrate failed ({done.returncode}):\n{done.stderr}")
     measured = Measured(out, spec_from_config(load_config_file(out)))
     measured = measured.with_readings(asyncio.run(readings(measured.spec)))
-    faults = asyncio.run(_size_faults(vllm, measured.spec, per_word))
+    ttft = measured.spec.threshold("ttft_p95_seconds")
+    shape = (normal_tokens, NORMAL_OUTPUT)
+    capacity = measure_capacity(vllm.url, workdir, out.with_name("baseline.yaml"), shape, ttft)
+    faults = asyncio.run(_size_faults(vllm, measured.spec, per_word, capacity))
     step = asyncio.run(longest_step(vllm.url, faults))
     measured = measured.with_engine_step(step)
     return Calibration(measured.config, measured.spec, faults, step)
@@ -414,7 +421,9 @@ def kv_cache(url: str) -> tuple[int, int]:
     raise StackError(f"vLLM reports no {name}")
 
 
-async def _size_faults(vllm: VllmServer, spec: Spec, tokens_per_word: float) -> FaultSizes:
+async def _size_faults(
+    vllm: VllmServer, spec: Spec, tokens_per_word: float, capacity: float
+) -> FaultSizes:
     blocks, block_size = kv_cache(vllm.url)
     kv_tokens = blocks * block_size
     context = _vllm_arg("--max-model-len")
@@ -435,7 +444,9 @@ async def _size_faults(vllm: VllmServer, spec: Spec, tokens_per_word: float) -> 
     short_request = round(NORMAL_WORDS * tokens_per_word) + NORMAL_OUTPUT
     batch = min(_vllm_arg("--max-num-seqs"), kv_tokens // short_request)
     gap = spec.threshold("client_gap_seconds")
-    return FaultSizes(batch, kv_tokens, tokens_per_word, words, ttft, client_gap=gap)
+    return FaultSizes(
+        batch, kv_tokens, tokens_per_word, words, ttft, client_gap=gap, capacity=capacity
+    )
 
 
 async def _server_ttft(url: str, words: int) -> float:

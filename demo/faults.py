@@ -13,11 +13,16 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 
-from demo.calibration import LONG_PROMPT_OUTPUT, NORMAL_WORDS, normal_load
+from demo.calibration import LONG_PROMPT_OUTPUT, NORMAL_OUTPUT, NORMAL_WORDS, normal_load
 from demo.local_stack import LocalStack
-from demo.traffic import Burst, burst, complete_many
+from demo.traffic import Burst, burst, complete_many, open_loop
 
 Fault = Callable[[LocalStack, asyncio.Event], Awaitable[None]]
+
+# The load ramp's first stair, as a share of the measured capacity (the second is set by the
+# capacity ticket's threshold), and how many rate windows the second holds.
+RAMP_LOW = 0.6
+RAMP_HOLD = 2
 
 
 async def normal_traffic(stack: LocalStack, stop: asyncio.Event) -> None:
@@ -153,3 +158,23 @@ async def backend_crash(stack: LocalStack, stop: asyncio.Event) -> None:
     await asyncio.to_thread(process.popen.wait)  # reap it
     await stop.wait()
     await asyncio.to_thread(stack.vllm.start)
+
+
+async def load_ramp(stack: LocalStack, stop: asyncio.Event) -> None:
+    """Traffic of the normal shape stepping up through the measured capacity, open loop: a
+    rate window at :data:`RAMP_LOW` of it, then :data:`RAMP_HOLD` windows midway between the
+    capacity ticket's threshold and the capacity (the ticket's case: requests still meet
+    their objectives); then the overload fault until the scenario ends (the queue forms, the
+    TTFT objective burns: clients that wait for their answers overload the server however
+    fast this process sends)."""
+    capacity, window = stack.faults.capacity, stack.spec.window_seconds
+    near = (stack.spec.threshold("capacity_use_high") + 1) / 2
+    stairs = ((RAMP_LOW * capacity, window), (near * capacity, RAMP_HOLD * window))
+    ramping = asyncio.create_task(
+        open_loop(stack.vllm.url, stop, stairs, prompt_words=NORMAL_WORDS, max_tokens=NORMAL_OUTPUT)
+    )
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), sum(seconds for _, seconds in stairs))
+    if not stop.is_set():
+        await overload(stack, stop)
+    await ramping

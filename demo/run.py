@@ -2,7 +2,7 @@
 driven through faults while the terminal shows what inferwatch sees.
 
 Baseline first: once vLLM is up, ``inferwatch calibrate`` measures it and the thresholds
-and fault sizes come from that (the first screen shows them). Phases: normal -> overload
+and fault sizes come from that (the first screen shows them). Phases: normal -> load ramp -> overload
 -> long prompts -> KV-cache pressure -> engine stall -> slow path (a proxy in front of the
 server delays the canary's requests) -> broken route (the proxy answers 503) -> backend crash
 -> recovery. For each, the live view shows the phase verdict (which phase and layer the

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -90,4 +93,54 @@ async def complete_many(
 
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         await asyncio.gather(*(client(session, n) for n in range(clients)))
+    return sent
+
+
+async def open_loop(
+    base_url: str,
+    stop: asyncio.Event,
+    stairs: Sequence[tuple[float, float]],
+    *,
+    prompt_words: int,
+    max_tokens: int,
+    max_in_flight: int = 512,
+) -> int:
+    """Completions sent at a rate whether or not the earlier ones have finished, as users
+    send them: evenly spaced at each stair's requests/s for its seconds, in turn; then none
+    until ``stop``. At most ``max_in_flight`` at once: past it an arrival is dropped, as a
+    user gives up. Failed requests are counted, not raised; those still running at ``stop``
+    are cancelled. Returns the number of requests sent."""
+    sent = 0
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(
+        timeout=timeout, connector=aiohttp.TCPConnector(limit=0)
+    ) as session:
+
+        async def one(n: int) -> None:
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                await complete(session, base_url, prompt(prompt_words, 7_000_000 + n), max_tokens)
+
+        running: set[asyncio.Task] = set()
+        loop = asyncio.get_running_loop()
+        for rate, seconds in stairs:
+            began = loop.time()
+            for i in itertools.count():
+                at = began + i / rate
+                if at - began >= seconds:
+                    break
+                await asyncio.sleep(max(0.0, at - loop.time()))
+                if stop.is_set():
+                    break
+                if len(running) >= max_in_flight:
+                    continue
+                sent += 1
+                task = asyncio.create_task(one(sent))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if stop.is_set():
+                break
+        await stop.wait()
+        for task in list(running):
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
     return sent

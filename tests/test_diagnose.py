@@ -283,7 +283,11 @@ def test_near_capacity_is_found_with_its_numbers_and_explains_the_queueing() -> 
     # A cause of its own; the queueing is listed under a cause (here the KV cache's, the
     # first that explains it), never above.
     assert found["InferenceNearCapacity"] is None and found["InferenceQueueingDelay"]
-    assert ("InferenceNearCapacity", ("InferenceQueueingDelay",), ("model",)) in RELATIONS
+    assert (
+        "InferenceNearCapacity",
+        ("InferenceQueueingDelay", "InferenceLatencyRegression"),
+        ("model",),
+    ) in RELATIONS
     assert "share of the measured capacity in use (fleet) 96 % > 90 %" in render(report)
     # 10 % below the threshold: 2.4 of 3 requests/s, 80 %.
     calm = Window(read_page(with_capacity(DURING, 3)), read_page(with_capacity(AFTER, 3)), 10.0)

@@ -334,6 +334,14 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
     assert not unrelated, f"unrelated alerts fired: {unrelated}"
     if scenario.pages:
         check_page(stack, scenario, outcome)
+    for name in sorted(scenario.after):
+        at = received.get(name)
+        print(
+            f"\n{scenario.name}: {name} "
+            + ("never arrived" if at is None else f"arrived {at - outcome.onset:.1f} s after onset")
+            + f", {scenario.expect} {received[scenario.expect] - outcome.onset:.1f} s"
+        )
+        assert at is None or at > received[scenario.expect], (name, received)
     # From the start of the pending spell that fired: a condition that holds must reach the
     # receiver within its ``for``, two evaluations and the notification's way, plus one
     # interval per evaluation the most delayed rule group skipped (an overloaded machine:

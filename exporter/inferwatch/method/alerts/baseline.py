@@ -142,7 +142,9 @@ NEAR_CAPACITY_ALERT = Alert(
     level=MODEL,
     phase="any",
     layer="baseline",
-    explains=("InferenceQueueingDelay",),
+    # Near the capacity, requests queue, and latency exceeds what the baseline measured at
+    # a lower load: both are the load's.
+    explains=("InferenceQueueingDelay", "InferenceLatencyRegression"),
     for_default="5m",
     summary="{{ $labels.model }} is near the capacity its baseline measured",
     description="{{ $labels.model }} serves {{ $value | humanizePercentage }} of the capacity "
