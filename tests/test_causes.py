@@ -118,6 +118,21 @@ def test_long_prompts_into_streams_lead_with_the_stall() -> None:
     ]
 
 
+def test_a_cache_that_cannot_hold_the_batch_explains_the_capacity_ticket() -> None:
+    # Long generations preempt and use the capacity measured at a shorter shape: the
+    # memory is what to change, whichever finding is further past its threshold.
+    r = report(
+        finding("InferenceNearCapacity", 3.0),
+        finding("InferenceQueueingDelay", 2.0),
+        finding("InferenceKVCachePressure", 1.1),
+    )
+    assert listing(r) == [
+        (0, "InferenceKVCachePressure", None),
+        (1, "InferenceNearCapacity", "InferenceKVCachePressure"),
+        (2, "InferenceQueueingDelay", "InferenceNearCapacity"),
+    ]
+
+
 def test_a_symptom_with_no_cause_is_listed_after_the_causes() -> None:
     r = report(finding("InferenceCanaryFailing", 9.0), finding("InferenceDecodeBottleneck", 1.1))
     assert listing(r)[0][1] == "InferenceDecodeBottleneck"

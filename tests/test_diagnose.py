@@ -280,9 +280,10 @@ def test_near_capacity_is_found_with_its_numbers_and_explains_the_queueing() -> 
     assert window.value(SIGNALS["model_capacity_use"].local) == pytest.approx(0.96)
     report = Report("x", "10.0s", spec, {}, evaluate(window, spec, LABELS))
     found = {f.alert.name: f.explained_by for f in report.findings}
-    # A cause of its own; the queueing is listed under a cause (here the KV cache's, the
-    # first that explains it), never above.
-    assert found["InferenceNearCapacity"] is None and found["InferenceQueueingDelay"]
+    # The burst's KV cache preempts: the capacity ticket is listed under it, and the
+    # queueing under the deepest cause that explains it, never above.
+    assert found["InferenceNearCapacity"] == "InferenceKVCachePressure"
+    assert found["InferenceQueueingDelay"] == "InferenceNearCapacity"
     assert (
         "InferenceNearCapacity",
         ("InferenceQueueingDelay", "InferenceLatencyRegression"),

@@ -268,8 +268,11 @@ KV_CACHE_PRESSURE = Alert(
     phase="decode",
     layer="memory",
     # Preempted requests wait and are computed again: the queueing, the prefill work and the
-    # decode streams stalled behind that recompute are its doing.
+    # decode streams stalled behind that recompute are its doing. A cache that cannot hold
+    # the batch is also why the load reaches its capacity (long generations hold their
+    # places for many steps): the capacity ticket is the memory's.
     explains=(
+        "InferenceNearCapacity",
         "InferenceQueueingDelay",
         "InferencePrefillBottleneck",
         "InferencePrefillStallsDecode",
