@@ -345,3 +345,37 @@ async def test_the_capacity_series_is_the_nearest_shapes_scaled_to_the_live_outp
     # Before two polls saw requests finish: the lowest capacity measured, as measured.
     assert first == {(*shape, ("prompt_tokens", "2048"), ("output_tokens", "64")): 2.0}
     assert later == {(*shape, ("prompt_tokens", "128"), ("output_tokens", "64")): 4.0}
+
+
+def test_the_load_searchs_curve_is_exposed_at_the_shape_the_capacity_is_read_at() -> None:
+    # Two rates measured at 128/64; the live requests are that shape.
+    steps = [
+        {
+            "rate": r,
+            "requests": 16,
+            "requests_per_second": got,
+            "goodput_share": good,
+            "concurrency": c,
+            "ttft_p95": ttft,
+            "itl_p95": 0.02,
+            "e2e_p95": e2e,
+        }
+        for r, got, good, c, ttft, e2e in (
+            (2.0, 1.9, 1.0, 0.5, 0.05, 1.3),
+            (4.5, 4.1, 0.9, 2.2, 0.4, 2.0),
+        )
+    ]
+    doc = copy.deepcopy(DOC)
+    doc["capacity"] = [capacity_entry(128, 64, 4.0, steps=steps)]
+    sample = VLLM.normalize(lengths_page(1, 128, 64))
+    out = series(parse(doc), sample, running=1.0, shape=(128.0, 64.0))
+    at = (("backend", "vllm"), ("model", "tiny"), ("prompt_tokens", "128"), ("output_tokens", "64"))
+    assert out["baseline_step_requests_per_second"] == {
+        (*at, ("rate", "2")): 1.9,
+        (*at, ("rate", "4.5")): 4.1,
+    }
+    assert out["baseline_step_goodput_ratio"][(*at, ("rate", "4.5"))] == 0.9
+    latency = out["baseline_step_latency_seconds"]
+    assert latency[(*at, ("rate", "4.5"), ("latency", "ttft"))] == 0.4
+    assert latency[(*at, ("rate", "2"), ("latency", "e2e"))] == 1.3
+    assert len(latency) == 6

@@ -287,6 +287,36 @@ def test_a_query_unit_overrides_its_series() -> None:
     ]
 
 
+@pytest.mark.parametrize("title", [Panel.LOAD_CURVE, "Models"])
+def test_a_tables_columns_are_headed_by_their_legends_with_their_units(title: str) -> None:
+    (p,) = [p for b in BOARDS.values() for p in panels(b) if p["title"] == title]
+    legends = [t["legendFormat"] for t in p["targets"]]
+    assert all(legends) and all(t["format"] == "table" and t["instant"] for t in p["targets"])
+    ids = [t["id"] for t in p["transformations"]]
+    assert ids[:2] == ["merge", "organize"]
+    organize = p["transformations"][1]["options"]
+    assert organize["excludeByName"] == {"Time": True}
+    refs = [t["refId"] for t in p["targets"]]
+    assert organize["renameByName"] == {
+        f"Value #{r}": n for r, n in zip(refs, legends, strict=True)
+    }
+    # Grafana matches an override by the name a column has after the transformations.
+    headed = {o["matcher"]["options"] for o in p["fieldConfig"]["overrides"]}
+    assert headed == set(legends)
+
+
+def test_the_load_curve_is_one_row_per_rate_in_the_order_of_the_rates() -> None:
+    (p,) = [p for b in BOARDS.values() for p in panels(b) if p["title"] == Panel.LOAD_CURVE]
+    for t in p["targets"]:
+        assert t["expr"].startswith("avg by (model, prompt_tokens, output_tokens, rate) ("), t
+    convert, sort = p["transformations"][2:]
+    assert convert["options"]["conversions"] == [
+        {"targetField": "rate", "destinationType": "number"}
+    ]
+    assert sort["id"] == "sortBy" and sort["options"]["sort"] == [{"field": "rate", "desc": False}]
+    assert [t["expr"].count('latency="') for t in p["targets"]] == [0, 0, 1, 1, 1]
+
+
 def test_heatmaps_read_prometheus_buckets() -> None:
     heatmaps = [p for b in BOARDS.values() for p in panels(b) if p["type"] == "heatmap"]
     assert heatmaps

@@ -27,6 +27,7 @@ from inferwatch.dashboards.queries import (
     SPEC_DECODE_PANELS,
     STEP_TIMED_PANELS,
 )
+from inferwatch.method.panels import Panel
 from inferwatch.method.spec import spec_from_config
 from inferwatch.tools.generate import write
 
@@ -59,8 +60,22 @@ def baseline_file(path: Path) -> Path:
         }
         for c in (1, 8)
     ]
-    # A capacity from the load search, so the capacity row has a line to draw.
-    capacity = capacity_entry(64, 64, 4.0, concurrency=6.0)
+    # A capacity from the load search, so the capacity row has a line to draw, and the
+    # search's steps, the rows of its latency-vs-load table.
+    steps = [
+        {
+            "rate": rate,
+            "requests": 60,
+            "requests_per_second": rate * 0.98,
+            "goodput_share": good,
+            "concurrency": rate * 1.5,
+            "ttft_p95": 0.02 * rate,
+            "itl_p95": 0.02,
+            "e2e_p95": 1.3 * rate,
+        }
+        for rate, good in ((2.0, 1.0), (4.0, 0.96), (8.0, 0.4))
+    ]
+    capacity = capacity_entry(64, 64, 4.0, concurrency=6.0, steps=steps)
     doc = {"inferwatch_baseline": 1, "cells": cells, "capacity": [capacity]}
     path.write_text(to_yaml(parse(doc)))
     return path
@@ -150,3 +165,16 @@ def test_every_panel_query_returns_data(stack) -> None:
                     failures.append(f"{name} / {panel['title']}: no data for {expr}")
     assert not failures, "\n".join(failures)
     assert checked > 50
+    # The latency-vs-load table: a row per rate the baseline's search measured, each query
+    # one value per row (the merge joins them on the same labels).
+    (curve,) = [
+        p
+        for p in dashboards(SPEC)["inferwatch-triage.json"]["panels"]
+        if p["title"] == Panel.LOAD_CURVE
+    ]
+    for target in curve["targets"]:
+        rows = prometheus.query(substitute(target["expr"], instance))
+        assert sorted(r["metric"]["rate"] for r in rows) == ["2", "4", "8"], target["expr"]
+        assert {frozenset(r["metric"]) for r in rows} == {
+            frozenset({"model", "prompt_tokens", "output_tokens", "rate"})
+        }

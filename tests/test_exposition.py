@@ -81,7 +81,27 @@ BASELINE = parse_baseline(
                 "output_tokens_per_second": 320.0,
             }
         ],
-        "capacity": [capacity_entry(256, 64, 6.0, concurrency=4.2, goodput_share=0.97)],
+        "capacity": [
+            capacity_entry(
+                256,
+                64,
+                6.0,
+                concurrency=4.2,
+                goodput_share=0.97,
+                steps=[
+                    {
+                        "rate": 6.0,
+                        "requests": 90,
+                        "requests_per_second": 5.9,
+                        "goodput_share": 0.97,
+                        "concurrency": 4.2,
+                        "ttft_p95": 0.2,
+                        "itl_p95": 0.03,
+                        "e2e_p95": 2.1,
+                    }
+                ],
+            )
+        ],
     }
 )
 

@@ -136,6 +136,35 @@ class Baseline:
         return [c for c in self.cells if c.concurrency == top]
 
 
+def capacity_series(
+    model: Labels, measured: Capacity, rate: float
+) -> dict[str, dict[Labels, float]]:
+    """The capacity at the live shape (``rate``: ``measured``'s, scaled) and the curve the
+    load search measured at that shape, one point per offered rate."""
+    shape = (
+        *model,
+        ("prompt_tokens", str(measured.prompt_tokens)),
+        ("output_tokens", str(measured.output_tokens)),
+    )
+    out: dict[str, dict[Labels, float]] = {
+        "baseline_capacity_requests_per_second": {shape: rate},
+        "baseline_step_requests_per_second": {},
+        "baseline_step_goodput_ratio": {},
+        "baseline_step_latency_seconds": {},
+    }
+    for step in measured.steps:
+        at = (*shape, ("rate", f"{step.rate:g}"))
+        out["baseline_step_requests_per_second"][at] = step.requests_per_second
+        out["baseline_step_goodput_ratio"][at] = step.goodput_share
+        for latency, value in (
+            ("ttft", step.ttft_p95),
+            ("itl", step.itl_p95),
+            ("e2e", step.e2e_p95),
+        ):
+            out["baseline_step_latency_seconds"][(*at, ("latency", latency))] = value
+    return out
+
+
 def series(
     baseline: Baseline,
     sample: BackendSample,
@@ -152,14 +181,7 @@ def series(
     out: dict[str, dict[Labels, float]] = {}
     found = at_shape(baseline.capacity, *(shape or (None, None)))
     if found is not None:
-        measured, rate = found
-        out["baseline_capacity_requests_per_second"] = {
-            (
-                *model,
-                ("prompt_tokens", str(measured.prompt_tokens)),
-                ("output_tokens", str(measured.output_tokens)),
-            ): rate
-        }
+        out.update(capacity_series(model, *found))
     base = (
         *model,
         ("concurrency", str(cell.concurrency)),

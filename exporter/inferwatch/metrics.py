@@ -250,6 +250,25 @@ CAPACITY: dict[str, MetricDef] = _defs(
         "Requests/s one replica carries with goodput at its target (the baseline's load "
         "search), scaled from the measured output length to the live one over the rate window.",
     ),
+    MetricDef(
+        "baseline_step_requests_per_second",
+        G,
+        "Requests/s the server finished at each rate the load search offered (label rate), "
+        "at the measured shape: the x axis of the latency-vs-load curve, as measured.",
+        ("rate",),
+    ),
+    MetricDef(
+        "baseline_step_goodput_ratio",
+        G,
+        "Share of the requests that met every objective jointly at each offered rate.",
+        ("rate",),
+    ),
+    MetricDef(
+        "baseline_step_latency_seconds",
+        G,
+        "Latency p95 (client side) at each offered rate, by latency (ttft, itl, e2e).",
+        ("rate", "latency"),
+    ),
 )
 
 # The canary (``serve --canary on``): small streamed requests of its own, timed client side
@@ -365,31 +384,3 @@ ALL: dict[str, MetricDef] = {
     **SERVER_CPU,
     **SELF,
 }
-
-# Each group with the labels all its series carry ([engine]: where the server has one).
-GROUPS: tuple[tuple[str, dict[str, MetricDef], tuple[str, ...]], ...] = (
-    ("backend", BACKEND, ("backend", "model", "[engine]")),
-    ("GPU (NVML)", GPU, ("gpu", "uuid", "name")),
-    ("derived", DERIVED, ("backend", "model", "[engine]")),
-    ("latency window", LATENCY_WINDOW, ("backend", "model", "quantile")),
-    (
-        "baseline",
-        BASELINE,
-        ("backend", "model", "concurrency", "prompt_tokens", "output_tokens", "percentile"),
-    ),
-    ("capacity", CAPACITY, ("backend", "model", "prompt_tokens", "output_tokens")),
-    ("canary", CANARY, ("backend", "model")),
-    ("capture", CAPTURE, ()),
-    ("server CPU", SERVER_CPU, ()),
-    ("exporter", SELF, ()),
-)
-
-
-def markdown_table() -> str:
-    """The metric table of docs/metrics.md, one row per family, from the definitions above."""
-    rows = ["| series | type | labels | meaning |", "|---|---|---|---|"]
-    for group, defs, labels in GROUPS:
-        for d in defs.values():
-            names = ", ".join(f"`{x}`" for x in (*labels, *d.labels)) or "none"
-            rows.append(f"| `{d.name}` | {d.kind.value} | {names} | {group}: {d.help} |")
-    return "\n".join(rows) + "\n"

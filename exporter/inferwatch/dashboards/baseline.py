@@ -108,4 +108,40 @@ def capacity_panels(spec: Spec) -> list[PanelSpec]:
             width=6,
             no_value=NO_CAPACITY,
         ),
+        _load_curve(),
     ]
+
+
+def _load_curve() -> PanelSpec:
+    """The load search's steps at the shape the capacity is read at: one row per rate."""
+
+    def column(key: str, legend: str, unit: str, latency: str | None = None) -> Query:
+        selector = TARGET + (f', latency="{latency}"' if latency else "")
+        shape = "model, prompt_tokens, output_tokens, rate"
+        return Query(
+            f"avg by ({shape}) ({series(key, selector)})",
+            legend,
+            instant=True,
+            table=True,
+            unit=unit,
+        )
+
+    latency = "baseline_step_latency_seconds"
+    return PanelSpec(
+        Panel.LOAD_CURVE,
+        "What the baseline's load search measured at the shape nearest the live requests, one "
+        "row per rate it offered (requests/s): what the server finished, the share of requests "
+        "that met every objective jointly (goodput), and latency p95 client side. The capacity "
+        "is the highest rate whose goodput met its target; past it, latency outgrows the load.",
+        [
+            column("baseline_step_requests_per_second", "finished requests/s", "reqps"),
+            column("baseline_step_goodput_ratio", "goodput", "percentunit"),
+            column(latency, "TTFT p95", "s", "ttft"),
+            column(latency, "ITL p95", "s", "itl"),
+            column(latency, "E2E p95", "s", "e2e"),
+        ],
+        kind="table",
+        width=24,
+        no_value=NO_CAPACITY,
+        sort_by="rate",
+    )

@@ -107,9 +107,8 @@ def _overrides(spec: PanelSpec, runbook_url_base: str) -> list[dict[str, Any]]:
         if query.unit is None or spec.kind == "heatmap":
             continue
         ref = _ref_id(i)
-        if spec.kind == "table":  # merged into one frame: the column is "Value #<refId>"
-            name = f"Value #{ref}" if len(spec.queries) > 1 else "Value"
-            matcher = {"id": "byName", "options": name}
+        if spec.kind == "table":  # merged into one frame: the column is its header
+            matcher = {"id": "byName", "options": _column(spec, i)}
         else:
             matcher = {"id": "byFrameRefID", "options": ref}
         out.append({"matcher": matcher, "properties": [{"id": "unit", "value": query.unit}]})
@@ -133,12 +132,39 @@ def _ref_id(index: int) -> str:
     return chr(ord("A") + index)
 
 
+def _column(spec: PanelSpec, index: int) -> str:
+    """A table's column of the query at ``index``: Grafana names it "Value" (one query) or
+    "Value #<refId>" (several, merged); those are renamed to the query's legend."""
+    query = spec.queries[index]
+    if len(spec.queries) == 1:
+        return "Value"
+    return query.legend or f"Value #{_ref_id(index)}"
+
+
 def _transformations(spec: PanelSpec) -> list[dict[str, Any]]:
-    """Tables: several queries merged into one table; an ALERTS table keeps its label columns,
-    alert name first, without Time, Value and __name__."""
+    """Tables: several queries merged into one table, each value column headed by its
+    query's legend, without Time; an ALERTS table keeps its label columns, alert name
+    first, without Time, Value and __name__; a table sorted by a label, that label as a
+    number."""
     out: list[dict[str, Any]] = []
     if len(spec.queries) > 1:
+        headers = {f"Value #{_ref_id(i)}": _column(spec, i) for i in range(len(spec.queries))}
         out.append({"id": "merge", "options": {}})
+        out.append(
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True},
+                    "indexByName": {},
+                    "renameByName": headers,
+                },
+            }
+        )
+    if spec.sort_by:
+        number = {"targetField": spec.sort_by, "destinationType": "number"}
+        out.append({"id": "convertFieldType", "options": {"conversions": [number], "fields": {}}})
+        sort = {"field": spec.sort_by, "desc": False}
+        out.append({"id": "sortBy", "options": {"fields": {}, "sort": [sort]}})
     if spec.runbook_column:
         order = [spec.runbook_column] + [c for c in ALERT_COLUMNS if c != spec.runbook_column]
         out.append(

@@ -94,6 +94,8 @@ class PanelSpec:
     drilldown: str | None = None
     # A table of ALERTS: this column (e.g. "alertname") links each row to its alert's runbook.
     runbook_column: str | None = None
+    # A table's rows in the ascending order of this label's values, read as numbers.
+    sort_by: str | None = None
 
 
 # One dashboard row: its title (None: no row header) and its panels, left to right.

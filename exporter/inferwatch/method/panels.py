@@ -70,3 +70,4 @@ class Panel(str, Enum):
     LOAD_VS_CAPACITY = "Load vs measured capacity"
     CAPACITY_IN_USE = "Capacity in use"
     REPLICAS_NEEDED = "Replicas needed at this traffic"
+    LOAD_CURVE = "Baseline: latency and goodput vs load"

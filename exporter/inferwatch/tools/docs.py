@@ -5,7 +5,7 @@ comments and is rewritten from its definition, so no page restates by hand what 
 says:
 
 - ``docs/exporter.md``: the flags of ``inferwatch serve`` (:data:`inferwatch.serve.options.OPTIONS`);
-- ``docs/metrics.md``: the metric contract (:func:`inferwatch.metrics.markdown_table`);
+- ``docs/metrics.md``: the metric contract (:func:`metric_table`, from :mod:`inferwatch.metrics`);
 - ``docs/alerts.md``: the cause alerts with their default thresholds (:func:`alert_table`);
 - ``docs/backends.md``: which family of each server feeds each contract series, read off the
   backends' feed tables (:func:`backends_matrix`);
@@ -35,7 +35,19 @@ from inferwatch.method.slo.alerting import FAST, SLOW
 from inferwatch.method.slo.burns import BURNS
 from inferwatch.method.slo.objectives import SLOs
 from inferwatch.method.spec import Spec, spec_from_config
-from inferwatch.metrics import BACKEND, markdown_table
+from inferwatch.metrics import (
+    BACKEND,
+    BASELINE,
+    CANARY,
+    CAPACITY,
+    CAPTURE,
+    DERIVED,
+    GPU,
+    LATENCY_WINDOW,
+    SELF,
+    SERVER_CPU,
+    MetricDef,
+)
 from inferwatch.serve.options import OPTIONS
 from inferwatch.settings import Option
 
@@ -122,6 +134,36 @@ def flags_table() -> str:
 
 
 # -- docs/alerts.md: the cause alerts ----------------------------------------------------
+
+
+# Each group of the metric contract with the labels all its series carry ([engine]: where
+# the server has one).
+METRIC_GROUPS: tuple[tuple[str, dict[str, MetricDef], tuple[str, ...]], ...] = (
+    ("backend", BACKEND, ("backend", "model", "[engine]")),
+    ("GPU (NVML)", GPU, ("gpu", "uuid", "name")),
+    ("derived", DERIVED, ("backend", "model", "[engine]")),
+    ("latency window", LATENCY_WINDOW, ("backend", "model", "quantile")),
+    (
+        "baseline",
+        BASELINE,
+        ("backend", "model", "concurrency", "prompt_tokens", "output_tokens", "percentile"),
+    ),
+    ("capacity", CAPACITY, ("backend", "model", "prompt_tokens", "output_tokens")),
+    ("canary", CANARY, ("backend", "model")),
+    ("capture", CAPTURE, ()),
+    ("server CPU", SERVER_CPU, ()),
+    ("exporter", SELF, ()),
+)
+
+
+def metric_table() -> str:
+    """The metric table of docs/metrics.md, one row per family, from the definitions."""
+    rows = ["| series | type | labels | meaning |", "|---|---|---|---|"]
+    for group, defs, labels in METRIC_GROUPS:
+        for d in defs.values():
+            names = ", ".join(f"`{x}`" for x in (*labels, *d.labels)) or "none"
+            rows.append(f"| `{d.name}` | {d.kind.value} | {names} | {group}: {d.help} |")
+    return "\n".join(rows) + "\n"
 
 
 def _condition(cond: Cond, spec: Spec) -> str:
@@ -273,7 +315,7 @@ PACKAGE = "exporter/inferwatch/"
 
 PAGES: dict[str, tuple[Region, ...]] = {
     "docs/exporter.md": (Region("flags table", PACKAGE + "serve/options.py", flags_table),),
-    "docs/metrics.md": (Region("metric table", PACKAGE + "metrics.py", markdown_table),),
+    "docs/metrics.md": (Region("metric table", PACKAGE + "metrics.py", metric_table),),
     "docs/alerts.md": (Region("alert table", PACKAGE + "method/alerts/", alert_table),),
     "docs/backends.md": (Region("backend matrix", PACKAGE + "collect/backends/", backends_matrix),),
     "docs/slos.md": (
