@@ -37,7 +37,7 @@ CHECK_MARKERS := not vllm and not e2e and not llamacpp and not triton and not sl
 CHECK_WORKERS := $(shell echo $$(( 2 * $$(nproc) )))
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: test check lint generate demo bench debs clean
+.PHONY: test check lint generate demo bench e2e-times debs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -113,6 +113,12 @@ demo: $(VENV)/.installed $(VLLM_VENV)/.installed debs
 
 bench: $(VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) bench/exporter.py --vllm --write-docs
+
+# The e2e on every core, then pinned to one (about 35 minutes): each writes its times from
+# every fault's onset into the README (tests/test_e2e.py, INFERWATCH_E2E_TIMES).
+e2e-times: $(VENV)/.installed $(VLLM_VENV)/.installed debs
+	INFERWATCH_E2E_TIMES=1 $(PY) -m pytest -m e2e -x -q -s
+	INFERWATCH_E2E_TIMES=1 taskset -c 0 $(PY) -m pytest -m e2e -x -q -s
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(TRITON_VENV) .cache tests/k8s/node_modules \

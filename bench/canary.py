@@ -39,7 +39,12 @@ sys.path.insert(0, str(REPO))
 
 from demo.stack import Inferwatch, VllmServer, children_of, http_get  # noqa: E402
 from inferwatch.serve.command import OPTIONS  # noqa: E402
-from inferwatch.tools.docs import CANARY_BENCH, PERFORMANCE, write_performance  # noqa: E402
+from inferwatch.tools.measured import (  # noqa: E402
+    CANARY_BENCH,
+    PERFORMANCE,
+    this_machine,
+    write_figures,
+)
 
 PROBES = "inferwatch_canary_probes_total"
 
@@ -143,16 +148,13 @@ def main() -> None:
             )
         figures["CPU per probe"] = per_probe
         figures["CPU with / without the canary"] = ratio
-        write_performance(REPO / PERFORMANCE, figures, machine(args), CANARY_BENCH)
+        write_figures(REPO / PERFORMANCE, figures, machine(args), CANARY_BENCH)
 
 
 def machine(args: argparse.Namespace) -> dict[str, str]:
     """Where and when the figures were measured, and with which options."""
-    return {
-        "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "cores (nproc)": str(len(os.sched_getaffinity(0))),
-        "options": f"--seconds {args.seconds:g} --canary-interval {args.canary_interval:g}",
-    }
+    options = f"--seconds {args.seconds:g} --canary-interval {args.canary_interval:g}"
+    return {**this_machine(), "options": options}
 
 
 if __name__ == "__main__":

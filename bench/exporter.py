@@ -32,11 +32,9 @@ import argparse
 import asyncio
 import contextlib
 import os
-import platform
 import sys
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 
 import aiohttp
@@ -52,7 +50,7 @@ from inferwatch.collect.backends import VLLM, Mapper  # noqa: E402
 from inferwatch.collect.poller import Poller, PollSettings  # noqa: E402
 from inferwatch.collect.upstream import Upstream  # noqa: E402
 from inferwatch.serve.exposition import Renderer, render  # noqa: E402
-from inferwatch.tools.docs import PERFORMANCE, write_performance  # noqa: E402
+from inferwatch.tools.measured import PERFORMANCE, this_machine, write_figures  # noqa: E402
 
 CAPTURES = sorted((REPO / "tests" / "fixtures").glob("vllm-0.32.0-cpu-*.prom"))
 
@@ -68,29 +66,10 @@ class Report:
         print(f"{name}: {value}", flush=True)
 
 
-def cpu_model(cpuinfo: str) -> str:
-    """The CPU's model name as /proc/cpuinfo gives it (x86 ``model name``, Arm ``Model``)."""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("model name", "Model", "cpu model") and value.strip():
-            return value.strip()
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
 def machine(args: argparse.Namespace) -> dict[str, str]:
     """Where and when the figures were measured, and with which options."""
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        cpuinfo = ""
     options = f"--seconds {args.seconds:g}" + (" --vllm" if args.vllm else "")
-    return {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        "cores (nproc)": str(len(os.sched_getaffinity(0))),
-        "CPU": cpu_model(cpuinfo),
-        "Python": platform.python_version(),
-        "options": options,
-    }
+    return {**this_machine(), "options": options}
 
 
 def big_page(series: int = 100_000) -> str:
@@ -386,7 +365,7 @@ def main() -> None:
             f"{share * 100:.2f} % of one core ({requests} requests completed meanwhile)",
         )
     if args.write_docs:
-        write_performance(REPO / PERFORMANCE, report.figures, machine(args))
+        write_figures(REPO / PERFORMANCE, report.figures, machine(args))
         print(f"wrote the figures into {PERFORMANCE}")
 
 

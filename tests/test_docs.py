@@ -10,22 +10,21 @@ from pathlib import Path
 
 import pytest
 
+from demo.scenarios import SCENARIOS
 from inferwatch.collect.backends import BACKENDS
 from inferwatch.method.alerts import ALERTS
 from inferwatch.metrics import ALL, BACKEND
 from inferwatch.serve.options import OPTIONS
-from inferwatch.tools.docs import (
-    ABSENT,
+from inferwatch.tools.docs import ABSENT, PAGES, alert_table, feed_cell, with_regions
+from inferwatch.tools.measured import (
     BENCH,
     CANARY_BENCH,
+    E2E_TIMES,
     NOT_MEASURED,
-    PAGES,
     PERFORMANCE,
-    alert_table,
-    feed_cell,
-    performance_region,
-    with_regions,
-    write_performance,
+    cpu_model,
+    figures_region,
+    write_figures,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -223,8 +222,32 @@ def test_the_canary_region_holds_its_run_or_says_there_is_none() -> None:
         assert "| CPU with / without the canary |" in body, body
 
 
+@pytest.mark.parametrize("pinned", [False, True])
+def test_the_readme_holds_an_e2e_run_of_each_kind_or_says_there_is_none(pinned: bool) -> None:
+    body = E2E_TIMES[pinned].body(README.read_text())
+    if body == "Not measured yet: run `make e2e-times`.\n":
+        return
+    assert body.startswith("Measured by `make e2e-times`: "), body
+    cores = re.search(r"cores \(nproc\) (\d+)", body.splitlines()[0])
+    assert cores and (cores[1] == "1") == pinned, body
+    # A row per scenario, each saying when its alert came.
+    for scenario in SCENARIOS:
+        assert f"| {scenario.name} | {scenario.expect} " in body, scenario.name
+
+
+def test_an_e2e_region_is_a_row_per_scenario() -> None:
+    times = {"load ramp": "InferenceNearCapacity 34.9 s; never: InferenceQueueingDelay"}
+    lines = figures_region(times, MACHINE, E2E_TIMES[True]).splitlines()
+    assert lines[0].startswith("Measured by `make e2e-times`: date 2030-01-02, cores (nproc) 2")
+    assert lines[2:] == [
+        "| scenario | from the fault's onset |",
+        "|---|---|",
+        "| load ramp | InferenceNearCapacity 34.9 s; never: InferenceQueueingDelay |",
+    ]
+
+
 def test_the_bench_region_is_rendered_from_the_figures() -> None:
-    body = performance_region(FIGURES, MACHINE)
+    body = figures_region(FIGURES, MACHINE)
     lines = body.splitlines()
     assert lines[0] == (
         "Measured by `make bench` (`bench/exporter.py --write-docs`): date 2030-01-02, "
@@ -232,20 +255,20 @@ def test_the_bench_region_is_rendered_from_the_figures() -> None:
     )
     assert "| CPU per poll (fetch + normalize + derive) | 2.140 ms |" in lines
     assert "| /metrics latency, 8 scrapers back to back | p50 1.39 ms \\| p99 4.10 ms |" in lines
-    assert body == performance_region(FIGURES, MACHINE)
+    assert body == figures_region(FIGURES, MACHINE)
 
 
-def test_write_performance_replaces_only_its_region(tmp_path: Path) -> None:
+def test_write_figures_replaces_only_its_region(tmp_path: Path) -> None:
     page = tmp_path / "performance.md"
     original = (REPO / PERFORMANCE).read_text()
     page.write_text(original)
-    write_performance(page, FIGURES, MACHINE)
+    write_figures(page, FIGURES, MACHINE)
     written = page.read_text()
-    assert BENCH.body(written) == performance_region(FIGURES, MACHINE)
+    assert BENCH.body(written) == figures_region(FIGURES, MACHINE)
     start, stop = BENCH.span(written)
     ostart, ostop = BENCH.span(original)
     assert written[:start] == original[:ostart] and written[stop:] == original[ostop:]
-    write_performance(page, {"one figure": "1 ms"}, MACHINE)  # a second run replaces the first
+    write_figures(page, {"one figure": "1 ms"}, MACHINE)  # a second run replaces the first
     assert "2.140 ms" not in page.read_text() and "| one figure | 1 ms |" in page.read_text()
 
 
@@ -263,7 +286,7 @@ def test_bench_reports_what_it_prints_and_names_the_machine(capsys) -> None:
     assert capsys.readouterr().out == "CPU per poll: 2.000 ms\n"
     assert report.figures == {"CPU per poll": "2.000 ms"}
     cpuinfo = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nprocessor\t: 1\nmodel name\t: AMD\n"
-    assert bench.cpu_model(cpuinfo) == "AMD EPYC 7B13"
+    assert cpu_model(cpuinfo) == "AMD EPYC 7B13"
     machine = bench.machine(argparse.Namespace(seconds=20.0, vllm=True))
     assert list(machine) == ["date", "cores (nproc)", "CPU", "Python", "options"]
     assert machine["cores (nproc)"].isdigit() and machine["options"] == "--seconds 20 --vllm"

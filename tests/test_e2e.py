@@ -8,14 +8,16 @@ set may arrive, and everything clears before the next scenario. While the alert 
 ``inferwatch diagnose --prometheus`` must name the same cause first. Thresholds and fault
 sizes come from ``inferwatch calibrate`` and measurements of the same vLLM at the start
 (``demo/calibration.py``). The measured times from fault onset are printed (docs/demo.md
-says what they are; no page copies them); when the alert never comes, so does each of its
-conditions over the scenario, as Prometheus evaluated them.
+says what they are) and, with ``INFERWATCH_E2E_TIMES=1`` (``make e2e-times``), a whole run's
+written into the README's region for the cores it ran on; when the alert never comes, so
+does each of its conditions over the scenario, as Prometheus evaluated them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sys
 import time
@@ -40,6 +42,7 @@ from demo.stack import VllmServer, chromium
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
 from inferwatch.method.slo import FAST as SLO_PAGE
+from inferwatch.tools.measured import E2E_TIMES, README, this_machine, write_figures
 
 pytestmark = pytest.mark.e2e
 
@@ -49,6 +52,34 @@ pytestmark = pytest.mark.e2e
 USERS_VIEW = set(SLO_ALERTS) | {name for name, alert in ALERTS.items() if alert.symptom}
 # Alertmanager's group_wait (1 s in the demo config) and the webhook's own delivery time.
 NOTIFY_SLACK = 2.0
+
+
+# Each scenario's times from its fault's onset, as the README's table says them.
+TIMES: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def times_in_the_readme():
+    """With INFERWATCH_E2E_TIMES=1, a run of every scenario writes its times into the
+    README's region for the cores it ran on (every core, or pinned to one)."""
+    yield
+    if os.environ.get("INFERWATCH_E2E_TIMES") == "1" and len(TIMES) == len(SCENARIOS):
+        pinned = len(os.sched_getaffinity(0)) == 1
+        readme = Path(__file__).resolve().parents[1] / README
+        write_figures(readme, TIMES, this_machine(), E2E_TIMES[pinned])
+
+
+def times(outcome: Outcome) -> str:
+    """``InferenceNearCapacity 34.9 s; others: InferenceSLOFastBurn 125.7 s; never:
+    InferenceQueueingDelay``: the expected alert, the others in the order they arrived, and
+    those the scenario orders after it that never came."""
+    scenario = outcome.scenario
+    arrived = sorted((at - outcome.onset, name) for name, at in outcome.received.items())
+    others = [f"{name} {took:.1f} s" for took, name in arrived if name != scenario.expect]
+    text = f"{scenario.expect} {outcome.latency:.1f} s"
+    text += f"; others: {', '.join(others)}" if others else ""
+    never = sorted(scenario.after - set(outcome.received))
+    return text + (f"; never: {', '.join(never)}" if never else "")
 
 
 @pytest.fixture(scope="module")
@@ -361,6 +392,7 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
     )
     assert took <= budget
 
+    TIMES[scenario.name] = times(outcome)
     (code, report), shown, alone, page = outcome.on_alert
     # The sidecar's own verdict page names the cause too, from its polls alone.
     print(f"verdict page: {', '.join(findings_of(shown)) or shown.verdict['state']}")

@@ -13,16 +13,14 @@ says:
   conditions (:data:`inferwatch.method.slo.burns.BURNS`) and the SLO alerts' promtool
   scenarios by name.
 
-``docs/performance.md`` holds one more region, :data:`BENCH`, that only ``make bench``
-writes (``bench/exporter.py --write-docs`` calls :func:`write_performance`): measured figures
-never come from a hand-edited line. tests/test_docs.py fails while a committed page differs
-from what this module writes.
+The regions a run writes (a bench's figures, the e2e's times) are :mod:`inferwatch.tools.measured`'s.
+tests/test_docs.py fails while a committed page differs from what this module writes.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,14 +89,14 @@ class Region:
         return text[:start] + body + text[stop:]
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
     """Text for a Markdown table cell: a ``|`` (even in a code span) is no column break."""
     return text.replace("|", "\\|")
 
 
-def _prose(text: str) -> str:
+def prose(text: str) -> str:
     """Plain text for a table cell: no column breaks, no accidental emphasis."""
-    return _cell(text).replace("*", "\\*")
+    return cell(text).replace("*", "\\*")
 
 
 # -- docs/exporter.md: the flags ---------------------------------------------------------
@@ -124,7 +122,7 @@ def flags_table() -> str:
         "|---|---|---|---|---|",
     ]
     for option in OPTIONS:
-        what = _prose(option.help)
+        what = prose(option.help)
         if option.choices:
             what += "; one of " + ", ".join(f"`{c}`" for c in option.choices)
         rows.append(
@@ -164,6 +162,9 @@ def metric_table() -> str:
             names = ", ".join(f"`{x}`" for x in (*labels, *d.labels)) or "none"
             rows.append(f"| `{d.name}` | {d.kind.value} | {names} | {group}: {d.help} |")
     return "\n".join(rows) + "\n"
+
+
+# -- docs/alerts.md: the cause alerts ----------------------------------------------------
 
 
 def _condition(cond: Cond, spec: Spec) -> str:
@@ -260,7 +261,7 @@ def backends_matrix() -> str:
         "|---|" + "---|" * len(backends),
     ]
     for key, definition in BACKEND.items():
-        cells = [_cell(feed_cell(_feed(b, key))) for b in backends]
+        cells = [cell(feed_cell(_feed(b, key))) for b in backends]
         rows.append(f"| `{definition.name}` | " + " | ".join(cells) + " |")
     recognised = [", ".join(f"`{p}…`" for p in b.signature) for b in backends]
     rows.append("| *`--backend auto` recognises* | " + " | ".join(recognised) + " |")
@@ -306,7 +307,7 @@ def slo_example(root: Path | None = None) -> str:
 
 def slo_scenarios() -> str:
     """The SLO alerts' promtool scenarios by name (each says what must fire, and when)."""
-    return "".join(f"- {_prose(s['name'])}\n" for s in (*SLO_FAST, *SLO_SLOW))
+    return "".join(f"- {prose(s['name'])}\n" for s in (*SLO_FAST, *SLO_SLOW))
 
 
 # -- the pages ---------------------------------------------------------------------------
@@ -344,47 +345,6 @@ def generate(root: Path) -> list[str]:
             path.write_text(new)
             changed.append(page)
     return changed
-
-
-# -- docs/performance.md: written by `make bench` ----------------------------------------
-
-PERFORMANCE = "docs/performance.md"
-NOT_MEASURED = "Not measured yet: run `make bench`.\n"
-
-
-def _no_render() -> str:
-    raise RuntimeError("the bench figures come from a run: bench/exporter.py --write-docs")
-
-
-BENCH = Region("bench figures", "bench/exporter.py", _no_render, by="make bench")
-# The canary's cost, a run of its own (minutes of a real vLLM, not part of `make bench`).
-CANARY_BENCH = Region(
-    "canary figures", "bench/canary.py", _no_render, by="bench/canary.py --write-docs"
-)
-
-
-def performance_region(
-    figures: Mapping[str, str], machine: Mapping[str, str], region: Region = BENCH
-) -> str:
-    """The body of a bench's region: where and when the figures were measured, then each."""
-    about = ", ".join(f"{k} {v}" for k, v in machine.items())
-    run = "`make bench` (`bench/exporter.py --write-docs`)" if region is BENCH else f"`{region.by}`"
-    rows = [
-        f"Measured by {run}: {_prose(about)}.",
-        "",
-        "| figure | value |",
-        "|---|---|",
-        *(f"| {_cell(name)} | {_cell(value)} |" for name, value in figures.items()),
-    ]
-    return "\n".join(rows) + "\n"
-
-
-def write_performance(
-    path: Path, figures: Mapping[str, str], machine: Mapping[str, str], region: Region = BENCH
-) -> None:
-    """Rewrites a bench's region of ``path`` (docs/performance.md) with a run's figures."""
-    text = path.read_text()
-    path.write_text(region.write(text, performance_region(figures, machine, region), str(path)))
 
 
 def main(argv: list[str]) -> int:
