@@ -7,7 +7,8 @@
    finishes). Next to it, prometheus_client's full text parser over the same page, measured
    in the same run, as the reference.
 2. CPU share of a real ``inferwatch serve`` process polling at 10 Hz, next to the share of
-   an empty asyncio loop waking at 10 Hz (this machine's floor), measured in the same run:
+   an empty asyncio loop waking at 10 Hz (this machine's floor) and of one that only fetches
+   the page at 10 Hz (the floor of polling over loopback here), measured in the same run:
    against the rotating captures (worst case) and, with ``--vllm``, against a real vLLM on
    CPU under a steady load of 8 concurrent requests.
 3. ``/metrics`` latency p50/p99 under 8 concurrent scrapers against that process: bursts of 8
@@ -186,11 +187,16 @@ async def scrape_latency(
     return latencies
 
 
-async def idle_loop_share(seconds: float) -> float:
-    """CPU share of an asyncio loop that only wakes at 10 Hz: the machine's floor."""
+async def loop_share(seconds: float, url: str | None = None) -> float:
+    """CPU share of an asyncio loop that wakes at 10 Hz and does nothing (the machine's
+    floor), or only GETs ``url`` over one kept connection (the floor of polling it here:
+    the loopback round trip, waking the backend, no parsing)."""
+    upstream = Upstream(url, timeout=5, max_bytes=16 * 1024 * 1024) if url else None
 
     async def tick() -> None:
         while True:
+            if upstream is not None:
+                await upstream.get_exposition("/metrics")
             await asyncio.sleep(0.1)
 
     task = asyncio.create_task(tick())
@@ -199,6 +205,8 @@ async def idle_loop_share(seconds: float) -> float:
     await asyncio.sleep(seconds)
     share = (time.process_time() - cpu0) / (time.monotonic() - wall0)
     task.cancel()
+    if upstream is not None:
+        await upstream.close()
     return share
 
 
@@ -329,11 +337,13 @@ def main() -> None:
             f"{cost['reference'] / cost['normalize']:.1f}x normalize)",
         )
         share = serve_share(url, args.seconds, workdir)
-        floor = asyncio.run(idle_loop_share(args.seconds))
+        floor = asyncio.run(loop_share(args.seconds))
+        fetching = asyncio.run(loop_share(args.seconds, url))
         report(
             "CPU share of `inferwatch serve` polling at 10 Hz, rotating captures",
             f"{share * 100:.2f} % of one core (an empty asyncio loop waking at 10 Hz: "
-            f"{floor * 100:.2f} %)",
+            f"{floor * 100:.2f} %; one that only fetches the page at 10 Hz: "
+            f"{fetching * 100:.2f} %)",
         )
         with exporter_polling(url, workdir) as (exporter, ex_port):
             base = f"http://127.0.0.1:{ex_port}"
