@@ -146,6 +146,27 @@ def test_a_page_that_fits_a_page_layout_is_read_by_its_values() -> None:
         scanner.by_layout(moved, limit=2)
 
 
+def test_a_family_that_comes_and_goes_is_read_by_its_layout_and_its_page_by_the_pages() -> None:
+    # Two states of one server, one with a family the other lacks (speculative decoding's,
+    # a LoRA adapter's), in turn: after a round, neither is read in full again.
+    def page(n: int, busy: bool) -> str:
+        calm = f'# TYPE g gauge\ng{{x="1"}} {n}\n# TYPE h histogram\nh_bucket{{le="+Inf"}} 2\nh_count 2\n'
+        return calm + (f'# TYPE s counter\ns_total{{k="1"}} {100 + n}\n' if busy else "")
+
+    scanner = PageScanner({"g", "h_bucket", "h_count", "s_total"})
+    for n in range(3):
+        for busy in (False, True):
+            scanner.scan(page(n, busy))
+    reads = scanner._full_reads
+    for n in range(3, 6):
+        for busy in (False, True):
+            fitted = scanner.by_layout(page(n, busy))
+            assert fitted is not None, busy
+            assert fitted[1] == ([n, 2, 2, 100 + n] if busy else [n, 2, 2])
+            assert scanner.scan(page(n, busy)).samples["g"] == [('x="1"', n)]
+    assert scanner._full_reads == reads
+
+
 @pytest.mark.parametrize(
     "changed",
     [

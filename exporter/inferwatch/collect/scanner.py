@@ -312,7 +312,10 @@ class PageScanner:
 
     def _chunks(self, text: str) -> list[tuple[str, str]]:
         """(family, text from its TYPE line on) for each family; ("", prologue) first. The
-        blocks of a family that left the page are forgotten."""
+        text of a family that left the page is forgotten, its layouts are not: a family that
+        comes and goes (a server's state, a page of another replica behind one URL) is read
+        by its layout when it comes back, and the page's layout is remembered again. They
+        are bounded: only wanted families have layouts, :data:`LAYOUTS` each."""
         # Chunk i+1 starts with "<family> <type>\n" and holds the family's lines (and, at its
         # end, the next family's # HELP line); chunk 0 precedes any TYPE line.
         chunks = ("\n" + text).split("\n# TYPE ")
@@ -320,7 +323,6 @@ class PageScanner:
         present = {family for family, _ in out}
         for family in self._blocks.keys() - present - {"\n"}:
             del self._blocks[family]
-            self._layouts.pop(family, None)
         return out
 
 
