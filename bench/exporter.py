@@ -4,8 +4,8 @@
    another process, so only the exporter's CPU is counted), split into fetch, normalize and
    render. The backend rotates through the vLLM 0.32 captures, so every family's values
    change on every poll and some families come and go (the worst case: on a real server
-   most histograms only move when a request finishes). Next to it, prometheus_client's full text parser over the same page, measured
-   in the same run, as the reference.
+   most histograms only move when a request finishes). Next to it, prometheus_client's full
+   text parser over the same page, measured in the same run, as the reference.
 2. CPU share of a real ``inferwatch serve`` process polling at 10 Hz, next to the share of
    an empty asyncio loop waking at 10 Hz (this machine's floor) and of one that only fetches
    the page at 10 Hz (the floor of polling over loopback here), measured in the same run:

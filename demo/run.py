@@ -2,8 +2,8 @@
 driven through faults while the terminal shows what inferwatch sees.
 
 Baseline first: once vLLM is up, ``inferwatch calibrate`` measures it and the thresholds
-and fault sizes come from that (the first screen shows them). Phases: normal -> load ramp -> overload
--> long prompts -> KV-cache pressure -> engine stall -> slow path (a proxy in front of the
+and fault sizes come from that (the first screen shows them). Phases: normal -> load ramp
+-> overload -> long prompts -> KV-cache pressure -> engine stall -> slow path (a proxy in front of the
 server delays the canary's requests) -> broken route (the proxy answers 503) -> backend crash
 -> recovery. For each, the live view shows the phase verdict (which phase and layer the
 firing alerts name), the key series (the canary's client gap among them), and the alerts

@@ -71,13 +71,16 @@ CANARY = "InferenceCanaryFailing"
 # and the canary wait for CPU before the engine sees a request, and the canary's first token
 # comes later than the server's TTFT says, as a user's would.
 GAP = "InferenceClientGap"
+# Past the measured capacity: the queue (listed under the capacity ticket, which explains
+# it), the regression and what users see.
+PAST_CAPACITY = frozenset({QUEUEING, REGRESSION, CANARY, GAP})
 
 SCENARIOS = (
     Scenario(
         "load ramp",
         NEAR_CAPACITY,
         load_ramp,
-        also_allowed=frozenset({QUEUEING, REGRESSION, CANARY, GAP}),
+        also_allowed=PAST_CAPACITY,
         story="Traffic stepping up through the measured capacity: 60 % of it, then between "
         "the ticket's threshold and the capacity, then the overload: the capacity ticket "
         "comes while requests still meet their objectives, before the queue and the page.",
@@ -90,7 +93,7 @@ SCENARIOS = (
         overload,
         # The queue forms at once: InferenceQueueingDelay holds too, listed under the
         # capacity it explains (Alertmanager inhibits it while the ticket fires).
-        also_allowed=frozenset({QUEUEING, REGRESSION, CANARY, GAP}),
+        also_allowed=PAST_CAPACITY,
         story="4x the batch in clients at once, past the measured capacity: requests wait to "
         "be scheduled, TTFT is queue time (the queueing listed under the capacity ticket).",
     ),

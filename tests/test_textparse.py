@@ -150,7 +150,10 @@ def test_a_family_that_comes_and_goes_is_read_by_its_layout_and_its_page_by_the_
     # Two states of one server, one with a family the other lacks (speculative decoding's,
     # a LoRA adapter's), in turn: after a round, neither is read in full again.
     def page(n: int, busy: bool) -> str:
-        calm = f'# TYPE g gauge\ng{{x="1"}} {n}\n# TYPE h histogram\nh_bucket{{le="+Inf"}} 2\nh_count 2\n'
+        calm = (
+            f'# TYPE g gauge\ng{{x="1"}} {n}\n'
+            '# TYPE h histogram\nh_bucket{le="+Inf"} 2\nh_count 2\n'
+        )
         return calm + (f'# TYPE s counter\ns_total{{k="1"}} {100 + n}\n' if busy else "")
 
     scanner = PageScanner({"g", "h_bucket", "h_count", "s_total"})

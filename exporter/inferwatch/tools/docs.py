@@ -13,8 +13,9 @@ says:
   conditions (:data:`inferwatch.method.slo.burns.BURNS`) and the SLO alerts' promtool
   scenarios by name.
 
-The regions a run writes (a bench's figures, the e2e's times) are :mod:`inferwatch.tools.measured`'s.
-tests/test_docs.py fails while a committed page differs from what this module writes.
+The regions a run writes (a bench's figures, the e2e's times) are
+:mod:`inferwatch.tools.measured`'s. tests/test_docs.py fails while a committed page differs
+from what this module writes.
 """
 
 from __future__ import annotations
