@@ -441,3 +441,27 @@ async def test_only_a_windows_pages_are_kept(exporter) -> None:
     assert kept[-1] - kept[0] == history.window and len(kept) == 31
     assert doc["window_seconds"] == history.window  # the verdict still spans the window
     assert len(doc["series"]["running"]) == 49  # every point but the first has a window
+
+
+async def test_a_usual_verdict_is_computed_on_the_loop_a_huge_ones_in_a_thread(
+    exporter, monkeypatch
+) -> None:
+    """A thread hop costs more than a usual page's verdict; a snapshot of more series than
+    INLINE_SERIES has its verdict computed in a worker thread, so that requests keep being
+    answered meanwhile."""
+    _, _, poller, client, apps = exporter
+    await client()
+    hops: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(fn, *args):
+        hops.append(fn.__name__)
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(verdict_module.asyncio, "to_thread", counted)
+    await poll(exporter, AFTER, KV_FULL)
+    assert verdict_module._series(poller.snapshot) <= verdict_module.INLINE_SERIES
+    assert hops == [] and apps[0][VERDICT].verdict.state == "findings"
+    monkeypatch.setattr(verdict_module, "INLINE_SERIES", 1)
+    await poll(exporter, AFTER)
+    assert hops == ["_compute"] and apps[0][VERDICT].verdict.state != "collecting"

@@ -14,8 +14,9 @@ new page yields:
 - one point of each sparkline series: the signal over the window from the previous page.
 
 No number here has a recipe of its own: they all come from :mod:`inferwatch.method.local`.
-The work runs off the event loop once per recorded page; requests only format the result
-(:mod:`inferwatch.serve.verdict_page`).
+The work runs once per recorded page, on the event loop for a snapshot of a usual size (a
+thread hop costs more than its verdict: ``bench/exporter.py``) and off it for a bigger one
+(:data:`INLINE_SERIES`); requests only format the result (:mod:`inferwatch.serve.verdict_page`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ log = logging.getLogger(__name__)
 KEEP_SECONDS = 900.0
 MAX_POINTS = 360
 DEFAULT_STEP = 5.0
+# The most backend series a snapshot may hold for its verdict to be computed on the event
+# loop: about four times the samples the largest real capture in tests/fixtures maps (244).
+# Handing a usual verdict to a worker thread cost more than computing it (the thread's
+# wake-ups and the GIL's hand-overs); a bigger snapshot's verdict is computed in one, so
+# that /metrics and /healthz keep answering meanwhile.
+INLINE_SERIES = 1_000
 # The sparklines: signals by name, in display order.
 SERIES = (
     "ttft_p95",
@@ -90,6 +97,15 @@ class Verdict:
 
 
 COLLECTING = Verdict("collecting", None, None, "", "waiting for two polls")
+
+
+def _series(snap: Snapshot) -> int:
+    """How many series of the backend a snapshot holds (a histogram counts as one)."""
+    if snap.backend is None:
+        return 0
+    return sum(map(len, snap.backend.values.values())) + sum(
+        map(len, snap.backend.histograms.values())
+    )
 
 
 def number(value: float | None) -> float | None:
@@ -188,10 +204,11 @@ class VerdictHistory:
             if snap is self._last[0]:
                 return
             try:
-                points, pages = tuple(self._points), tuple(self._pages)
-                point, page, parsed, verdict = await asyncio.to_thread(
-                    self._compute, snap, at, points, pages, self._last[1]
-                )
+                args = (snap, at, tuple(self._points), tuple(self._pages), self._last[1])
+                if _series(snap) <= INLINE_SERIES:
+                    point, page, parsed, verdict = self._compute(*args)
+                else:
+                    point, page, parsed, verdict = await asyncio.to_thread(self._compute, *args)
             except Exception:  # a bug must not reach the request path or stop the task
                 if self._bug_log.allow("verdict") is not None:
                     log.exception("computing the verdict failed")
