@@ -88,7 +88,10 @@ class Step:
 
     def values(self, page_values: list[float]) -> tuple[tuple[float, ...], ...]:
         """The source's values on this page, per sample name."""
-        return tuple(get(page_values) for get in self.getters)
+        getters = self.getters
+        if len(getters) == 1:  # a scalar family
+            return (getters[0](page_values),)
+        return tuple([get(page_values) for get in getters])
 
     def series(
         self, read: tuple[tuple[float, ...], ...], dropped: list[Dropped]
@@ -112,10 +115,15 @@ class Plan:
 
     def __init__(self, steps: tuple[Step, ...]) -> None:
         self.steps = steps
-        # (feed key, source) -> (its values on the last page, its series, what was left out)
-        self._last: dict[
-            tuple[str, str], tuple[tuple, SeriesValues | HistogramValues, list[Dropped]]
-        ] = {}
+        # The steps feed by feed (one, or every source of a feed_sum on the page), and
+        # whether the feed's series are histograms: worked out once, not at every page.
+        self._feeds = tuple(
+            (feed, feed.kind is Kind.HISTOGRAM, tuple(group))
+            for feed, group in groupby(steps, lambda step: step.feed)
+        )
+        # Each step's (its values on the last page, its series, what was left out).
+        self._last: list[tuple[tuple, SeriesValues | HistogramValues, list[Dropped]] | None]
+        self._last = [None] * len(steps)
 
     @classmethod
     def of(
@@ -148,22 +156,24 @@ class Plan:
         self, page_values: list[float]
     ) -> tuple[dict[str, SeriesValues], dict[str, HistogramValues], list[Dropped]]:
         """The page's series by feed (scalars, histograms) and what was left out."""
-        last, self._last = self._last, {}
+        last = self._last
         dropped: list[Dropped] = []
         values: dict[str, SeriesValues] = {}
         histograms: dict[str, HistogramValues] = {}
-        for key, steps in groupby(self.steps, lambda step: step.feed.key):
+        at = 0
+        for feed, histogram, steps in self._feeds:
             parts = []
-            for step in steps:  # one, or every source of a feed_sum on the page
+            for step in steps:
                 read = step.values(page_values)
-                memo = last.get((key, step.source.name))
+                memo = last[at]
                 if memo is None or memo[0] != read:  # the same values: the same series
                     left_out: list[Dropped] = []
-                    memo = (read, step.series(read, left_out), left_out)
-                self._last[key, step.source.name] = memo
-                dropped.extend(memo[2])
+                    memo = last[at] = (read, step.series(read, left_out), left_out)
+                if memo[2]:
+                    dropped.extend(memo[2])
                 parts.append(memo[1])
-            series = families.added(parts, step.feed, dropped) if step.feed.adds else parts[0]
+                at += 1
+            series = families.added(parts, feed, dropped) if feed.adds else parts[0]
             if series:
-                (histograms if step.feed.kind is Kind.HISTOGRAM else values)[key] = series
+                (histograms if histogram else values)[feed.key] = series
         return values, histograms, dropped
