@@ -149,3 +149,39 @@ def test_a_bug_in_the_window_leaves_out_its_series_and_nothing_else(
     assert "_window_seconds" not in page
     failures = [r for r in caplog.records if "latency window failed" in r.getMessage()]
     assert len(failures) == 1  # once, then at most once a minute
+
+
+def test_the_quantiles_are_computed_once_when_read_not_at_every_poll(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    computed = []
+    monkeypatch.setattr(
+        "inferwatch.collect.window.histogram_quantile",
+        lambda q, buckets: computed.append(q) or 0.5,
+    )
+    window = LatencyWindow(60.0)
+    for i in range(100):  # a minute and more of polls, nobody reading
+        out = window.update(float(i), sample({"": hist(i, i, i, i)}))
+    assert computed == []
+    assert q(out, "0.5") == 0.5 and q(out, "0.99") == 0.5
+    assert len(computed) == 3  # each quantile of the one series, once
+    assert q(out, "0.95") == 0.5 and len(computed) == 3
+
+
+def test_a_bug_in_computing_the_quantiles_when_read_leaves_out_their_series_alone(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(q: float, buckets: list) -> float:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr("inferwatch.collect.window.histogram_quantile", broken)
+    monkeypatch.setattr("inferwatch.collect.window.MIN_SPAN", 0.0)
+    clock = iter(range(1000))
+    upstream = PageUpstream(fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom"))
+    poller = Poller(upstream, VLLM, None, PollSettings(), clock=lambda: float(next(clock)))
+    snaps = [asyncio.run(poller.poll_once()) for _ in range(3)]
+    page = render(snaps[-1]).decode()
+    assert "inferwatch_backend_up 1" in page.replace('{backend="vllm"}', "")
+    assert "inferwatch_time_to_first_token_seconds_bucket" in page
+    assert "_window_seconds" not in page
+    assert any("latency window failed" in r.getMessage() for r in caplog.records)

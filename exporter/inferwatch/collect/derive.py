@@ -278,16 +278,16 @@ def decode_floor(
 def derived(
     qwi: tuple[dict[Labels, bool], dict[Labels, float]],
     floor: dict[Labels, float],
-    latency_window: dict[str, dict[Labels, float]],
+    latency_window: Mapping[str, Mapping[Labels, float]],
 ) -> Derived:
+    """The poll's derived signals; ``latency_window`` read-only already (the window's
+    quantiles are computed when first read: :class:`~inferwatch.collect.window.Quantiles`)."""
     state, seconds = qwi
     return Derived(
         queued_while_idle=MappingProxyType(state),
         queued_while_idle_seconds_total=MappingProxyType(seconds),
         decode_floor_seconds=MappingProxyType(floor),
-        latency_window=MappingProxyType(
-            {k: MappingProxyType(v) for k, v in latency_window.items()}
-        ),
+        latency_window=latency_window,
     )
 
 

@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -211,7 +211,7 @@ class Poller:
 
     def _latency_window(
         self, now: float, sample: BackendSample | None
-    ) -> dict[str, dict[Labels, float]]:
+    ) -> Mapping[str, Mapping[Labels, float]]:
         """The window's quantiles for this snapshot; a bug there leaves them out, nothing else."""
         try:
             return self._latency.update(now, sample)

@@ -23,16 +23,25 @@ interval.
 
 A poll pays only for what moved: a histogram the mapping reused unchanged (the same object
 as the last poll's) is not folded again, and while no total and no window start moved the
-last quantiles are returned as they are.
+last quantiles are returned as they are. The quantiles themselves are computed when first
+read (a scrape, the verdict), not at every poll: a poll every 0.1 s is read every few
+seconds at most.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections import deque
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 
+from inferwatch.logs import LogLimiter
 from inferwatch.method.quantile import histogram_quantile, increase
 from inferwatch.metrics import WINDOW_QUANTILES
 from inferwatch.model import BackendSample, Histogram, Labels
+
+log = logging.getLogger("inferwatch.poller")
 
 # The histograms summarized: the contract key of each and of its window family.
 SUMMARIZED = {
@@ -56,9 +65,11 @@ class LatencyWindow:
         self._past: deque[tuple[float, dict[Key, Histogram]]] = deque()
         self._since: float | None = None  # the first poll
         self._version = 0  # bumped whenever a total changes
-        self._quantiles: tuple[tuple[int, float], dict[str, dict[Labels, float]]] | None = None
+        self._quantiles: tuple[tuple[int, float], Quantiles] | None = None
 
-    def update(self, now: float, sample: BackendSample | None) -> dict[str, dict[Labels, float]]:
+    def update(
+        self, now: float, sample: BackendSample | None
+    ) -> Mapping[str, Mapping[Labels, float]]:
         """Fold in one poll; each window family's quantiles by backend, model (the series'
         labels but ``engine``) and quantile. While the backend is down the totals stay, and
         the window spans the gap."""
@@ -75,25 +86,8 @@ class LatencyWindow:
             return {}
         if self._quantiles is not None and self._quantiles[0] == (self._version, start):
             return self._quantiles[1]
-        out = self._window_quantiles(then)
+        out = Quantiles(dict(self._totals), dict(then))
         self._quantiles = ((self._version, start), out)
-        return out
-
-    def _window_quantiles(self, then: dict[Key, Histogram]) -> dict[str, dict[Labels, float]]:
-        """Each window family's quantiles over the growth of the totals since ``then``."""
-        pooled: dict[tuple[str, Labels], list[tuple[str, float]]] = {}
-        for (name, backend, labels), total in self._totals.items():
-            before = then.get((name, backend, labels))
-            unit = (("backend", backend), *(kv for kv in labels if kv[0] != "engine"))
-            pooled.setdefault((SUMMARIZED[name], unit), []).extend(
-                (le, count - (before.buckets[i][1] if before else 0.0))
-                for i, (le, count) in enumerate(total.buckets)
-            )
-        out: dict[str, dict[Labels, float]] = {}
-        for (family, unit), buckets in pooled.items():
-            series = out.setdefault(family, {})
-            for q in WINDOW_QUANTILES:
-                series[(*unit, ("quantile", q))] = histogram_quantile(float(q), buckets)
         return out
 
     def _fold(self, sample: BackendSample) -> None:
@@ -124,3 +118,59 @@ class LatencyWindow:
     def _forget(self, key: Key) -> None:
         for _, past in self._past:
             past.pop(key, None)
+
+
+class Quantiles(Mapping[str, Mapping[Labels, float]]):
+    """Each window family's quantiles over the growth of ``totals`` since ``then`` (a
+    window's two ends), computed when first read: a poll hands them over, a scrape or the
+    verdict reads them. A bug in computing them leaves them out, nothing else."""
+
+    _bugs = LogLimiter()
+
+    def __init__(self, totals: dict[Key, Histogram], then: dict[Key, Histogram]) -> None:
+        self._totals = totals
+        self._then = then
+        self._lock = threading.Lock()  # read by a scrape's thread and the verdict's
+        self._out: dict[str, Mapping[Labels, float]] | None = None
+
+    def __getitem__(self, family: str) -> Mapping[Labels, float]:
+        return self._computed()[family]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._computed())
+
+    def __len__(self) -> int:
+        return len(self._computed())
+
+    def _computed(self) -> dict[str, Mapping[Labels, float]]:
+        with self._lock:
+            if self._out is None:
+                try:
+                    self._out = _window_quantiles(self._totals, self._then)
+                except Exception:
+                    if self._bugs.allow("latency window") is not None:
+                        log.exception(
+                            "computing the latency window failed; its series are left out"
+                        )
+                    self._out = {}
+            return self._out
+
+
+def _window_quantiles(
+    totals: dict[Key, Histogram], then: dict[Key, Histogram]
+) -> dict[str, Mapping[Labels, float]]:
+    """Each window family's quantiles over the growth of ``totals`` since ``then``."""
+    pooled: dict[tuple[str, Labels], list[tuple[str, float]]] = {}
+    for (name, backend, labels), total in totals.items():
+        before = then.get((name, backend, labels))
+        unit = (("backend", backend), *(kv for kv in labels if kv[0] != "engine"))
+        pooled.setdefault((SUMMARIZED[name], unit), []).extend(
+            (le, count - (before.buckets[i][1] if before else 0.0))
+            for i, (le, count) in enumerate(total.buckets)
+        )
+    out: dict[str, dict[Labels, float]] = {}
+    for (family, unit), buckets in pooled.items():
+        series = out.setdefault(family, {})
+        for q in WINDOW_QUANTILES:
+            series[(*unit, ("quantile", q))] = histogram_quantile(float(q), buckets)
+    return {family: MappingProxyType(series) for family, series in out.items()}
