@@ -322,11 +322,17 @@ def _first_model(values: Mapping[str, Mapping[Labels, object]]) -> str:
 
 def _with_model(series: Mapping[Labels, object], model: str) -> Mapping:
     """Series without a model label (process CPU, unlabelled servers) get the page's model."""
-    if all(labels and labels[0][0] == "model" for labels in series):
-        return series
+    try:  # every series led by a model label, told in C (a series without labels raises)
+        if all(map("model".__eq__, map(_FIRST, map(_FIRST, series)))):
+            return series
+    except IndexError:
+        pass
     return MappingProxyType(
         {
             (labels if labels and labels[0][0] == "model" else (("model", model), *labels)): v
             for labels, v in series.items()
         }
     )
+
+
+_FIRST = operator.itemgetter(0)
