@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.poller import Poller, PollSettings
@@ -130,6 +131,45 @@ def test_a_server_not_found_is_looked_for_again_only_every_rediscover_seconds() 
         listener.listen()
         assert read(cpu, REDISCOVER - 1).threads is None  # not looked for again yet
         assert read(cpu, REDISCOVER).threads is not None  # this test's own process
+
+
+def test_the_cgroups_throttling_counts_are_looked_for_once_then_read_where_found(
+    tmp_path: Path,
+) -> None:
+    """The counts come from the server cgroup's cpu.stat, under a cgroup root of this test's
+    (v1's cpu controller or v2's unified tree, as the server's /proc/PID/cgroup says)."""
+
+    def write(throttled_us: int, periods: int) -> None:
+        for line in Path(f"/proc/{os.getpid()}/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            rel = path.lstrip("/")
+            for folder in (
+                tmp_path / controllers / rel,
+                tmp_path / rel,
+                tmp_path / "unified" / rel,
+            ):
+                folder.mkdir(parents=True, exist_ok=True)
+                # v1 counts nanoseconds (throttled_time), v2 microseconds (throttled_usec)
+                (folder / "cpu.stat").write_text(
+                    f"nr_periods 90\nnr_throttled {periods}\n"
+                    f"throttled_time {throttled_us * 1000}\nthrottled_usec {throttled_us}\n"
+                )
+
+    port = free_port()
+    with socket.socket() as listener:  # this test's own process is the server
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        cpu = ServerCpu(f"http://127.0.0.1:{port}", cgroup_root=tmp_path)
+        write(2_000_000, 4)
+        first = read(cpu, 0.0)
+        assert (first.throttled_seconds, first.throttled_periods) == (2.0, 4)
+        write(3_500_000, 7)
+        later = read(cpu, MIN_INTERVAL)
+        assert (later.throttled_seconds, later.throttled_periods) == (3.5, 7)
+        for stat in tmp_path.rglob("cpu.stat"):
+            stat.unlink()
+        gone = read(cpu, 2 * MIN_INTERVAL)
+    assert gone.throttled_seconds is None and "no readable cpu.stat" in gone.problem
 
 
 def free_port() -> int:

@@ -30,6 +30,7 @@ out, and ``inferwatch_collector_success{collector="server_cpu"}`` is 0 with why.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +56,9 @@ class ServerCpu:
     _why_not: str = ""
     _threads: dict[int, tuple[float, float]] = field(default_factory=dict)
     _ended: tuple[float, float] = (0.0, 0.0)  # what the threads that ended counted
+    # Where the server's throttling counts were found: (its pid, cpu.stat, key, scale);
+    # looked for again when the server is (every REDISCOVER s, or once that file fails).
+    _cpu_stat: tuple[int, Path, str, float] | None = None
 
     def sample(self, now: float, server: BackendSample | None) -> ServerCpuSample:
         if self._last is not None and now - self._read_at < MIN_INTERVAL:
@@ -82,10 +86,11 @@ class ServerCpu:
         """The server's process tree: its listener looked up once it is gone (or was never
         found) and at most every REDISCOVER s; the tree under a live one refreshed as often
         (a restarted worker)."""
-        alive = bool(self._pids) and (self.proc / str(self._pids[0])).exists()
+        alive = bool(self._pids) and os.path.exists(f"{os.fspath(self.proc)}/{self._pids[0]}")
         due = now - self._found_at >= REDISCOVER
         if (self._pids and not alive) or due:
             self._found_at = now
+            self._cpu_stat = None
             pid = self._pids[0] if alive else None
             if pid is None:
                 pid, self._why_not = server_pid(self.backend_url)
@@ -119,6 +124,10 @@ class ServerCpu:
     def _throttling(self, pid: int) -> tuple[float | None, float | None, str]:
         """The server cgroup's throttled seconds and periods: cgroup v2's ``cpu.stat``
         (``throttled_usec``), or v1's cpu controller (``throttled_time``, ns)."""
+        if self._cpu_stat is not None and self._cpu_stat[0] == pid:
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                return (*_throttled(*self._cpu_stat[1:]), "")
+        self._cpu_stat = None
         try:
             lines = (self.proc / str(pid) / "cgroup").read_text().splitlines()
         except OSError as exc:
@@ -138,7 +147,15 @@ class ServerCpu:
                 candidates.append((self.cgroup_root / "cpu" / rel, "throttled_time", 1e9))
         for folder, key, scale in candidates:
             with contextlib.suppress(OSError, KeyError, ValueError):
-                stat = (folder / "cpu.stat").read_text()
-                values = dict(line.split(" ", 1) for line in stat.splitlines() if " " in line)
-                return int(values[key]) / scale, float(values["nr_throttled"]), ""
+                counts = _throttled(folder / "cpu.stat", key, scale)
+                self._cpu_stat = (pid, folder / "cpu.stat", key, scale)
+                return (*counts, "")
         return None, None, "no readable cpu.stat with throttling counts for the server's cgroup"
+
+
+def _throttled(cpu_stat: Path, key: str, scale: float) -> tuple[float, float]:
+    """A cgroup's throttled seconds and periods from its ``cpu.stat`` (``key``: the
+    throttled time, in 1/``scale`` s); OSError, KeyError or ValueError where it has none."""
+    stat = cpu_stat.read_text()
+    values = dict(line.split(" ", 1) for line in stat.splitlines() if " " in line)
+    return int(values[key]) / scale, float(values["nr_throttled"])
