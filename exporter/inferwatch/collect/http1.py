@@ -4,8 +4,9 @@ A poll every 0.1 s on a machine that idles between polls runs its fetch cold, an
 client runs a few hundred Python calls a request (its URL, cookie, tracing, request and
 response objects): ``bench/exporter.py`` measured that cold path as most of a poll. A poll
 only ever asks one URL the same question, so this keeps one connection open, writes the
-request's bytes made once, and parses the answer with llhttp (``httptools``, the parser
-uvicorn and aiohttp build on). What an answer must be to be taken (status, media type) is
+request's bytes made once, and parses the answer as it arrives with llhttp (``httptools``,
+the parser uvicorn and aiohttp build on), read into one buffer kept for the connection's
+life: a read allocates nothing, and the GET waiting is woken once, with its answer. What an answer must be to be taken (status, media type) is
 the caller's policy (:mod:`inferwatch.collect.upstream`); here is the transport, bounded:
 
 - the whole exchange, connect included, within ``timeout`` seconds;
@@ -32,7 +33,8 @@ from urllib.parse import quote, unquote, urlsplit
 import httptools
 
 MAX_HEAD_BYTES = 64 * 1024
-_CHUNK = 256 * 1024
+# What one read of the socket takes at most: the size of the buffer a connection keeps.
+_BUFFER = 256 * 1024
 # Bytes of a path and query sent as they are: RFC 3986's reserved and unreserved, and "%".
 _SAFE = "/?#[]@!$&'()*+,;=-._~%:"
 
@@ -83,101 +85,152 @@ class Http1Connection:
         if parts.scheme == "https":
             self._ssl = ssl_context if ssl_context is not None else ssl.create_default_context()
         self._request = _request(parts.netloc, parts.path, parts.query, headers)
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._expired = False
+        self._wire: _Wire | None = None
 
     async def get(self) -> Answer:
         """One GET; raises :class:`HttpFailure`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         for _ in range(2):
-            kept = self._writer is not None
-            if not kept:
-                await self._connect(deadline - loop.time())
-            self._expired = False
-            timer = loop.call_at(deadline, self._expire)
+            wire = self._wire
+            kept = wire is not None and not wire.lost
+            if wire is None or not kept:
+                self.close()
+                wire = await self._connect(deadline - loop.time())
+            timer = loop.call_at(deadline, wire.expire)
             try:
-                answer = await self._exchange(kept)
+                answer = await wire.exchange(self._request, kept, self.max_bytes)
             except _ClosedWhileIdle:
+                self.close()
                 continue  # the server closed the kept connection: once more, on a new one
             except BaseException:
                 self.close()
                 raise
             finally:
                 timer.cancel()
-            if self._expired:
-                self.close()  # answered as the deadline passed: the connection was dropped
+            if wire.expired or not wire.reusable:
+                self.close()  # answered as the deadline passed, told to, or bytes left over
             return answer
         raise HttpFailure("the connection closed before an answer", "cut short")
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        if self._wire is not None and self._wire.transport is not None:
+            self._wire.transport.close()
+        self._wire = None
 
-    async def _connect(self, seconds: float) -> None:
+    async def _connect(self, seconds: float) -> _Wire:
+        loop = asyncio.get_running_loop()
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self._host, self._port, ssl=self._ssl, limit=_CHUNK),
+            _, wire = await asyncio.wait_for(
+                loop.create_connection(_Wire, self._host, self._port, ssl=self._ssl),
                 max(seconds, 0.0),
             )
         except asyncio.TimeoutError:
             raise HttpFailure("timeout", "timeout") from None
         except OSError as exc:
             raise HttpFailure(str(exc), "connect") from None
+        self._wire = wire
+        return wire
 
-    def _expire(self) -> None:
-        """The deadline passed mid-exchange: the connection is dropped, which ends the read."""
-        self._expired = True
-        if self._writer is not None:
-            self._writer.transport.abort()
 
-    async def _exchange(self, kept: bool) -> Answer:
-        assert self._reader is not None and self._writer is not None
-        reader = self._reader
-        self._writer.write(self._request)
-        answer = _Parse(self.max_bytes)
+class _Wire(asyncio.BufferedProtocol):
+    """A connection's receiving end: the bytes arrive in one buffer kept for the
+    connection's life (no allocation per read) and are parsed as they arrive; the GET
+    waiting is woken once, with its answer or its failure."""
+
+    def __init__(self) -> None:
+        self._view = memoryview(bytearray(_BUFFER))
+        self.transport: asyncio.BaseTransport | None = None
+        self.lost = False  # closed, by either side
+        self.expired = False  # the GET's deadline passed: the connection was dropped
+        self.reusable = False  # after an answer: whether another GET may follow on it
+        self._answer: _Parse | None = None  # the GET's, while one waits
+        self._done: asyncio.Future[Answer] | None = None
+        self._received = 0
+        self._kept = False
+
+    async def exchange(self, request: bytes, kept: bool, max_bytes: int) -> Answer:
+        """Write the GET (``kept``: on a connection that served one before) and wait for
+        its answer."""
+        if not isinstance(self.transport, asyncio.WriteTransport) or self.lost:
+            raise _ClosedWhileIdle
+        self._answer, self._received, self._kept = _Parse(max_bytes), 0, kept
+        self.expired = self.reusable = False
+        self._done = asyncio.get_running_loop().create_future()
         try:
-            return await self._answer(answer, reader, kept)
+            self.transport.write(request)
+            return await self._done
         finally:
-            answer.release()
+            self._answer.release()
+            self._answer = self._done = None
 
-    async def _answer(self, answer: _Parse, reader: asyncio.StreamReader, kept: bool) -> Answer:
-        parser = answer.parser
-        assert parser is not None
-        received = 0
-        while not answer.complete:
-            try:
-                data = await reader.read(_CHUNK)
-            except OSError:
-                data = b""
-            if not data:
-                if self._expired:
-                    raise HttpFailure("timeout", "timeout")
-                if received == 0 and kept:
-                    self.close()
-                    raise _ClosedWhileIdle
-                if answer.until_close():
-                    break
-                raise HttpFailure("cut short", "cut short")
-            received += len(data)
-            try:
-                parser.feed_data(data)
-            except httptools.HttpParserError as exc:
-                raise HttpFailure(f"not HTTP/1.1: {str(exc)[:100]}", "not http") from None
-            if answer.headers_done and answer.status != 200:
-                self.close()  # its body is not read: the connection cannot serve another
-                return Answer(answer.status, answer.headers, b"")
-            if answer.failure is not None:
-                raise HttpFailure(*answer.failure)
-            # What is not body (status line, headers, trailers, chunk framing) is bounded.
-            if received - answer.size > MAX_HEAD_BYTES + answer.chunks * _FRAMING:
-                raise HttpFailure(f"headers over {MAX_HEAD_BYTES // 1024} KiB", "not http")
-        if not answer.keep_alive or answer.more:
-            self.close()  # told to, or bytes past the answer: the connection is not reused
-        body = _decoded(b"".join(answer.body), answer.headers, self.max_bytes)
-        return Answer(answer.status, answer.headers, body)
+    def expire(self) -> None:
+        """The deadline passed mid-exchange: the connection is dropped, which ends the GET."""
+        self.expired = True
+        if self.transport is not None:
+            self.transport.abort()  # type: ignore[attr-defined]
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        answer = self._answer
+        if answer is None or self._done is None or self._done.done():
+            # Bytes no GET asked for: the connection cannot serve another.
+            self.reusable = False
+            if self.transport is not None:
+                self.transport.close()
+            return
+        assert answer.parser is not None
+        self._received += nbytes
+        try:
+            answer.parser.feed_data(self._view[:nbytes])
+        except httptools.HttpParserError as exc:
+            return self._fail(HttpFailure(f"not HTTP/1.1: {str(exc)[:100]}", "not http"))
+        if answer.headers_done and answer.status != 200:
+            # Its body is not read: the connection cannot serve another.
+            return self._done.set_result(Answer(answer.status, answer.headers, b""))
+        if answer.failure is not None:
+            return self._fail(HttpFailure(*answer.failure))
+        # What is not body (status line, headers, trailers, chunk framing) is bounded.
+        if self._received - answer.size > MAX_HEAD_BYTES + answer.chunks * _FRAMING:
+            return self._fail(HttpFailure(f"headers over {MAX_HEAD_BYTES // 1024} KiB", "not http"))
+        if answer.complete:
+            self.reusable = answer.keep_alive and not answer.more
+            self._body(answer)
+
+    def eof_received(self) -> bool:
+        return False  # the connection closes: connection_lost says what that means
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.transport = None
+        answer = self._answer
+        if answer is None or self._done is None or self._done.done():
+            return
+        if self.expired:
+            self._fail(HttpFailure("timeout", "timeout"))
+        elif self._received == 0 and self._kept:
+            self._fail(_ClosedWhileIdle())
+        elif answer.until_close():
+            self._body(answer)
+        else:
+            self._fail(HttpFailure("cut short", "cut short"))
+
+    def _body(self, answer: _Parse) -> None:
+        assert self._done is not None
+        try:
+            body = _decoded(b"".join(answer.body), answer.headers, answer.max_bytes)
+        except HttpFailure as exc:
+            return self._fail(exc)
+        self._done.set_result(Answer(answer.status, answer.headers, body))
+
+    def _fail(self, exc: Exception) -> None:
+        assert self._done is not None
+        self._done.set_exception(exc)
 
 
 # Bytes a chunk's framing may take (its size line, extensions aside, and CRLF).
