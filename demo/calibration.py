@@ -392,10 +392,16 @@ async def tokens_per_word(url: str) -> float:
     return (counts[1] - counts[0]) / 100
 
 
-async def normal_load(url: str, stop: asyncio.Event) -> int:
-    """The demo's normal traffic until ``stop``; returns the requests sent."""
+async def normal_load(url: str, stop: asyncio.Event, most_per_second: float | None = None) -> int:
+    """The demo's normal traffic until ``stop`` (at most ``most_per_second`` requests a
+    second, where given); returns the requests sent."""
     return await complete_many(
-        url, stop, clients=NORMAL_CLIENTS, prompt_words=NORMAL_WORDS, max_tokens=NORMAL_OUTPUT
+        url,
+        stop,
+        clients=NORMAL_CLIENTS,
+        prompt_words=NORMAL_WORDS,
+        max_tokens=NORMAL_OUTPUT,
+        most_per_second=most_per_second,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -70,8 +71,10 @@ async def complete_many(
     clients: int,
     prompt_words: int,
     max_tokens: int,
+    most_per_second: float | None = None,
 ) -> int:
-    """``clients`` concurrent clients sending completions back to back until ``stop``.
+    """``clients`` concurrent clients sending completions back to back until ``stop``; with
+    ``most_per_second``, together at most that many a second (each waits out its share).
 
     Every request has its own prompt (no prefix-cache hits); failed requests (a server
     that died) are counted, not raised. Returns the number of requests sent.
@@ -79,17 +82,23 @@ async def complete_many(
     sent = 0
     timeout = aiohttp.ClientTimeout(total=120)
     connector = aiohttp.TCPConnector(limit=clients)
+    spacing = clients / most_per_second if most_per_second else 0.0  # each client's
 
     async def client(session: aiohttp.ClientSession, n: int) -> None:
         nonlocal sent
         while not stop.is_set():
             sent += 1
+            started = time.monotonic()
             try:
                 await complete(
                     session, base_url, prompt(prompt_words, n * 1_000_000 + sent), max_tokens
                 )
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 await asyncio.sleep(0.5)  # the server is down: do not spin
+            wait = started + spacing - time.monotonic()
+            if wait > 0:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), wait)
 
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         await asyncio.gather(*(client(session, n) for n in range(clients)))
