@@ -103,7 +103,9 @@ SCENARIOS = (
         long_prompts,
         # The canary's tokens decode beside the long prefills and wait for them: where that
         # tail holds too, the stall leads and the prefill bottleneck is listed under it.
-        also_allowed=frozenset({"InferencePrefillStallsDecode", REGRESSION, GAP}),
+        # Prompts this long use the capacity measured at the normal shape sooner: on a slow
+        # machine (a capacity of a few requests/s once scaled to them) the ticket may hold.
+        also_allowed=frozenset({"InferencePrefillStallsDecode", NEAR_CAPACITY, REGRESSION, GAP}),
         story="Prompts whose prefill alone is 2x the TTFT threshold, no queue: TTFT is "
         "prefill compute.",
     ),
@@ -112,8 +114,10 @@ SCENARIOS = (
         "InferencePrefillStallsDecode",
         prompts_into_streams,
         # The long prompts' first tokens are slow too: the prefill bottleneck holds, listed
-        # under the stall (Alertmanager inhibits it while the stall fires).
-        also_allowed=frozenset({"InferencePrefillBottleneck", REGRESSION, GAP}),
+        # under the stall (Alertmanager inhibits it while the stall fires). The streams' long
+        # answers and the long prompts use the capacity measured at the normal shape sooner:
+        # on a slow machine the ticket may hold.
+        also_allowed=frozenset({"InferencePrefillBottleneck", NEAR_CAPACITY, REGRESSION, GAP}),
         story="Long prompts one after another into four streams that decode: each prefill "
         "runs in the streams' steps, and their next token waits for it.",
     ),
