@@ -6,8 +6,9 @@ response objects): ``bench/exporter.py`` measured that cold path as most of a po
 only ever asks one URL the same question, so this keeps one connection open, writes the
 request's bytes made once, and parses the answer as it arrives with llhttp (``httptools``,
 the parser uvicorn and aiohttp build on), read into one buffer kept for the connection's
-life: a read allocates nothing, and the GET waiting is woken once, with its answer. What an answer must be to be taken (status, media type) is
-the caller's policy (:mod:`inferwatch.collect.upstream`); here is the transport, bounded:
+life: a read allocates nothing, and the GET waiting is woken once, with its answer. What an
+answer must be to be taken (status, media type) is the caller's policy
+(:mod:`inferwatch.collect.upstream`); here is the transport, bounded:
 
 - the whole exchange, connect included, within ``timeout`` seconds;
 - at most ``max_bytes`` of body (a ``Content-Length`` above it is refused before any body is
@@ -152,7 +153,7 @@ class _Wire(asyncio.BufferedProtocol):
     async def exchange(self, request: bytes, kept: bool, max_bytes: int) -> Answer:
         """Write the GET (``kept``: on a connection that served one before) and wait for
         its answer."""
-        if not isinstance(self.transport, asyncio.WriteTransport) or self.lost:
+        if not isinstance(self.transport, asyncio.WriteTransport):  # lost: None
             raise _ClosedWhileIdle
         self._answer, self._received, self._kept = _Parse(max_bytes), 0, kept
         self.expired = self.reusable = False

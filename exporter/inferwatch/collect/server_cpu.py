@@ -56,9 +56,9 @@ class ServerCpu:
     _why_not: str = ""
     _threads: dict[int, tuple[float, float]] = field(default_factory=dict)
     _ended: tuple[float, float] = (0.0, 0.0)  # what the threads that ended counted
-    # Where the server's throttling counts were found: (its pid, cpu.stat, key, scale);
-    # looked for again when the server is (every REDISCOVER s, or once that file fails).
-    _cpu_stat: tuple[int, Path, str, float] | None = None
+    # Where the server's throttling counts were found: (its cpu.stat, key, scale); looked
+    # for again when the server is (every REDISCOVER s, or once that file fails).
+    _cpu_stat: tuple[Path, str, float] | None = None
 
     def sample(self, now: float, server: BackendSample | None) -> ServerCpuSample:
         if self._last is not None and now - self._read_at < MIN_INTERVAL:
@@ -124,9 +124,9 @@ class ServerCpu:
     def _throttling(self, pid: int) -> tuple[float | None, float | None, str]:
         """The server cgroup's throttled seconds and periods: cgroup v2's ``cpu.stat``
         (``throttled_usec``), or v1's cpu controller (``throttled_time``, ns)."""
-        if self._cpu_stat is not None and self._cpu_stat[0] == pid:
+        if self._cpu_stat is not None:
             with contextlib.suppress(OSError, KeyError, ValueError):
-                return (*_throttled(*self._cpu_stat[1:]), "")
+                return (*_throttled(*self._cpu_stat), "")
         self._cpu_stat = None
         try:
             lines = (self.proc / str(pid) / "cgroup").read_text().splitlines()
@@ -148,7 +148,7 @@ class ServerCpu:
         for folder, key, scale in candidates:
             with contextlib.suppress(OSError, KeyError, ValueError):
                 counts = _throttled(folder / "cpu.stat", key, scale)
-                self._cpu_stat = (pid, folder / "cpu.stat", key, scale)
+                self._cpu_stat = (folder / "cpu.stat", key, scale)
                 return (*counts, "")
         return None, None, "no readable cpu.stat with throttling counts for the server's cgroup"
 

@@ -114,7 +114,6 @@ class Plan:
     """The steps of a layout's feeds, and what each read on the last page it mapped."""
 
     def __init__(self, steps: tuple[Step, ...]) -> None:
-        self.steps = steps
         # The steps feed by feed (one, or every source of a feed_sum on the page), and
         # whether the feed's series are histograms: worked out once, not at every page.
         self._feeds = tuple(
