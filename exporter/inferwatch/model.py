@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from types import MappingProxyType
@@ -165,7 +165,7 @@ class BackendSample:
     version: str = ""
     values: Mapping[str, SeriesValues] = field(default_factory=lambda: EMPTY)
     histograms: Mapping[str, HistogramValues] = field(default_factory=lambda: EMPTY)
-    dropped: tuple[Dropped, ...] = ()
+    dropped: Sequence[Dropped] = ()
 
     def total(self, key: str) -> float | None:
         """Sum of a signal over all its series, or None when not provided."""

@@ -34,6 +34,7 @@ from inferwatch.model import (
     CanarySample,
     CaptureSample,
     CollectorStatus,
+    Dropped,
     GpuSample,
     Labels,
     ServerCpuSample,
@@ -289,12 +290,16 @@ class Poller:
             self._info_known = False  # the server may come back as another release or model
             return None, CollectorStatus(False, time.perf_counter() - started, str(exc))
         self._backend_log.ok()
-        for dropped in sample.dropped:
-            held = self._dropped_log.allow((dropped.family, dropped.kind))
-            if held is not None:
-                more = f" ({held} more like this in the last minute)" if held else ""
-                log.warning("%s page: %s%s", sample.backend, dropped.detail, more)
         return sample, CollectorStatus(True, time.perf_counter() - started)
+
+    def _log_dropped(self, dropped: Dropped) -> None:
+        """Log what a page's mapping left out: once per family and kind of defect a minute
+        (told as the poll or, for a feed mapped when read, a scrape maps it)."""
+        held = self._dropped_log.allow((dropped.family, dropped.kind))
+        if held is not None:
+            more = f" ({held} more like this in the last minute)" if held else ""
+            backend = self.backend.name if self.backend else "backend"
+            log.warning("%s page: %s%s", backend, dropped.detail, more)
 
     async def _mapped(self, text: str) -> BackendSample:
         """The page mapped: a page of a usual size on the event loop (a thread hop would cost
@@ -310,7 +315,7 @@ class Poller:
             self.backend = detect(text)
             log.info("backend recognised as %s", self.backend.name)
         if self._mapper is None or self._mapper.backend is not self.backend:
-            self._mapper = Mapper(self.backend)
+            self._mapper = Mapper(self.backend, self._log_dropped)
         return self._mapper.normalize(text, self._model_hint, self.settings.max_series)
 
     async def _fetch_info(self, backend: Backend) -> None:

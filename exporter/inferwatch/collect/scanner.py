@@ -4,18 +4,18 @@ The page is cut at its ``# TYPE`` lines and only the wanted families' lines are 
 format requires all lines of a family to form one group after its TYPE line). A family's
 lines are read again only when its text differs from the last page's; a family whose
 lines keep their names and labels while its values move (every poll of a busy server) is
-read by where its values sit (:class:`_Layout`): the lines are checked to start as they
+read by where its values sit (:class:`Layout`): the lines are checked to start as they
 did, and only the values are parsed. A page whose every wanted family was known leaves a
-layout of the whole page, and the next page that fits it is read in a few passes in C
-over its lines (:meth:`PageScanner.by_layout`). The lines themselves are read with
-:mod:`inferwatch.collect.textparse`.
+layout of the whole page, and the next page that fits it is cut into the texts of its
+values in a few passes in C over its lines (:meth:`PageScanner.by_layout`), parsed where
+they are read. The lines themselves are read with :mod:`inferwatch.collect.textparse`.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from inferwatch.collect.textparse import (
@@ -41,17 +41,18 @@ PAGE_LAYOUT_SAMPLES = 10_000
 LAYOUTS = 8
 
 
-class _Layout:
+class Layout:
     """Where the values of a block's lines sit, from a block read in full.
 
     A block of as many lines whose every sample line of a wanted name starts with the same
-    head (name, label set and the blanks before the value) as then, whose other lines
-    (comments, blanks, other names) are unchanged, and whose values all parse as plain
-    numbers, holds the same samples with new values: anything else (a timestamp, an
-    exemplar, a line that changed its labels, a value the full reader handles specially) is
-    read in full. The checks and the parse are passes in C over the block's lines. A whole
-    page has a layout too (:class:`_PageLayout`): its lines that no wanted family holds are
-    not looked at.
+    head (name, label set and the blanks before the value) as then, and whose other lines
+    (comments, blanks, other names) are unchanged, holds the same samples with new values,
+    where each value parses as a plain number: anything else (a timestamp, an exemplar, a
+    line that changed its labels, a value the full reader handles specially) is read in
+    full. The checks and the parse are passes in C over the block's lines. A whole page
+    has a layout too (:class:`_PageLayout`): its lines that no wanted family holds are not
+    looked at, and its values are parsed where they are read (a value that is not a
+    number then has the page read in full).
     """
 
     def __init__(
@@ -77,22 +78,25 @@ class _Layout:
             name: (_getter(positions), tuple(texts)) for name, (positions, texts) in names.items()
         }
 
-    def values(self, lines: list[str]) -> list[float] | None:
-        """The values of the wanted samples in line order if ``lines`` fit, else None."""
+    def texts(self, lines: list[str]) -> tuple[str, ...] | None:
+        """The texts of the wanted samples' values in line order if ``lines`` fit, else
+        None (the values are not parsed)."""
         if len(lines) != self.lines or self._other_lines(lines) != self._other:
             return None
         sample_lines = self._sample_lines(lines)
         if not all(map(str.startswith, sample_lines, self._heads)):
             return None
-        try:
-            return list(map(float, map(operator.getitem, sample_lines, self._values)))
-        except ValueError:
-            return None
+        return tuple(map(operator.getitem, sample_lines, self._values))
 
     def read(self, lines: list[str]) -> Scan | None:
-        """The block's samples if ``lines`` fit this layout, else None."""
-        values = self.values(lines)
-        if values is None:
+        """The block's samples if ``lines`` fit this layout and their values are plain
+        numbers, else None."""
+        found = self.texts(lines)
+        if found is None:
+            return None
+        try:
+            values = list(map(float, found))
+        except ValueError:
             return None
         return Scan(
             {
@@ -109,11 +113,11 @@ class _PageLayout:
     that fits it is cut into the same families at the same lines, so the lines of the
     other families need no look: they are skipped as :meth:`PageScanner.scan` skips them."""
 
-    layout: _Layout
+    layout: Layout
     types: int  # the page's TYPE lines
 
 
-def _getter(positions: list[int]) -> Callable[[list], tuple]:
+def _getter(positions: list[int]) -> Callable[[Sequence], tuple]:
     """The items at ``positions`` of a list, as a tuple (of one or none too)."""
     if not positions:
         return lambda items: ()
@@ -128,7 +132,7 @@ def _layout_of(
     wanted: frozenset[str],
     at: Iterable[int] | None = None,
     texts: Scan | None = None,
-) -> _Layout | None:
+) -> Layout | None:
     """The layout of the lines read in full (those at ``at``, all by default), or None when
     they have none: a malformed line, a timestamp, an exemplar or a value that is not a
     plain number. It keeps the label texts of ``texts`` (the lines' scan), not copies."""
@@ -162,7 +166,7 @@ def _layout_of(
         positions.append(len(heads))
         kept.append(labels)
         heads.append((i, head))
-    return _Layout(len(lines), heads, other, names)
+    return Layout(len(lines), heads, other, names)
 
 
 def _page_layout(
@@ -205,23 +209,25 @@ class PageScanner:
     texts are the very strings of the layout, so callers can compare them cheaply.
 
     A page whose every wanted family was known (unchanged, or fitting a layout) leaves a
-    layout of the whole page: :meth:`by_layout` reads a next page that fits one of the
-    last :data:`LAYOUTS` of those with a few passes in C over its lines, and gives its values
-    without cutting it into families.
+    layout of the whole page: :meth:`by_layout` cuts a next page that fits one of the
+    last :data:`LAYOUTS` of those with a few passes in C over its lines, and gives the texts
+    of its values without cutting it into families.
     """
 
     def __init__(self, wanted: Collection[str]) -> None:
         self.wanted = frozenset(wanted)
         self._families = _families(self.wanted)
         self._blocks: dict[str, tuple[str, Scan, int]] = {}  # key -> (text, samples, count)
-        self._layouts: dict[str, list[_Layout]] = {}
+        self._layouts: dict[str, list[Layout]] = {}
         self._pages: list[_PageLayout] = []  # the last pages' layouts, last fitted first
         self._full_reads = 0  # blocks read in full so far
 
-    def by_layout(self, text: str, limit: float = math.inf) -> tuple[_Layout, list[float]] | None:
-        """The page's values by one of the last pages' layouts: (the layout, the values of
-        the wanted samples in line order; :attr:`_Layout.names` says whose) when the page
-        fits one, else None, and then :meth:`scan` reads it. Raises
+    def by_layout(
+        self, text: str, limit: float = math.inf
+    ) -> tuple[Layout, tuple[str, ...]] | None:
+        """The page's values by one of the last pages' layouts: (the layout, the texts of
+        the wanted samples' values in line order, unparsed; :attr:`Layout.names` says
+        whose) when the page fits one, else None, and then :meth:`scan` reads it. Raises
         :class:`ExpositionError` when a page that fits holds more than ``limit`` samples."""
         if not self._pages or (text and not text.endswith("\n")):
             return None
@@ -229,7 +235,7 @@ class PageScanner:
 
     def _fit(
         self, text: str, lines: list[str] | None, limit: float
-    ) -> tuple[_Layout, list[float]] | None:
+    ) -> tuple[Layout, tuple[str, ...]] | None:
         """:meth:`by_layout` of a page, cut into ``lines`` already or (None) when needed."""
         types = _type_lines(text)
         for n, page in enumerate(self._pages):
@@ -237,14 +243,14 @@ class PageScanner:
                 continue
             if lines is None:
                 lines = text.split("\n")
-            values = page.layout.values(lines)
-            if values is None:
+            texts = page.layout.texts(lines)
+            if texts is None:
                 continue
             if page.layout.count > limit:
                 raise too_many(limit)
             if n:
                 self._pages.insert(0, self._pages.pop(n))
-            return page.layout, values
+            return page.layout, texts
         return None
 
     def scan(self, text: str, limit: float = math.inf) -> Scan:

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from inferwatch.collect.backends import families
+from inferwatch.collect.backends.mapped import Feeds, LeftOut, MappedPage
 from inferwatch.collect.backends.plan import Plan
 from inferwatch.collect.backends.relabel import Relabeler
 from inferwatch.collect.backends.table import Feed, Profiler, Source
-from inferwatch.collect.scanner import LAYOUTS, PageScanner
+from inferwatch.collect.scanner import LAYOUTS, Layout, PageScanner
 from inferwatch.collect.textparse import BOM, ExpositionError, Samples, Scan
 from inferwatch.metrics import Kind
 from inferwatch.model import BackendSample, Dropped, HistogramValues, Labels, SeriesValues
@@ -113,12 +114,15 @@ class Mapper:
     It holds what makes the next page of the same server cheap: the scanner's per-block
     cache and layouts, the relabeler's memo, each histogram's layout (which samples make
     which series) and each feed's series, reused as they are (the same objects) while the
-    lines they were read from are unchanged. Not shared between owners
-    and not for concurrent use: each poll maps one page at a time.
+    lines they were read from are unchanged. A page that fits a layout with a plan is
+    mapped feed by feed as its series are read (:mod:`.mapped`). What a page's mapping
+    leaves out is told to ``report`` (the poller logs it) as it is found. Not shared between
+    owners: each poll maps one page at a time (a scrape's thread may read the last one's).
     """
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, report: Callable[[Dropped], None] | None = None) -> None:
         self.backend = backend
+        self._report = report or _ignore
         self._relabel = Relabeler(backend.labels)
         # Sources that keep labels of their own (Source.labels) relabel with their own.
         self._relabels = {
@@ -134,7 +138,7 @@ class Mapper:
         self._memo: dict[tuple[str, str], tuple[Source, tuple, Mapping, list[Dropped]]] = {}
         # (feed key, source) -> its histograms' layouts by label texts (families.histograms)
         self._layouts: dict[tuple[str, str], dict[tuple, families.HistogramLayout]] = {}
-        # feed key -> (its series, the page's model, the series under that model), last poll
+        # feed key -> (its series, the page's model, the series under that model), last read
         self._modelled: dict[str, tuple[Mapping, str, Mapping]] = {}
         # A page layout of the scanner's -> how its values map (None: they cannot be mapped
         # by layout alone).
@@ -165,15 +169,9 @@ class Mapper:
             )
         fitted = self._scanner.by_layout(page, max_series)
         if fitted is not None:
-            layout, page_values = fitted
-            if layout not in self._plans:
-                if len(self._plans) >= 2 * LAYOUTS:
-                    self._plans.clear()
-                self._plans[layout] = Plan.of(self._feeds, layout.names, page_values, self._of)
-            plan = self._plans[layout]
-            if plan is not None:
-                self._fit(len(page_values))
-                return self._sample(*plan.map(page_values), model_hint)
+            sample = self._planned(text, *fitted, model_hint, max_series)
+            if sample is not None:
+                return sample
         found = self._scanner.scan(page, max_series)
         self._fit(found.count())
         dropped: list[Dropped] = []
@@ -187,7 +185,58 @@ class Mapper:
             series = families.added(parts, f, dropped)
             if series:  # a family whose `where` keeps nothing leaves the key absent
                 (histograms if kind is Kind.HISTOGRAM else values)[f.key] = series
+        for left_out in dropped:
+            self._report(left_out)
         return self._sample(values, histograms, dropped, model_hint)
+
+    def _planned(
+        self,
+        text: str,
+        layout: Layout,
+        texts: tuple[str, ...],
+        model_hint: str,
+        max_series: float,
+    ) -> BackendSample | None:
+        """The page mapped feed by feed as it is read, by the plan of its layout (made on
+        the layout's first page); None where it has none, or where a signal's value or the
+        model must be read from the whole page: then it is mapped family by family."""
+        if layout not in self._plans:
+            if len(self._plans) >= 2 * LAYOUTS:
+                self._plans.clear()
+            try:
+                self._plans[layout] = Plan.of(self._feeds, layout.names, texts, self._of)
+            except ValueError:  # a value that is not a number: the next page may plan
+                return None
+        plan = self._plans[layout]
+        if plan is None:
+            return None
+        self._fit(len(texts))
+        signals: dict[str, tuple[Mapping, list[Dropped]]] = {}
+        try:
+            for key in plan.feeds:
+                if key in SIGNAL_KEYS:
+                    left_out: list[Dropped] = []
+                    signals[key] = (plan.series(key, texts, left_out), left_out)
+        except ValueError:
+            return None
+        model = _first_model({k: s for k, (s, _) in signals.items()}) or model_hint
+        if not model:  # only the page's other series may name it
+            return None
+        page = MappedPage(
+            plan,
+            texts,
+            signals,
+            lambda key, series: self._under_model(key, series, model),
+            lambda: Mapper(self.backend).normalize(text, model_hint, max_series),
+            self._report,
+        )
+        return BackendSample(
+            backend=self.backend.name,
+            model=model,
+            values=Feeds(page, histograms=False),
+            histograms=Feeds(page, histograms=True),
+            dropped=LeftOut(page),
+        )
 
     def _read(
         self,
@@ -273,31 +322,30 @@ class Mapper:
             or _first_model(histograms)
             or "unknown"
         )
-        last, self._modelled = self._modelled, {}
         return BackendSample(
             backend=self.backend.name,
             model=model,
-            values=MappingProxyType(
-                {k: self._under_model(k, v, model, last) for k, v in values.items()}
-            ),
+            values=MappingProxyType({k: self._under_model(k, v, model) for k, v in values.items()}),
             histograms=MappingProxyType(
-                {k: self._under_model(k, v, model, last) for k, v in histograms.items()}
+                {k: self._under_model(k, v, model) for k, v in histograms.items()}
             ),
             dropped=tuple(dropped),
         )
 
-    def _under_model(
-        self, key: str, series: Mapping, model: str, last: dict[str, tuple[Mapping, str, Mapping]]
-    ) -> Mapping:
-        """:func:`_with_model` of a feed's series, the last poll's result while its series
+    def _under_model(self, key: str, series: Mapping, model: str) -> Mapping:
+        """:func:`_with_model` of a feed's series, the last read's result while its series
         and the page's model are the same."""
-        was = last.get(key)
+        was = self._modelled.get(key)
         if was is not None and was[0] is series and was[1] == model:
             out = was[2]
         else:
             out = _with_model(series, model)
         self._modelled[key] = (series, model, out)
         return out
+
+
+def _ignore(_: Dropped) -> None:
+    """What a mapper without an owner to tell does with what a page left out."""
 
 
 def _same(before: tuple, now: tuple) -> bool:
