@@ -48,6 +48,7 @@ class Upstream:
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._names_path = has_path(self.base_url)  # told once: url() is asked every poll
         self.ssl_context = ssl_context  # None: the system's trust store
         self.timeout = timeout
         self.max_bytes = max_bytes
@@ -60,7 +61,7 @@ class Upstream:
 
     def url(self, path: str) -> str:
         """The base URL if it already names a path (``http://h:8000/metrics``), else base+path."""
-        return self.base_url if has_path(self.base_url) else self.base_url + path
+        return self.base_url if self._names_path else self.base_url + path
 
     def origin(self) -> str:
         """``scheme://host:port`` of the base URL, for the server's other endpoints."""

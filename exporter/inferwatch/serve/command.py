@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import ipaddress
 import logging
 import socket
@@ -53,6 +54,19 @@ def hand_big_buffers_back() -> None:
     except (OSError, AttributeError):  # no mallopt: not glibc
         return
     mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+
+def settle_process() -> None:
+    """Set the serving process up for a long life of short polls, once it is built."""
+    # A big page is mapped, and the verdict computed, in worker threads that hold the GIL;
+    # the event loop answering scrapes takes it back at every switch, each time after up
+    # to the interval (5 ms by default): a scrape that needs a few took tens of ms.
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    hand_big_buffers_back()
+    # What was made to start (modules, the app, its settings) lives as long as the process:
+    # frozen, it is no longer walked by each full collection, which the polls' garbage
+    # brings about every minute or so.
+    gc.freeze()
 
 
 def build_poller(config: ServeConfig, latency_window: float = 300.0) -> Poller:
@@ -211,11 +225,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         )
     if canary_settings is not None:
         log.info("%s", describe_canary(canary_settings, redact_url))
-    # A big page is mapped, and the verdict computed, in worker threads that hold the GIL;
-    # the event loop answering scrapes takes it back at every switch, each time after up
-    # to the interval (5 ms by default): a scrape that needs a few took tens of ms.
-    sys.setswitchinterval(SWITCH_INTERVAL)
-    hand_big_buffers_back()
+    settle_process()
     web.run_app(
         app,
         sock=sockets,
