@@ -71,14 +71,14 @@ class Histogram:
             return f"count {self.count} differs from the +Inf bucket's {previous}"
         return f"sum {self.sum} is not finite and >= 0"
 
-    @property
+    @functools.cached_property
     def les(self) -> tuple[str, ...]:
-        """The bucket bounds as written."""
+        """The bucket bounds as written (told once: a poll's checks and folds ask again)."""
         return tuple(map(_FIRST, self.buckets))
 
-    @property
+    @functools.cached_property
     def counts(self) -> tuple[float, ...]:
-        """The cumulative counts, in the order of the bounds."""
+        """The cumulative counts, in the order of the bounds (told once)."""
         return tuple(map(_SECOND, self.buckets))
 
     def merged(self, other: Histogram) -> Histogram:

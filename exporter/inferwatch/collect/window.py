@@ -31,13 +31,14 @@ seconds at most.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 from inferwatch.logs import LogLimiter
-from inferwatch.method.quantile import histogram_quantile, increase
+from inferwatch.method.quantile import histogram_quantile
 from inferwatch.metrics import WINDOW_QUANTILES
 from inferwatch.model import BackendSample, Histogram, Labels
 
@@ -101,13 +102,15 @@ class LatencyWindow:
                     continue  # reused unchanged by the mapping: nothing observed
                 self._version += 1
                 if last is None or total is None:  # first seen: from its first poll
-                    total = Histogram(tuple((le, 0.0) for le, _ in hist.buckets), 0.0, 0.0)
-                grown = increase(last, hist) if last is not None else total
-                if grown.les != total.les:
-                    self._totals[key] = grown  # other bounds: a new series, from zero
-                    self._forget(key)
+                    self._totals[key] = Histogram(
+                        tuple((le, 0.0) for le, _ in hist.buckets), 0.0, 0.0
+                    )
                 else:
-                    self._totals[key] = total.merged(grown)
+                    grown = _grown(total, last, hist)
+                    if grown is None:  # other bounds: a new series, from zero
+                        grown = hist
+                        self._forget(key)
+                    self._totals[key] = grown
                 self._last[key] = hist
         # A series the page no longer shows is gone (a renamed model leaves nothing behind).
         for key in [k for k in self._totals if k not in seen]:
@@ -118,6 +121,26 @@ class LatencyWindow:
     def _forget(self, key: Key) -> None:
         for _, past in self._past:
             past.pop(key, None)
+
+
+def _grown(total: Histogram, last: Histogram, hist: Histogram) -> Histogram | None:
+    """``total`` plus what ``hist`` observed since ``last``: all of ``hist`` where it went
+    back (a restart, counted from zero as Prometheus' ``rate`` counts a counter reset, as
+    :func:`~inferwatch.method.quantile.increase` does); None where the bounds changed."""
+    les = hist.les
+    if les != last.les:
+        return None
+    counts, before = hist.counts, last.counts
+    if hist.count < last.count or any(map(operator.lt, counts, before)):
+        grown, observed, summed = counts, hist.count, hist.sum
+    else:
+        grown = tuple(map(operator.sub, counts, before))
+        observed, summed = hist.count - last.count, hist.sum - last.sum
+    return Histogram(
+        tuple(zip(les, map(operator.add, total.counts, grown), strict=True)),
+        total.sum + summed,
+        total.count + observed,
+    )
 
 
 class Quantiles(Mapping[str, Mapping[Labels, float]]):
