@@ -11,7 +11,6 @@ flowing. The HTTP app never waits on any of this: it serves the latest snapshot.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -282,9 +281,7 @@ class Poller:
             if not self._info_known:  # a page that is not this server's asks nothing more
                 assert self.backend is not None
                 await self._fetch_info(self.backend)
-                if self.backend.model_path:  # read again, with the model the server names
-                    sample = await self._mapped(text)
-            sample = dataclasses.replace(sample, version=self._version)
+                sample = await self._mapped(text)  # with the version (and model) it names
         except (UpstreamError, ExpositionError, UnknownBackend) as exc:
             self._backend_log.failed(exc.kind, str(exc))
             self._info_known = False  # the server may come back as another release or model
@@ -316,7 +313,9 @@ class Poller:
             log.info("backend recognised as %s", self.backend.name)
         if self._mapper is None or self._mapper.backend is not self.backend:
             self._mapper = Mapper(self.backend, self._log_dropped)
-        return self._mapper.normalize(text, self._model_hint, self.settings.max_series)
+        return self._mapper.normalize(
+            text, self._model_hint, self.settings.max_series, self._version
+        )
 
     async def _fetch_info(self, backend: Backend) -> None:
         """Version and (for servers without model labels) model, once per connection."""

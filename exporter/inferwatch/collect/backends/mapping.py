@@ -150,9 +150,10 @@ class Mapper:
         )
 
     def normalize(
-        self, text: str, model_hint: str = "", max_series: float = math.inf
+        self, text: str, model_hint: str = "", max_series: float = math.inf, version: str = ""
     ) -> BackendSample:
-        """Map one page onto the contract; raises ExpositionError for a page to reject.
+        """Map one page onto the contract (of the server's ``version``, where known); raises
+        ExpositionError for a page to reject.
 
         A leading byte-order mark is skipped. A page is rejected when it is cut short, is
         not this server's, holds more than ``max_series`` samples of the families mapped
@@ -169,7 +170,7 @@ class Mapper:
             )
         fitted = self._scanner.by_layout(page, max_series)
         if fitted is not None:
-            sample = self._planned(text, *fitted, model_hint, max_series)
+            sample = self._planned(text, *fitted, model_hint, max_series, version)
             if sample is not None:
                 return sample
         found = self._scanner.scan(page, max_series)
@@ -187,7 +188,7 @@ class Mapper:
                 (histograms if kind is Kind.HISTOGRAM else values)[f.key] = series
         for left_out in dropped:
             self._report(left_out)
-        return self._sample(values, histograms, dropped, model_hint)
+        return self._sample(values, histograms, dropped, model_hint, version)
 
     def _planned(
         self,
@@ -196,6 +197,7 @@ class Mapper:
         texts: tuple[str, ...],
         model_hint: str,
         max_series: float,
+        version: str,
     ) -> BackendSample | None:
         """The page mapped feed by feed as it is read, by the plan of its layout (made on
         the layout's first page); None where it has none, or where a signal's value or the
@@ -233,6 +235,7 @@ class Mapper:
         return BackendSample(
             backend=self.backend.name,
             model=model,
+            version=version,
             values=Feeds(page, histograms=False),
             histograms=Feeds(page, histograms=True),
             dropped=LeftOut(page),
@@ -311,6 +314,7 @@ class Mapper:
         histograms: Mapping[str, HistogramValues],
         dropped: list[Dropped],
         model_hint: str,
+        version: str,
     ) -> BackendSample:
         """The page's sample, every series under the page's model: a signal's model label,
         else ``model_hint``, else any series' model label."""
@@ -325,6 +329,7 @@ class Mapper:
         return BackendSample(
             backend=self.backend.name,
             model=model,
+            version=version,
             values=MappingProxyType({k: self._under_model(k, v, model) for k, v in values.items()}),
             histograms=MappingProxyType(
                 {k: self._under_model(k, v, model) for k, v in histograms.items()}
