@@ -38,7 +38,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 from inferwatch.logs import LogLimiter
-from inferwatch.method.quantile import histogram_quantile
+from inferwatch.method.quantile import histogram_quantile, went_back
 from inferwatch.metrics import WINDOW_QUANTILES
 from inferwatch.model import BackendSample, Histogram, Labels
 
@@ -130,11 +130,11 @@ def _grown(total: Histogram, last: Histogram, hist: Histogram) -> Histogram | No
     les = hist.les
     if les != last.les:
         return None
-    counts, before = hist.counts, last.counts
-    if hist.count < last.count or any(map(operator.lt, counts, before)):
+    counts = hist.counts
+    if went_back(last, hist):
         grown, observed, summed = counts, hist.count, hist.sum
     else:
-        grown = tuple(map(operator.sub, counts, before))
+        grown = tuple(map(operator.sub, counts, last.counts))
         observed, summed = hist.count - last.count, hist.sum - last.sum
     return Histogram(
         tuple(zip(les, map(operator.add, total.counts, grown), strict=True)),

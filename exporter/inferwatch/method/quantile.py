@@ -79,14 +79,18 @@ def increase(before: Histogram, after: Histogram) -> Histogram:
     zero, as Prometheus' ``increase()`` treats a counter reset: the window is ``after``.
     """
     les = after.les
-    if before.les != les:
+    if before.les != les or went_back(before, after):
         return after
     deltas = tuple(map(operator.sub, after.counts, before.counts))
-    if any(map((0.0).__gt__, deltas)) or after.count < before.count:
-        return after
     return Histogram(
         tuple(zip(les, deltas, strict=True)), after.sum - before.sum, after.count - before.count
     )
+
+
+def went_back(before: Histogram, after: Histogram) -> bool:
+    """Whether a later scrape of a histogram with the same bounds counts less anywhere: its
+    server restarted (a counter reset)."""
+    return after.count < before.count or any(map(operator.lt, after.counts, before.counts))
 
 
 def sample_quantile(q: float, values: Sequence[float]) -> float:

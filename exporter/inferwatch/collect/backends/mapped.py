@@ -63,7 +63,11 @@ class MappedPage:
         )
 
     def series(self, key: str, histograms: bool) -> Mapping | None:
-        """A feed's series, mapped on its first read; None where the page has none."""
+        """A feed's series of one kind, mapped on its first read; None where the page has
+        none."""
+        feed = self._plan.feeds.get(key)
+        if feed is None or feed[1] is not histograms:
+            return None
         read = self._read.get(key)  # a feed read before needs no lock
         if read is None:
             with self._lock:
@@ -114,7 +118,6 @@ class Feeds(Mapping[str, Mapping]):
     def __init__(self, page: MappedPage, histograms: bool) -> None:
         self._page = page
         self._histograms = histograms
-        self._keys = frozenset(page.keys(histograms))
 
     def __getitem__(self, key: str) -> Mapping:
         series = self.get(key)
@@ -123,8 +126,6 @@ class Feeds(Mapping[str, Mapping]):
         return series
 
     def get(self, key: str, default: Mapping | None = None) -> Mapping | None:  # type: ignore[override]
-        if key not in self._keys:
-            return default
         series = self._page.series(key, self._histograms)
         return default if series is None else series
 
