@@ -481,8 +481,10 @@ def _bucket_values_swapped(lines: list[str], i: int) -> list[str]:
     """Two neighbouring buckets of one series with their counts swapped (the lower bound
     then holds more than the higher one whenever they differed)."""
 
-    def bucket_pair(k: int) -> bool:
-        return k + 1 < len(lines) and all("_bucket{" in lines[j] for j in (k, k + 1))
+    def bucket_pair(k: int) -> bool:  # two bucket lines, each with a value to swap
+        return k + 1 < len(lines) and all(
+            "_bucket{" in lines[j] and " " in lines[j] for j in (k, k + 1)
+        )
 
     k = _next(lines, i, bucket_pair)
     if k is None:
