@@ -133,6 +133,23 @@ def test_the_history_stays_bounded_however_fast_it_polls() -> None:
     assert q(window.update(100.0, sample({"": hist(1e4, 1e4, 1e4, 1e4)})), "0.5") == 0.05
 
 
+def test_a_poll_every_tenth_of_a_second_has_its_histograms_read_once_a_second() -> None:
+    read: list[str] = []
+
+    class Watched(dict):
+        def get(self, key: str, default: object = None) -> object:
+            read.append(key)
+            return super().get(key, default)
+
+    window = LatencyWindow(300.0)
+    for i in range(601):  # 60 s at 10 Hz, one more fast observation every poll
+        polled = sample({"": hist(i, i, i, i)})
+        window.update(i / 10, BackendSample("vllm", "m", histograms=Watched(polled.histograms)))
+    assert len(read) == 61 * 2  # each summarized histogram at 0, 1, ..., 60 s
+    # What grew between two folds is counted at the next: nothing is lost.
+    assert window._totals[(ITL, "vllm", (("model", "m"),))].count == 600
+
+
 def test_a_bug_in_the_window_leaves_out_its_series_and_nothing_else(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -11,19 +11,23 @@ hand, so it publishes them as summaries (quantiles only), and the rules copy the
     inferwatch_inter_token_latency_window_seconds{backend="vllm",model="m",quantile="0.5"} 0.021
 
 Each value is what ``histogram_quantile(q, sum without (engine) (rate(h_bucket[window])))``
-gives over the same polls (:func:`~inferwatch.method.quantile.histogram_quantile`): each
+gives over the polls it folds in (:func:`~inferwatch.method.quantile.histogram_quantile`): each
 engine's buckets grow by their increase over the window, a counter reset counted from zero
 as Prometheus' ``rate`` counts it; the engines of a model are added up. NaN when nothing was
-observed in the window (PromQL's NaN). A series younger than the window counts from its
-first poll, as in PromQL. The exporter's own history starts with it, so the quantiles are
+observed in the window (PromQL's NaN). A series younger than the window counts from the
+first poll that shows it, as in PromQL. The exporter's own history starts with it, so the quantiles are
 absent until it has polled for :data:`MIN_SPAN` seconds (or the whole window, if shorter):
 a restarted sidecar does not judge a pod by its first few requests. The window's start
 moves in steps of 1/:data:`STEPS` of it, so the history is bounded whatever the poll
 interval.
 
-A poll pays only for what moved: a histogram the mapping reused unchanged (the same object
-as the last poll's) is not folded again, and while no total and no window start moved the
-last quantiles are returned as they are. The quantiles themselves are computed when first
+A poll pays only for what moved, and the histograms are folded in at most once a second
+(:data:`FOLD_SECONDS`, or once a step of a window shorter than 100 s), whatever the poll
+interval: the polls in between are not read for the window, so a poll every 0.1 s maps and
+folds the two histograms once in ten (a counter reset between two folds is told as
+Prometheus tells one between two scrapes). A histogram the mapping reused unchanged (the
+same object as the last fold's) is not folded again, and while no total and no window start
+moved the last quantiles are returned as they are. The quantiles themselves are computed when first
 read (a scrape, the verdict), not at every poll: a poll every 0.1 s is read every few
 seconds at most.
 """
@@ -31,6 +35,7 @@ seconds at most.
 from __future__ import annotations
 
 import logging
+import math
 import operator
 import threading
 from collections import deque
@@ -51,6 +56,7 @@ SUMMARIZED = {
 }
 STEPS = 100
 MIN_SPAN = 60.0
+FOLD_SECONDS = 1.0
 
 # One histogram series: (contract key, backend, the series' labels).
 Key = tuple[str, str, Labels]
@@ -65,6 +71,8 @@ class LatencyWindow:
         self._totals: dict[Key, Histogram] = {}  # what it observed since first seen
         self._past: deque[tuple[float, dict[Key, Histogram]]] = deque()
         self._since: float | None = None  # the first poll
+        self._fold_every = min(FOLD_SECONDS, seconds / STEPS)
+        self._folded_at = -math.inf
         self._version = 0  # bumped whenever a total changes
         self._quantiles: tuple[tuple[int, float], Quantiles] | None = None
 
@@ -76,8 +84,9 @@ class LatencyWindow:
         the window spans the gap."""
         if self._since is None:
             self._since = now
-        if sample is not None:
+        if sample is not None and now - self._folded_at >= self._fold_every:
             self._fold(sample)
+            self._folded_at = now
         if not self._past or now - self._past[-1][0] >= self.seconds / STEPS:
             self._past.append((now, dict(self._totals)))
         while now - self._past[0][0] > self.seconds:
