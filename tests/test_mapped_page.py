@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from inferwatch.collect.backends import VLLM, Mapper
 from inferwatch.collect.backends.mapped import Feeds
+from inferwatch.collect.textparse import ExpositionError
 from inferwatch.model import Dropped
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -61,3 +64,19 @@ def _outcome(mapper: Mapper, page: str) -> object:
     except Exception as exc:  # the page rejected: the same error as a fresh mapper's
         return type(exc), str(exc)
     return sample.model, dict(sample.values), dict(sample.histograms), tuple(sample.dropped)
+
+
+def test_a_page_that_fits_a_layout_without_the_servers_names_is_still_recognised() -> None:
+    """A page that fits a layout holding one of the server's own names is the server's; one
+    whose layout holds none (only names others export too) is looked at in full."""
+    served = (
+        "# TYPE other gauge\nvllm:build 1\n"  # the server's name, in a family not mapped
+        "# TYPE http_requests_total counter\n"
+        'http_requests_total{handler="/v1/completions"} 3\n'
+    )
+    mapper = Mapper(VLLM)
+    for _ in range(3):  # read in full, then known: the page's layout
+        assert mapper.normalize(served, "m").model == "m"
+    foreign = served.replace("vllm:build", "build")  # fits that layout
+    with pytest.raises(ExpositionError, match="no vllm metrics"):
+        mapper.normalize(foreign, "m")

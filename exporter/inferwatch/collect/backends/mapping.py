@@ -163,16 +163,16 @@ class Mapper:
         first is kept, as Prometheus does); the sample's ``dropped`` says what and why.
         """
         page = self.backend.readable(text)
-        if not self.backend.recognises(page):
-            raise ExpositionError(
-                f"no {self.backend.name} metrics on the page ({self.backend.hint_no_metrics()})",
-                "not this server",
-            )
         fitted = self._scanner.by_layout(page, max_series)
         if fitted is not None:
             sample = self._planned(text, *fitted, model_hint, max_series, version)
             if sample is not None:
                 return sample
+        if not self.backend.recognises(page):
+            raise ExpositionError(
+                f"no {self.backend.name} metrics on the page ({self.backend.hint_no_metrics()})",
+                "not this server",
+            )
         found = self._scanner.scan(page, max_series)
         self._fit(found.count())
         dropped: list[Dropped] = []
@@ -201,14 +201,18 @@ class Mapper:
     ) -> BackendSample | None:
         """The page mapped feed by feed as it is read, by the plan of its layout (made on
         the layout's first page); None where it has none, or where a signal's value or the
-        model must be read from the whole page: then it is mapped family by family."""
+        model must be read from the whole page: then it is mapped family by family. A layout
+        has a plan only where it holds samples of a :attr:`Backend.signature` name: a page
+        that fits it is this server's without another look."""
         if layout not in self._plans:
             if len(self._plans) >= 2 * LAYOUTS:
                 self._plans.clear()
+            signed = any(name.startswith(self.backend.signature) for name in layout.names)
             try:
-                self._plans[layout] = Plan.of(self._feeds, layout.names, texts, self._of)
+                plan = Plan.of(self._feeds, layout.names, texts, self._of) if signed else None
             except ValueError:  # a value that is not a number: the next page may plan
                 return None
+            self._plans[layout] = plan
         plan = self._plans[layout]
         if plan is None:
             return None
