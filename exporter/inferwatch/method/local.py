@@ -9,6 +9,7 @@ evaluates both forms on the same series.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -37,8 +38,13 @@ from inferwatch.model import bucket_bound
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
+# A selector's patterns, compiled once (re's own cache is looked up in Python at every call:
+# every series of every verdict).
+_pattern = functools.lru_cache(maxsize=256)(re.compile)
+
+
 def _matches(labels: Mapping[str, str], where: Mapping[str, str]) -> bool:
-    return all(re.fullmatch(pattern, labels.get(k, "")) for k, pattern in where.items())
+    return all(_pattern(pattern).fullmatch(labels.get(k, "")) for k, pattern in where.items())
 
 
 def _combine(values: list[float], how: Aggregation) -> float:
