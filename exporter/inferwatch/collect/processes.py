@@ -101,16 +101,17 @@ def _reaches(local: Address, addresses: set[Address]) -> bool:
 def parents(proc: Path = PROC) -> dict[int, tuple[int, str]]:
     """Every visible process: its parent's pid and its command name (from its ``stat``)."""
     out = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
+    root = os.fspath(proc)
+    for name in os.listdir(root):
+        if not name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            stat = read_small(f"{root}/{name}/stat")
         except OSError:
             continue
         # comm may contain spaces and parentheses; the fields after the last ')' are fixed.
         comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        out[int(entry.name)] = (int(stat[stat.rindex(")") + 2 :].split()[1]), comm)
+        out[int(name)] = (int(stat[stat.rindex(")") + 2 :].split()[1]), comm)
     return out
 
 
@@ -131,18 +132,24 @@ def thread_times(pids: list[int], proc: Path = PROC) -> dict[int, tuple[float, f
     """Per thread of ``pids``: (seconds on a CPU, seconds runnable but waiting for one), from
     ``schedstat`` (nanoseconds). Threads that end while read are left out.
 
-    A server has a hundred threads and this runs every second: read with plain ``os``
-    calls, as ``pathlib``'s objects cost more per file than the read itself."""
+    A server has a hundred threads and this runs every second (:func:`read_small`)."""
     out = {}
     for pid in pids:
         tasks = f"{os.fspath(proc)}/{pid}/task"
         with contextlib.suppress(OSError):
             for name in os.listdir(tasks):
                 with contextlib.suppress(OSError, ValueError):
-                    fd = os.open(f"{tasks}/{name}/schedstat", os.O_RDONLY)
-                    try:
-                        run, wait, _ = os.read(fd, 256).split()
-                    finally:
-                        os.close(fd)
+                    run, wait, _ = read_small(f"{tasks}/{name}/schedstat").split()
                     out[int(name)] = (int(run) / 1e9, int(wait) / 1e9)
     return out
+
+
+def read_small(path: str) -> str:
+    """A small ``/proc`` or ``/sys`` file (at most 64 KiB of it), read with plain ``os``
+    calls: these run every second, and ``pathlib``'s objects cost more per file than the
+    read itself. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 65536).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)

@@ -34,7 +34,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferwatch.collect.processes import PROC, process_tree, server_pid, thread_times
+from inferwatch.collect.processes import (
+    PROC,
+    process_tree,
+    read_small,
+    server_pid,
+    thread_times,
+)
 from inferwatch.model import BackendSample, ServerCpuSample
 
 MIN_INTERVAL = 1.0
@@ -111,7 +117,7 @@ class ServerCpu:
 
     def _pressure(self) -> tuple[float | None, str]:
         try:
-            text = (self.proc / "pressure" / "cpu").read_text()
+            text = read_small(f"{os.fspath(self.proc)}/pressure/cpu")
         except OSError as exc:
             return None, f"no CPU pressure (/proc/pressure/cpu: {exc.strerror})"
         for line in text.splitlines():
@@ -156,6 +162,6 @@ class ServerCpu:
 def _throttled(cpu_stat: Path, key: str, scale: float) -> tuple[float, float]:
     """A cgroup's throttled seconds and periods from its ``cpu.stat`` (``key``: the
     throttled time, in 1/``scale`` s); OSError, KeyError or ValueError where it has none."""
-    stat = cpu_stat.read_text()
+    stat = read_small(os.fspath(cpu_stat))
     values = dict(line.split(" ", 1) for line in stat.splitlines() if " " in line)
     return int(values[key]) / scale, float(values["nr_throttled"])
