@@ -96,6 +96,8 @@ class EngineLayout:
         for gpu in gpus:
             self._peaks[gpu.index] = gpu.memory_bandwidth_peak_bytes_per_second
         count = len(self._peaks)
+        if not count:
+            return {}
         order = sorted({_engine(unit) for unit in units}, key=_numeric_first)
         size = self.tensor_parallel_size
         if size is None and count and count % len(order) == 0:
@@ -163,12 +165,15 @@ class QueuedWhileIdle:
                 and previous_at is not None
                 and self._judge(now, key, unit, sample, stepped, previous_at, gpus, gpus_of)
             )
-        # The series of an engine or model the page no longer shows go.
+        # The series of an engine or model the page no longer shows go (the others' keys
+        # are this poll's engines).
+        if state.keys() != self._state.keys():
+            self._seconds = {k: v for k, v in self._seconds.items() if k in state}
+            self._stall_since = {k: v for k, v in self._stall_since.items() if k in state}
+            self.steps.keep(set(state))
+        if self._idle_reported_at:
+            self._idle_reported_at = {k: v for k, v in self._idle_reported_at.items() if k in state}
         self._state = state
-        self._seconds = {k: v for k, v in self._seconds.items() if k in state}
-        self._stall_since = {k: v for k, v in self._stall_since.items() if k in state}
-        self._idle_reported_at = {k: v for k, v in self._idle_reported_at.items() if k in state}
-        self.steps.keep(set(state))
         self._previous, self._previous_at = sample, now
         return dict(state), dict(self._seconds)
 
