@@ -11,13 +11,14 @@ hand, so it publishes them as summaries (quantiles only), and the rules copy the
     inferwatch_inter_token_latency_window_seconds{backend="vllm",model="m",quantile="0.5"} 0.021
 
 Each value is what ``histogram_quantile(q, sum without (engine) (rate(h_bucket[window])))``
-gives over the polls it folds in (:func:`~inferwatch.method.quantile.histogram_quantile`): each
-engine's buckets grow by their increase over the window, a counter reset counted from zero
-as Prometheus' ``rate`` counts it; the engines of a model are added up. NaN when nothing was
-observed in the window (PromQL's NaN). A series younger than the window counts from the
-first poll that shows it, as in PromQL. The exporter's own history starts with it, so the quantiles are
-absent until it has polled for :data:`MIN_SPAN` seconds (or the whole window, if shorter):
-a restarted sidecar does not judge a pod by its first few requests. The window's start
+gives over the polls folded in (:func:`~inferwatch.method.quantile.histogram_quantile`):
+each engine's buckets grow by their increase over the window, a counter reset counted from
+zero as Prometheus' ``rate`` counts it; the engines of a model are added up. NaN when
+nothing was observed in the window (PromQL's NaN). A series younger than the window counts
+from the first fold that sees it, as PromQL counts from a series' first scrape. The
+exporter's own history starts with it, so the quantiles are absent until it has polled for
+:data:`MIN_SPAN` seconds (or the whole window, if shorter): a restarted sidecar does not
+judge a pod by its first few requests. The window's start
 moves in steps of 1/:data:`STEPS` of it, so the history is bounded whatever the poll
 interval.
 
@@ -27,9 +28,9 @@ interval: the polls in between are not read for the window, so a poll every 0.1 
 folds the two histograms once in ten (a counter reset between two folds is told as
 Prometheus tells one between two scrapes). A histogram the mapping reused unchanged (the
 same object as the last fold's) is not folded again, and while no total and no window start
-moved the last quantiles are returned as they are. The quantiles themselves are computed when first
-read (a scrape, the verdict), not at every poll: a poll every 0.1 s is read every few
-seconds at most.
+moved the last quantiles are returned as they are. The quantiles themselves are computed
+when first read (a scrape, the verdict), not at every poll: a poll every 0.1 s is read every
+few seconds at most.
 """
 
 from __future__ import annotations
