@@ -165,8 +165,9 @@ class QueuedWhileIdle:
                 and previous_at is not None
                 and self._judge(now, key, unit, sample, stepped, previous_at, gpus, gpus_of)
             )
-        # The series of an engine or model the page no longer shows go (the others' keys
-        # are this poll's engines).
+        # The series of an engine or model the page no longer shows go. Totals, stalls and
+        # steps are only ever kept for a poll's engines: they change only with the engines.
+        # An idle report may name series of no engine: those go at every poll.
         if state.keys() != self._state.keys():
             self._seconds = {k: v for k, v in self._seconds.items() if k in state}
             self._stall_since = {k: v for k, v in self._stall_since.items() if k in state}

@@ -18,9 +18,8 @@ nothing was observed in the window (PromQL's NaN). A series younger than the win
 from the first fold that sees it, as PromQL counts from a series' first scrape. The
 exporter's own history starts with it, so the quantiles are absent until it has polled for
 :data:`MIN_SPAN` seconds (or the whole window, if shorter): a restarted sidecar does not
-judge a pod by its first few requests. The window's start
-moves in steps of 1/:data:`STEPS` of it, so the history is bounded whatever the poll
-interval.
+judge a pod by its first few requests. The window's start moves in steps of 1/:data:`STEPS`
+of it, so the history is bounded whatever the poll interval.
 
 A poll pays only for what moved, and the histograms are folded in at most once a second
 (:data:`FOLD_SECONDS`, or once a step of a window shorter than 100 s), whatever the poll
