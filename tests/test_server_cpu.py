@@ -8,6 +8,7 @@ for the CPU, and the collector says how long. Nothing of /proc is faked.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -17,6 +18,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from inferwatch.collect import processes
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.server_cpu import MIN_INTERVAL, REDISCOVER, ServerCpu
@@ -119,6 +123,43 @@ def test_reads_at_most_once_a_second_and_a_thread_that_ends_keeps_its_count() ->
     assert after.threads == before.threads - 1
     assert after.cpu_seconds > before.cpu_seconds
     assert after.wait_seconds >= before.wait_seconds
+
+
+def open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_the_threads_files_stay_open_between_reads_and_close_when_they_end() -> None:
+    with running_server(1.0) as url:
+        before = open_files()
+        cpu = ServerCpu(url)
+        first = read(cpu, 0.0)
+        assert first.threads is not None
+        assert open_files() == before + first.threads  # one schedstat a thread, kept
+        time.sleep(1.5)  # the second busy thread has ended
+        after = read(cpu, 10.0)
+        assert after.threads == first.threads - 1
+        assert open_files() == before + after.threads  # the ended thread's is closed
+        assert after.cpu_seconds > first.cpu_seconds  # a kept file is read afresh
+        del cpu
+        gc.collect()
+        assert open_files() == before
+
+
+def test_past_the_kept_files_a_threads_file_is_opened_at_each_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(processes, "KEPT_FILES", 1)
+    with running_server(0) as url:
+        before = open_files()
+        cpu = ServerCpu(url)
+        first = read(cpu, 0.0)
+        assert open_files() == before + 1
+        time.sleep(0.5)
+        again = read(cpu, 10.0)
+        assert open_files() == before + 1
+    assert again.threads == first.threads
+    assert again.cpu_seconds > first.cpu_seconds
 
 
 def test_a_server_not_found_is_looked_for_again_only_every_rediscover_seconds() -> None:

@@ -2,7 +2,7 @@
 
 :func:`server_pid` finds the process listening on the backend URL's address and port (the
 same host, or the same pod with ``shareProcessNamespace``); :func:`process_tree` adds its
-descendants (vLLM's engine core, tokenizer workers); :func:`thread_times` reads each of
+descendants (vLLM's engine core, tokenizer workers); :class:`ThreadTimes` reads each of
 their threads' on-CPU and run-queue times (``/proc/<pid>/task/<tid>/schedstat``). Used by
 the server-CPU collector (:mod:`inferwatch.collect.server_cpu`) and the capture's stacks.
 """
@@ -14,10 +14,13 @@ import ipaddress
 import os
 import socket
 import struct
+import weakref
 from pathlib import Path
 from urllib.parse import urlsplit
 
 PROC = Path("/proc")
+# The most per-thread files ThreadTimes keeps open (a process's limit is often 1024).
+KEPT_FILES = 256
 
 
 def server_pid(backend_url: str) -> tuple[int | None, str]:
@@ -128,20 +131,67 @@ def process_tree(pid: int, proc: Path = PROC) -> list[int]:
     return out
 
 
-def thread_times(pids: list[int], proc: Path = PROC) -> dict[int, tuple[float, float]]:
-    """Per thread of ``pids``: (seconds on a CPU, seconds runnable but waiting for one), from
-    ``schedstat`` (nanoseconds). Threads that end while read are left out.
+class ThreadTimes:
+    """Per thread of a server's processes: (seconds on a CPU, seconds runnable but waiting
+    for one), from ``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds). Threads that end
+    while read are left out.
 
-    A server has a hundred threads and this runs every second (:func:`read_small`)."""
-    out = {}
-    for pid in pids:
-        tasks = f"{os.fspath(proc)}/{pid}/task"
+    A server has a hundred threads and this runs every second: each thread's file is kept
+    open between reads and read again from its start (one ``pread`` a thread, where an
+    open, a read and a close cost about twice as much), for at most :data:`KEPT_FILES`
+    threads; those past them are opened at each read. A file of a thread that is gone is
+    closed at the next read; all are when this object is collected."""
+
+    def __init__(self, proc: Path = PROC) -> None:
+        self._root = os.fspath(proc)
+        self._files: dict[str, int] = {}  # "<pid>/task/<tid>" -> its schedstat, open
+        weakref.finalize(self, _close_all, self._files)
+
+    def read(self, pids: list[int]) -> dict[int, tuple[float, float]]:
+        out = {}
+        files, kept = self._files, {}
+        for pid in pids:
+            tasks = f"{pid}/task"
+            with contextlib.suppress(OSError):
+                for name in os.listdir(f"{self._root}/{tasks}"):
+                    key = f"{tasks}/{name}"
+                    with contextlib.suppress(OSError, ValueError):
+                        run, wait, _ = self._read(key, files, kept).split()
+                        out[int(name)] = (int(run) / 1e9, int(wait) / 1e9)
+        _close_all(files)  # the threads that ended
+        files.update(kept)
+        return out
+
+    def _read(self, key: str, files: dict[str, int], kept: dict[str, int]) -> bytes:
+        """The thread's schedstat, its file kept open in ``kept`` while there is room;
+        raises OSError."""
+        fd = files.pop(key, None)
+        if fd is not None:
+            try:
+                text = os.pread(fd, 128, 0)
+            except OSError:  # that thread ended; another may have its id since
+                os.close(fd)
+            else:
+                kept[key] = fd
+                return text
+        fd = os.open(f"{self._root}/{key}/schedstat", os.O_RDONLY)
+        try:
+            text = os.pread(fd, 128, 0)
+        except OSError:
+            os.close(fd)
+            raise
+        if len(kept) < KEPT_FILES:
+            kept[key] = fd
+        else:
+            os.close(fd)
+        return text
+
+
+def _close_all(files: dict[str, int]) -> None:
+    for fd in files.values():
         with contextlib.suppress(OSError):
-            for name in os.listdir(tasks):
-                with contextlib.suppress(OSError, ValueError):
-                    run, wait, _ = read_small(f"{tasks}/{name}/schedstat").split()
-                    out[int(name)] = (int(run) / 1e9, int(wait) / 1e9)
-    return out
+            os.close(fd)
+    files.clear()
 
 
 def read_small(path: str) -> str:

@@ -36,10 +36,10 @@ from pathlib import Path
 
 from inferwatch.collect.processes import (
     PROC,
+    ThreadTimes,
     process_tree,
     read_small,
     server_pid,
-    thread_times,
 )
 from inferwatch.model import BackendSample, ServerCpuSample
 
@@ -61,6 +61,7 @@ class ServerCpu:
     _pids: list[int] = field(default_factory=list)
     _why_not: str = ""
     _threads: dict[int, tuple[float, float]] = field(default_factory=dict)
+    _times: ThreadTimes | None = None
     _ended: tuple[float, float] = (0.0, 0.0)  # what the threads that ended counted
     # Where the server's throttling counts were found: (its cpu.stat, key, scale); looked
     # for again when the server is (every REDISCOVER s, or once that file fails).
@@ -104,7 +105,9 @@ class ServerCpu:
         return self._pids
 
     def _thread_totals(self, pids: list[int]) -> tuple[float, float, int]:
-        now = thread_times(pids, self.proc)
+        if self._times is None:
+            self._times = ThreadTimes(self.proc)
+        now = self._times.read(pids)
         ended = [t for t in self._threads if t not in now]
         self._ended = (
             self._ended[0] + sum(self._threads[t][0] for t in ended),
