@@ -6,7 +6,8 @@
    as a scrape or the verdict reads it) and render. The backend rotates through the vLLM 0.32 captures, so every family's values
    change on every poll and some families come and go (the worst case: on a real server
    most histograms only move when a request finishes). Next to it, prometheus_client's full
-   text parser over the same page, measured in the same run, as the reference.
+   text parser over the same page, measured in the same run, as the reference. And the CPU
+   per poll of a page equal to the last (one capture, always: an idle server's).
 2. CPU share of a real ``inferwatch serve`` process polling at 10 Hz (the median of
    :data:`SHARE_RUNS` runs, each a new process, and their range), next to the share of an
    empty asyncio loop waking at 10 Hz (this machine's floor) and of one that only fetches
@@ -92,8 +93,9 @@ def big_page(series: int = 100_000) -> str:
 
 
 def serve_capture(port: int, big: bool = False) -> None:
-    """The fake backend (run in a child process): the captures in turn on /metrics, or
-    always the same :func:`big_page`."""
+    """The fake backend (run in a child process): the captures in turn on /metrics (and
+    always the first on /unchanged, as an idle server's), or always the same
+    :func:`big_page`."""
     bodies = [big_page()] if big else [c.read_text() for c in CAPTURES]
     served = 0
 
@@ -102,8 +104,12 @@ def serve_capture(port: int, big: bool = False) -> None:
         served += 1
         return web.Response(text=bodies[served % len(bodies)], content_type="text/plain")
 
+    async def unchanged(_: web.Request) -> web.Response:
+        return web.Response(text=bodies[0], content_type="text/plain")
+
     app = web.Application()
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/unchanged", unchanged)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
@@ -128,15 +134,25 @@ def read_all(sample: BackendSample) -> None:
     tuple(sample.dropped)
 
 
-async def per_poll(url: str, polls: int) -> dict[str, float]:
+async def poll_ms(url: str, polls: int) -> float:
+    """CPU per poll of ``url``'s page, past the first polls (connection and caches warm)."""
     upstream = Upstream(url, timeout=5, max_bytes=16 * 1024 * 1024)
     poller = Poller(upstream, VLLM, None, PollSettings(interval=0.1))
-    for _ in range(50):  # warm up connection and caches
+    for _ in range(50):
         await poller.poll_once()
     start = time.process_time()
     for _ in range(polls):
         await poller.poll_once()
-    poll = (time.process_time() - start) / polls * 1000
+    await upstream.close()
+    return (time.process_time() - start) / polls * 1000
+
+
+async def per_poll(url: str, polls: int) -> dict[str, float]:
+    poll = await poll_ms(url, polls)
+    unchanged = await poll_ms(f"{url}/unchanged", polls)
+    upstream = Upstream(url, timeout=5, max_bytes=16 * 1024 * 1024)
+    poller = Poller(upstream, VLLM, None, PollSettings(interval=0.1))
+    await poller.poll_once()
     start = time.process_time()
     for _ in range(polls):
         await upstream.get_exposition("/metrics")
@@ -155,6 +171,7 @@ async def per_poll(url: str, polls: int) -> dict[str, float]:
     await upstream.close()
     return {
         "poll": poll,
+        "unchanged": unchanged,
         "fetch": fetch,
         "normalize": normalize,
         "whole page": whole,
@@ -383,6 +400,10 @@ def main() -> None:
         report("CPU per poll (fetch + normalize + derive)", f"{cost['poll']:.3f} ms")
         report("  of which loopback HTTP fetch", f"{cost['fetch']:.3f} ms")
         report("  of which normalize (what a poll maps)", f"{cost['normalize']:.3f} ms")
+        report(
+            "CPU per poll of a page equal to the last (an idle server's)",
+            f"{cost['unchanged']:.3f} ms",
+        )
         report("normalize, the whole page (as a scrape reads it)", f"{cost['whole page']:.3f} ms")
         report("rendering a poll's /metrics page (once per poll)", f"{cost['render']:.3f} ms")
         report(

@@ -690,3 +690,34 @@ def test_a_mapper_that_read_the_last_pages_maps_a_page_as_a_fresh_one_does(
         moved = _values_moved(start)
         for text in (start, moved, _values_moved(moved)):
             assert _mapped(warm, text) == _mapped(Mapper(backend), text)
+
+
+def test_an_unchanged_page_is_the_last_polls_mapping_and_any_change_is_mapped() -> None:
+    """An idle server's page, polled faster than anything on it moves, is not mapped again
+    (the poll pays only for change); a page that moved, or a page after a rejected one, is
+    mapped, and a rejected page is rejected at every poll."""
+    name = "vllm-0.32.0-cpu-loaded-kv-full.prom"
+    page, moved = CAPTURES[name], _values_moved(CAPTURES[name])
+    upstream = PageUpstream(page)
+    poller = Poller(upstream, SERVER_OF[name], None, PollSettings())
+
+    async def backend(text: str) -> object:
+        upstream.page = "".join([text[:1], text[1:]])  # equal, not the same object
+        return (await poller.poll_once()).backend
+
+    async def polls() -> None:
+        first = await backend(page)
+        assert first is not None
+        assert await backend(page) is first
+        after_move = await backend(moved)
+        assert after_move is not first and after_move is not None
+        assert after_move.total("requests_waiting") != first.total("requests_waiting")
+        assert await backend(moved) is after_move
+        assert await backend(moved[:-30]) is None  # cut short: down
+        assert await backend(moved[:-30]) is None  # and again, not the last good mapping
+        back = await backend(page)
+        assert back is not None and back.total("requests_waiting") == first.total(
+            "requests_waiting"
+        )
+
+    asyncio.run(polls())

@@ -112,6 +112,7 @@ class Poller:
         self._source_logs: dict[str, CauseLog] = {}
         self.backend = backend  # None until --backend auto has recognised the server
         self._mapper: Mapper | None = None  # this poller's, for the recognised backend
+        self._last_mapped: tuple[tuple, BackendSample] | None = None  # (page and how, sample)
         self.gpu = gpu
         self.settings = settings
         self._clock = clock
@@ -301,10 +302,17 @@ class Poller:
     async def _mapped(self, text: str) -> BackendSample:
         """The page mapped: a page of a usual size on the event loop (a thread hop would cost
         more than the mapping), a bigger one off it, so that /metrics and /healthz keep
-        answering meanwhile."""
-        if len(text) <= INLINE_PAGE_CHARS:
-            return self._normalize(text)
-        return await asyncio.to_thread(self._normalize, text)
+        answering meanwhile. A page equal to the last one mapped (an idle server's, polled
+        faster than anything on it moves) is that page's mapping again, the same object;
+        what it left out was told when it was first mapped."""
+        given = (text, self.backend, self._model_hint, self.settings.max_series, self._version)
+        if self._last_mapped is None or self._last_mapped[0] != given:
+            if len(text) <= INLINE_PAGE_CHARS:
+                sample = self._normalize(text)
+            else:
+                sample = await asyncio.to_thread(self._normalize, text)
+            self._last_mapped = (given, sample)
+        return self._last_mapped[1]
 
     def _normalize(self, text: str) -> BackendSample:
         """Recognise the server (``--backend auto``) and map its page onto the contract."""
