@@ -302,16 +302,16 @@ class Poller:
     async def _mapped(self, text: str) -> BackendSample:
         """The page mapped: a page of a usual size on the event loop (a thread hop would cost
         more than the mapping), a bigger one off it, so that /metrics and /healthz keep
-        answering meanwhile. A page equal to the last one mapped (an idle server's, polled
-        faster than anything on it moves) is that page's mapping again, the same object;
-        what it left out was told when it was first mapped."""
+        answering meanwhile. A page of a usual size equal to the last one mapped (an idle
+        server's, polled faster than anything on it moves) is that page's mapping again, the
+        same object; what it left out was told when it was first mapped. (A bigger page is
+        not kept to be compared: it would be held twice while the next is read.)"""
+        if len(text) > INLINE_PAGE_CHARS:
+            self._last_mapped = None
+            return await asyncio.to_thread(self._normalize, text)
         given = (text, self.backend, self._model_hint, self.settings.max_series, self._version)
         if self._last_mapped is None or self._last_mapped[0] != given:
-            if len(text) <= INLINE_PAGE_CHARS:
-                sample = self._normalize(text)
-            else:
-                sample = await asyncio.to_thread(self._normalize, text)
-            self._last_mapped = (given, sample)
+            self._last_mapped = (given, self._normalize(text))
         return self._last_mapped[1]
 
     def _normalize(self, text: str) -> BackendSample:
