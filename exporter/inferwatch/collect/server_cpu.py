@@ -61,11 +61,14 @@ class ServerCpu:
     _pids: list[int] = field(default_factory=list)
     _why_not: str = ""
     _threads: dict[int, tuple[float, float]] = field(default_factory=dict)
-    _times: ThreadTimes | None = None
+    _times: ThreadTimes = field(init=False)  # the threads' schedstat files, kept open
     _ended: tuple[float, float] = (0.0, 0.0)  # what the threads that ended counted
     # Where the server's throttling counts were found: (its cpu.stat, key, scale); looked
     # for again when the server is (every REDISCOVER s, or once that file fails).
     _cpu_stat: tuple[Path, str, float] | None = None
+
+    def __post_init__(self) -> None:
+        self._times = ThreadTimes(self.proc)
 
     def sample(self, now: float, server: BackendSample | None) -> ServerCpuSample:
         if self._last is not None and now - self._read_at < MIN_INTERVAL:
@@ -105,8 +108,6 @@ class ServerCpu:
         return self._pids
 
     def _thread_totals(self, pids: list[int]) -> tuple[float, float, int]:
-        if self._times is None:
-            self._times = ThreadTimes(self.proc)
         now = self._times.read(pids)
         ended = [t for t in self._threads if t not in now]
         self._ended = (
