@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from inferwatch.collect import scanner as scanner_module
 from inferwatch.collect.scanner import PageScanner
 from inferwatch.collect.textparse import (
     ExpositionError,
@@ -200,6 +201,33 @@ def test_a_value_is_cut_from_a_page_that_fits_its_layout_but_parsed_where_it_is_
     scanner.scan(page.replace("} 1", "} 5"))
     stamped = page.replace('g{x="1"} 1', 'g{x="1"} 1 1700000000')
     assert scanner.by_layout(stamped)[1] == ("1 1700000000", "2", "2")
+
+
+def test_a_family_too_big_for_a_layout_is_read_in_full_whenever_it_changes(monkeypatch) -> None:
+    # A series budget raised for a huge server: a layout of all of a family's lines would
+    # double what the scanner holds for it, so the family is read in full at each change.
+    monkeypatch.setattr(scanner_module, "LAYOUT_SAMPLES", 3)
+
+    def page(n: int, series: int) -> str:
+        return "# TYPE g gauge\n" + "".join(f'g{{x="{i}"}} {n}\n' for i in range(series))
+
+    for series, kept in ((3, 1), (4, 0)):
+        scanner = PageScanner({"g"})
+        scanner.scan(page(0, series))
+        reads = scanner._full_reads
+        for n in (1, 2):
+            samples = scanner.scan(page(n, series)).samples["g"]
+            assert samples == [(f'x="{i}"', n) for i in range(series)]
+        assert len(scanner._layouts["g"]) == kept
+        assert scanner._full_reads == reads + (0 if kept else 2)
+
+
+def test_an_untyped_page_is_cut_without_a_copy() -> None:
+    # A hostile page of one huge untyped family is held once, as the page, not once more.
+    page = 'g{x="1"} 1\ng{x="2"} 2\n'
+    scanner = PageScanner({"g"})
+    scanner.scan(page)
+    assert scanner._blocks["\n"][0] is page
 
 
 def test_page_scanner_rejects_truncated_pages() -> None:

@@ -29,11 +29,11 @@ from inferwatch.collect.textparse import (
     truncated,
 )
 
-# The most samples of wanted names a page may hold to have a layout of its own: a bigger page
-# (a series budget raised for a huge server) is read family by family, where what a family
-# costs besides its lines is nothing next to them, and a second layout of all its lines
-# would double what the scanner holds.
-PAGE_LAYOUT_SAMPLES = 10_000
+# The most samples of wanted names a page, or one family, may hold to have a layout of its
+# own: a bigger page (a series budget raised for a huge server) is read family by family,
+# where what a family costs besides its lines is nothing next to them, and a bigger family
+# in full, as a layout of all its lines would double what the scanner holds for it.
+LAYOUT_SAMPLES = 10_000
 
 # How many layouts of one family a mapper remembers (the scanner's of its lines, the
 # histograms' of their label texts): a family may alternate between a few (a series that
@@ -266,12 +266,12 @@ class PageScanner:
             if family and family not in self._families:
                 continue
             key = family or "\n"  # the untyped prologue has no family name
-            # A TYPE line followed at once by another leaves a chunk of its own line only.
-            block = chunk.partition("\n")[2] if family else chunk
             cached = self._blocks.get(key)
-            if cached is None or cached[0] != block:
+            if cached is None or cached[0] != chunk:
+                # A TYPE line followed at once by another leaves a chunk of its own line only.
+                block = chunk.partition("\n")[2] if family else chunk
                 part = self._read(key, block, limit - count)
-                cached = (block, part, part.count())
+                cached = (chunk, part, part.count())
                 self._blocks[key] = cached
             part = cached[1]
             count += cached[2]
@@ -284,7 +284,7 @@ class PageScanner:
             found.malformed.update(part.malformed)
         for name in found.malformed:
             found.samples.pop(name, None)  # a family announced twice, malformed once
-        if self._full_reads == full_reads and not found.malformed and count <= PAGE_LAYOUT_SAMPLES:
+        if self._full_reads == full_reads and not found.malformed and count <= LAYOUT_SAMPLES:
             self._remember_page(text)
         return found
 
@@ -300,7 +300,8 @@ class PageScanner:
 
     def _read(self, key: str, block: str, limit: float) -> Scan:
         """A changed block's samples: by one of its layouts where it fits one, else in full
-        (and its layout then remembered first)."""
+        (and its layout then remembered first, for a block of :data:`LAYOUT_SAMPLES` samples
+        at most)."""
         whole = block if not block or block.endswith("\n") else block + "\n"
         lines = whole.split("\n")
         layouts = self._layouts.setdefault(key, [])
@@ -312,6 +313,8 @@ class PageScanner:
                 return part
         self._full_reads += 1
         part = scan_lines(lines, self.wanted, limit)
+        if part.count() > LAYOUT_SAMPLES:
+            return part
         layout = _layout_of(lines, self.wanted, texts=part)
         if layout is not None:
             layouts.insert(0, layout)
@@ -319,19 +322,31 @@ class PageScanner:
         return part
 
     def _chunks(self, text: str) -> list[tuple[str, str]]:
-        """(family, text from its TYPE line on) for each family; ("", prologue) first. The
+        """(family, text of its TYPE line on) for each family; ("", prologue) first. The
         text of a family that left the page is forgotten, its layouts are not: a family that
         comes and goes (a server's state, a page of another replica behind one URL) is read
         by its layout when it comes back, and the page's layout is remembered again. They
-        are bounded: only wanted families have layouts, :data:`LAYOUTS` each."""
-        # Chunk i+1 starts with "<family> <type>\n" and holds the family's lines (and, at its
-        # end, the next family's # HELP line); chunk 0 precedes any TYPE line.
-        chunks = ("\n" + text).split("\n# TYPE ")
-        out = [("", chunks[0])] + [(c[: c.find(" ", 0, c.find("\n"))], c) for c in chunks[1:]]
+        are bounded: only wanted families have layouts, :data:`LAYOUTS` each.
+
+        The chunks are cut out of the page as it is, not out of a copy: a page of one huge
+        family (a hostile page) would be held once more for the cut."""
+        # A chunk after the first starts with "<family> <type>\n" and holds the family's
+        # lines (and, at its end, the next family's # HELP line). The first precedes any TYPE
+        # line, unless the page opens with one: then it is the first family's, whole.
+        chunks = text.split("\n# TYPE ")
+        if text.startswith("# TYPE "):
+            chunks.insert(0, "")
+        out = [("", chunks[0])] + [(_family_of(c), c) for c in chunks[1:]]
         present = {family for family, _ in out}
         for family in self._blocks.keys() - present - {"\n"}:
             del self._blocks[family]
         return out
+
+
+def _family_of(chunk: str) -> str:
+    """The family a chunk's TYPE line names (the page's first chunk keeps its ``# TYPE``)."""
+    start = 7 if chunk.startswith("# TYPE ") else 0
+    return chunk[start : chunk.find(" ", start, chunk.find("\n"))]
 
 
 def _families(names: frozenset[str]) -> frozenset[str]:
