@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferwatch.collect.backends import BACKENDS, VLLM, Mapper, detect
+from inferwatch.collect.backends.relabel import Relabeler
 from inferwatch.collect.poller import DEFAULT_MAX_SERIES, Poller, PollSettings
 from inferwatch.collect.textparse import ExpositionError, scan
 from inferwatch.collect.upstream import Upstream
@@ -431,6 +432,21 @@ async def test_healthz_answers_while_a_huge_page_is_mapped(
         assert "--backend-max-series" in poller.snapshot.collectors["backend"].error
     else:
         assert len(poller.snapshot.backend.values["requests_running"]) == series
+
+
+def test_the_series_of_a_huge_page_share_the_label_pairs_they_have_in_common() -> None:
+    # A budget raised for a huge server holds a mapping of every series: their model is one
+    # pair object, and a label the contract keeps as the server names it (engine) is the
+    # server's own pair, not a copy per series.
+    keys = list(Mapper(VLLM).normalize(big_page(1000), max_series=2000).values["requests_running"])
+    assert len(keys) == 1000 and {key[0] for key in keys} == {("model", "some-model-name")}
+    assert len({id(key[0]) for key in keys}) == 1
+    relabel = Relabeler(VLLM.labels)
+    first = relabel.series('engine="1",model_name="m"')
+    own, contract = relabel.series('engine="2",model_name="m"')
+    assert own == (("engine", "2"), ("model_name", "m")) and own[1] is first[0][1]
+    assert contract == (("model", "m"), ("engine", "2")) and contract[0] is first[1][0]
+    assert contract[1] is own[0]
 
 
 # --- the property: mutated real captures --------------------------------------------------

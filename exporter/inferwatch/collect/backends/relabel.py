@@ -28,7 +28,10 @@ class Relabeler:
 
     Label texts repeat verbatim from poll to poll, so results are cached for the backend's
     lifetime, bounded: cleared when a churning server makes it larger than twice the samples
-    of the last page (:meth:`fit`), and never cleared below :data:`MIN_ENTRIES`.
+    of the last page (:meth:`fit`), and never cleared below :data:`MIN_ENTRIES`. A label
+    pair that the series read before it holds too (the model of every series, a process's
+    own label also a contract one) is that series' pair object: the cache of a page raised
+    to 100,000 series holds one pair per series and label that differs, not one per label.
     """
 
     def __init__(
@@ -43,6 +46,7 @@ class Relabeler:
         self._max_entries = MIN_ENTRIES
         self._series: dict[str, tuple[Labels, Labels]] = {}
         self._buckets: dict[str, tuple[Labels, Labels, str, float]] = {}
+        self._last: tuple[Labels, Labels] = ((), ())  # the series read last: (own, contract)
 
     def fit(self, samples: int) -> None:
         """Size the memo for a page of ``samples`` samples: a page larger than the minimum
@@ -53,8 +57,10 @@ class Relabeler:
         """Label text -> (the server's own labels, sorted; contract labels)."""
         out = self._series.get(text)
         if out is None:
-            own = tuple(sorted(parse_labels(text)))
-            out = (own, self._contract(own))
+            last_own, last_contract = self._last
+            own = _reusing(tuple(sorted(parse_labels(text))), last_own)
+            out = (own, _reusing(self._contract(own), last_contract, own))
+            self._last = out
             if len(self._series) >= self._max_entries:
                 self._series.clear()
             self._series[text] = out
@@ -87,6 +93,16 @@ class Relabeler:
             if label in renamed:
                 renamed[label] = values.get(renamed[label], renamed[label])
         return _contract_labels({**renamed, **self._constant})
+
+
+def _reusing(labels: Labels, *known: Labels) -> Labels:
+    """``labels``: a ``known`` tuple equal to it, else a tuple whose pairs that a ``known``
+    one holds as well are its objects."""
+    for same in known:
+        if labels == same:
+            return same
+    pairs = {pair: pair for labels_known in known for pair in labels_known}
+    return tuple([pairs.get(pair, pair) for pair in labels])
 
 
 def _contract_labels(renamed: Mapping[str, str]) -> Labels:
