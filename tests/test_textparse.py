@@ -254,6 +254,10 @@ def test_read_page_reads_every_served_page_as_prometheus_client_does(golden: Pat
         ], name
 
 
+def test_read_page_reads_each_line_to_the_last_one_without_a_newline() -> None:
+    assert read_page("a 1\n\n# c\nb 2") == {"a": [({}, 1.0)], "b": [({}, 2.0)]}
+
+
 def test_read_page_refuses_a_malformed_line_in_one_line() -> None:
     with pytest.raises(ValueError, match=r"^not Prometheus text: value 'x' is not a number$"):
         read_page('inferwatch_backend_up{backend="vllm"} x\n')

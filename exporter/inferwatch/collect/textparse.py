@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 from inferwatch.model import Labels
@@ -161,7 +161,7 @@ class PageReader:
         out: Page = {}
         known = self._last
         labels_of: dict[str, dict[str, str]] = {}
-        for line in text.split("\n"):
+        for line in _lines(text):
             if not line or line[0] == "#":
                 continue
             match = SAMPLE_NAME.match(line)
@@ -180,6 +180,17 @@ class PageReader:
             out.setdefault(match.group(1), []).append((labels, value))
         self._last = labels_of
         return out
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The lines of ``text``, one at a time: a page of 100,000 series is not held twice, as
+    the page and as its lines, while it is read."""
+    start = 0
+    end = text.find("\n")
+    while end >= 0:
+        yield text[start:end]
+        start, end = end + 1, text.find("\n", end + 1)
+    yield text[start:]
 
 
 def truncated() -> ExpositionError:
