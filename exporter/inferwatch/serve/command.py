@@ -48,8 +48,8 @@ M_MMAP_THRESHOLD = -3
 # The garbage collector's thresholds once the start-up objects are frozen: a full collection
 # after every 100 collections of the middle generation, not 10 (gc's default). What was made
 # to start no longer counts among the long-lived objects that hold full collections back,
-# and each one walks every series of a huge page and of the verdict over it, holding the GIL:
-# 9 to 58 ms each with 100,000 series mapped, several a minute. Cycles are still collected.
+# and each one walks every series of a huge page and of the verdict over it, holding the GIL
+# while /healthz waits (bench/exporter.py's huge page). Cycles are still collected.
 GC_THRESHOLDS = (700, 10, 100)
 
 
