@@ -90,7 +90,7 @@ def machine(args: argparse.Namespace) -> dict[str, str]:
 
 
 def big_page(series: int = 100_000) -> str:
-    """A page of ``series`` series of one mapped family, ~64 bytes each."""
+    """A page of ``series`` series of one mapped family, 75 bytes each."""
     return 'vllm:num_requests_waiting{model_name="m"} 1\n' + "".join(
         f'vllm:num_requests_running{{engine="{i:07d}",model_name="some-model-name"}} 1\n'
         for i in range(series)

@@ -381,7 +381,7 @@ def test_default_series_budget_is_at_least_ten_times_the_largest_real_page() -> 
 
 
 def big_page(series: int) -> str:
-    """~64 bytes a series of a mapped family: 100,000 series make ~6.4 MB."""
+    """A page of ``series`` series of one mapped family, 75 bytes each."""
     return WAITING + "".join(
         f'vllm:num_requests_running{{engine="{i:07d}",model_name="some-model-name"}} 1\n'
         for i in range(series)
