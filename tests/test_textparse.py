@@ -222,6 +222,13 @@ def test_a_family_too_big_for_a_layout_is_read_in_full_whenever_it_changes(monke
         assert scanner._full_reads == reads + (0 if kept else 2)
 
 
+def test_a_type_line_naming_a_type_line_announces_no_wanted_family() -> None:
+    # Only the page's first line may start a chunk with "# TYPE " (there is no newline before
+    # it); anywhere else the TYPE line names the family "#", which no one wants.
+    page = "# TYPE g gauge\ng 1\n# TYPE # TYPE h gauge\nh 2\n"
+    assert PageScanner({"g", "h"}).scan(page).samples == {"g": [("", 1.0)]}
+
+
 def test_an_untyped_page_is_cut_without_a_copy() -> None:
     # A hostile page of one huge untyped family is held once, as the page, not once more.
     page = 'g{x="1"} 1\ng{x="2"} 2\n'

@@ -335,17 +335,19 @@ class PageScanner:
         # line, unless the page opens with one: then it is the first family's, whole.
         chunks = text.split("\n# TYPE ")
         if text.startswith("# TYPE "):
-            chunks.insert(0, "")
-        out = [("", chunks[0])] + [(_family_of(c), c) for c in chunks[1:]]
+            out = [("", ""), (_family_of(chunks[0], len("# TYPE ")), chunks[0])]
+        else:
+            out = [("", chunks[0])]
+        out += [(_family_of(c), c) for c in chunks[1:]]
         present = {family for family, _ in out}
         for family in self._blocks.keys() - present - {"\n"}:
             del self._blocks[family]
         return out
 
 
-def _family_of(chunk: str) -> str:
-    """The family a chunk's TYPE line names (the page's first chunk keeps its ``# TYPE``)."""
-    start = 7 if chunk.startswith("# TYPE ") else 0
+def _family_of(chunk: str, start: int = 0) -> str:
+    """The family a chunk's TYPE line names, from ``start`` (past the ``# TYPE `` that the
+    page's first chunk keeps)."""
     return chunk[start : chunk.find(" ", start, chunk.find("\n"))]
 
 
