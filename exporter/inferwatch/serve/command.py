@@ -12,8 +12,6 @@ import stat
 import sys
 from pathlib import Path
 
-from aiohttp import web
-
 from inferwatch.baseline import load as load_baseline
 from inferwatch.collect.backends import BACKENDS
 from inferwatch.collect.canary import describe as describe_canary
@@ -23,6 +21,7 @@ from inferwatch.collect.server_cpu import ServerCpu
 from inferwatch.collect.upstream import Upstream
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.config import ServeConfig
+from inferwatch.serve.listener import connection_cap, open_file_limit, serve
 from inferwatch.serve.options import OPTIONS
 from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.webconfig import WebConfig
@@ -188,6 +187,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
     """Serve until a signal; ``spec`` (default: the defaults) is the verdict's and sets the
     window of the canary's TTFT gap and of the latency quantiles."""
     spec = spec_from_config({}) if spec is None else spec
+    cap = connection_cap(open_file_limit())
     web_config = None
     if config.web_config_file is not None:
         web_config = load_web_config(config.web_config_file)
@@ -200,10 +200,11 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
     capture = config.capture_settings()
     poller = build_poller(config, spec.window_seconds)
     log.info(
-        "serving on %s:%d (%s), polling %s backend at %s every %g s",
+        "serving on %s:%d (%s; at most %d connections), polling %s backend at %s every %g s",
         host or "*",
         port,
         "plain HTTP" if web_config is None else web_config.describe(),
+        cap,
         config.backend,
         redact_url(config.backend_url),
         config.poll_interval,
@@ -232,11 +233,4 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
     if canary_settings is not None:
         log.info("%s", describe_canary(canary_settings, redact_url))
     settle_process()
-    web.run_app(
-        app,
-        sock=sockets,
-        ssl_context=ssl_context,
-        print=None,
-        access_log=None,
-        handle_signals=True,
-    )
+    serve(app, sockets, ssl_context, cap)

@@ -21,6 +21,7 @@ from inferwatch.collect.canary import Canary, CanarySettings
 from inferwatch.collect.poller import Poller
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.exposition import Renderer
+from inferwatch.serve.listener import HEAD_TIMEOUT
 from inferwatch.serve.verdict import VerdictHistory
 from inferwatch.serve.web import CAPTURER, POLLER, VERDICT, http_app
 from inferwatch.serve.webconfig import WebConfig
@@ -39,6 +40,7 @@ def make_app(
     capture: CaptureSettings | None = None,
     canary: CanarySettings | None = None,
     allowed_hosts: Collection[str] = (),
+    head_timeout: float = HEAD_TIMEOUT,
 ) -> web.Application:
     """The exporter's app over ``poller``; with ``run_poller`` its lifetime owns the poll
     loop (and the verdict's, which records the polls; without it the verdict records on
@@ -48,6 +50,8 @@ def make_app(
     None. ``capture`` turns evidence capture on (``POST /capture``, ``GET /captures``, and
     the triggers of ``capture.on`` on the verdict); its connection to the server is its own.
     ``canary`` runs the canary's probe loop for the app's lifetime, on its own task.
+    ``head_timeout``: the seconds a connection has to send a request's head
+    (:func:`inferwatch.serve.web.http_app`).
     """
     spec = spec_from_config({}) if spec is None else spec
     renderer = Renderer(lambda: poller.snapshot)
@@ -72,6 +76,7 @@ def make_app(
         capturer,
         web_config=web_config,
         allowed_hosts=allowed_hosts,
+        head_timeout=head_timeout,
     )
     if capturer is not None:
         app.cleanup_ctx.append(_capture_lifetime)

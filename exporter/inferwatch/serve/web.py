@@ -28,6 +28,7 @@ from inferwatch.collect.poller import Poller
 from inferwatch.logs import LogLimiter
 from inferwatch.method.spec import spec_document
 from inferwatch.serve.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Renderer
+from inferwatch.serve.listener import HEAD_TIMEOUT
 from inferwatch.serve.request_checks import request_checks
 from inferwatch.serve.runbook_page import RunbookPages
 from inferwatch.serve.verdict import VerdictHistory
@@ -270,6 +271,7 @@ def http_app(
     *,
     web_config: WebConfig | None = None,
     allowed_hosts: Collection[str] = (),
+    head_timeout: float = HEAD_TIMEOUT,
 ) -> web.Application:
     """The routes over the sidecar's parts (built by :func:`inferwatch.serve.sidecar.
     make_app`, the one place that wires them).
@@ -279,12 +281,15 @@ def http_app(
     ``allowed_hosts`` (``--web.allowed-host``): the Host names answered (any when empty);
     state-changing requests from another origin are refused either way
     (:func:`inferwatch.serve.request_checks.request_checks`). Without ``capturer`` the capture
-    routes answer 404 with why.
+    routes answer 404 with why. A connection that takes longer than ``head_timeout`` seconds
+    to send a request's head, counted from its accept or its last answer, is closed
+    (:mod:`inferwatch.serve.listener`): aiohttp's keep-alive timeout closes one that waits
+    for a head, half-sent or not.
     """
     security = web_config or WebConfig()
     app = web.Application(
         middlewares=[*request_checks(allowed_hosts), *security.middlewares()],
-        handler_args={"logger": ServerLog()},
+        handler_args={"logger": ServerLog(), "keepalive_timeout": head_timeout},
     )
     if security.headers:
         app.on_response_prepare.append(security.add_headers)
