@@ -1,5 +1,5 @@
-"""Authenticated ``/metrics`` latency under a flood of wrong passwords (prints figures; not a
-test).
+"""Authenticated ``/metrics`` latency under a flood of wrong passwords, or of connections
+held half-sent (prints figures; not a test).
 
 A real ``inferwatch serve`` process with basic auth at bcrypt cost 12 (docs/security.md,
 "Password checks under a flood"), polling a loopback backend that serves a real vLLM
@@ -10,7 +10,13 @@ for ``--seconds``. Printed: the scraper's p50/p99 latency in both phases, measur
 same run, and what the flood got (401: its password was checked; 503: every check slot was
 taken).
 
-    .venv/bin/python bench/auth_flood.py [--seconds 10]
+With ``--held-connections N`` the flood is N connections that each send half a request's
+head and hold it (docs/security.md, "Connections"), against a sidecar limited to 1,024 open
+files (``prlimit``, a usual container default); each connection the sidecar closes is
+opened again at once. Printed: the scraper's p50/p99 latency without and during the flood,
+how often the sidecar closed a held connection, and the most files it held open.
+
+    .venv/bin/python bench/auth_flood.py [--seconds 10] [--held-connections 1100]
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import asyncio
 import base64
 import collections
 import json
+import os
+import resource
 import sys
 import tempfile
 import time
@@ -33,7 +41,7 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from demo.stack import Inferwatch, Process, free_port  # noqa: E402
+from demo.stack import Process, free_port  # noqa: E402
 
 CAPTURE = REPO / "tests" / "fixtures" / "vllm-0.32.0-cpu-loaded-kv-full.prom"
 PASSWORD = "correct horse battery staple"
@@ -41,6 +49,8 @@ COST = 12
 FLOOD_REQUESTS = 240
 FLOOD_CONCURRENCY = 120
 SCRAPE_EVERY = 0.1
+OPEN_FILES = 1024  # the sidecar's open-file limit under --held-connections
+HALF_SENT = b"GET /metrics HTTP/1.1\r\nHost: sidecar\r\n"  # no blank line: never whole
 
 
 def serve_capture(port: int) -> None:
@@ -155,12 +165,68 @@ async def phase(url: str, seconds: float, flooded: bool) -> tuple[Phase, str]:
     )
 
 
-async def measure(url: str, seconds: float) -> None:
+async def hold(host: str, port: int, stop: asyncio.Event) -> int:
+    """One connection holding a half-sent request, opened again whenever the sidecar closes
+    it, until ``stop``; how many times it was closed."""
+    closed = 0
+    stopping = asyncio.create_task(stop.wait())
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError:
+            await asyncio.sleep(0.1)
+            continue
+        writer.write(HALF_SENT)
+        ended = asyncio.create_task(reader.read())
+        await asyncio.wait([ended, stopping], return_when=asyncio.FIRST_COMPLETED)
+        closed += ended.done()
+        ended.cancel()
+        writer.close()
+    return closed
+
+
+async def held_phase(url: str, seconds: float, connections: int, pid: int) -> tuple[Phase, str]:
+    """The scraper for ``seconds`` while ``connections`` half-sent requests are held open."""
+    host, port = url.removeprefix("http://").split(":")
+    stop = asyncio.Event()
+    holders = [asyncio.create_task(hold(host, int(port), stop)) for _ in range(connections)]
+    await asyncio.sleep(1.0)  # every connection opened
+    files = 0
+    scraper = asyncio.create_task(scrape(url, stop))
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        files = max(files, len(os.listdir(f"/proc/{pid}/fd")))
+        await asyncio.sleep(0.1)
+    stop.set()
+    closed = sum(await asyncio.gather(*holders))
+    return await scraper, (
+        f"  flood: {connections} connections held half-sent for {seconds:g} s against a "
+        f"sidecar limited to {OPEN_FILES} open files: it closed them {closed} times; the "
+        f"most files it held open: {files}"
+    )
+
+
+async def measure_held(url: str, seconds: float, connections: int, pid: int) -> None:
+    await first_pass(url)
+    quiet, _ = await phase(url, seconds, flooded=False)
+    loud, flood_lines = await held_phase(url, seconds, connections, pid)
+    print(f"the scraper every {SCRAPE_EVERY:g} s; the sidecar limited to {OPEN_FILES} open files")
+    print(quiet.line("no flood"))
+    print(loud.line("during the flood"))
+    print(flood_lines)
+
+
+async def first_pass(url: str) -> None:
+    """The scraper's first scrape: its password checked, cached from then on."""
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"{url}/metrics", headers=basic("prometheus", PASSWORD)) as resp,
     ):
-        assert resp.status == 200, resp.status  # the scraper's pass, cached from now on
+        assert resp.status == 200, resp.status
+
+
+async def measure(url: str, seconds: float) -> None:
+    await first_pass(url)
     quiet, _ = await phase(url, seconds, flooded=False)
     loud, flood_lines = await phase(url, seconds, flooded=True)
     print(f"bcrypt cost {COST}; the scraper (its password checked once) every {SCRAPE_EVERY:g} s")
@@ -172,11 +238,21 @@ async def measure(url: str, seconds: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
+    parser.add_argument(
+        "--held-connections",
+        type=int,
+        metavar="N",
+        help=f"flood: N half-sent requests held open (the sidecar at {OPEN_FILES} open files)",
+    )
     parser.add_argument("--serve-capture", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_capture:
         serve_capture(args.serve_capture)
         return
+    held = args.held_connections
+    if held:  # this process holds them all
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         users = {
@@ -185,18 +261,23 @@ def main() -> None:
         }
         web_config = workdir / "web-config.yml"
         web_config.write_text(json.dumps({"basic_auth_users": users}))
-        port = free_port()
+        port, sidecar_port = free_port(), free_port()
         argv = [sys.executable, __file__, "--serve-capture", str(port)]
         backend = Process("backend", argv, workdir / "backend.log").start()
-        sidecar = Inferwatch(
-            workdir,
-            f"http://127.0.0.1:{port}",
-            ["--backend", "vllm", "--gpu", "off", "--web.config.file", str(web_config)],
-        )
+        argv = ["prlimit", f"--nofile={OPEN_FILES}:{OPEN_FILES}"] if held else []
+        argv += [sys.executable, "-m", "inferwatch", "serve"]
+        argv += ["--backend-url", f"http://127.0.0.1:{port}", "--backend", "vllm", "--gpu", "off"]
+        argv += ["--web.config.file", str(web_config)]
+        argv += ["--web.listen-address", f"127.0.0.1:{sidecar_port}"]
+        sidecar = Process("inferwatch", argv, workdir / "inferwatch.log")
+        url = f"http://127.0.0.1:{sidecar_port}"
         try:
             backend.wait_http(f"http://127.0.0.1:{port}/metrics", 30)
-            sidecar.start()
-            asyncio.run(measure(sidecar.url, args.seconds))
+            sidecar.start().wait_http(f"{url}/healthz", 30)
+            if held:
+                asyncio.run(measure_held(url, args.seconds, held, sidecar.pid))
+            else:
+                asyncio.run(measure(url, args.seconds))
         finally:
             sidecar.stop()
             backend.stop()
