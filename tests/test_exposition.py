@@ -126,6 +126,7 @@ def full_snapshot(fixture: str) -> Snapshot:
             {("manual", "ok"): 1.0, ("InferenceQueuedWhileIdle", "too_soon"): 2.0}, 1.8e9
         ),
         server_cpu=ServerCpuSample(1834.2, 97.4, 131, 412.9, 3.2, 41.0),
+        series_dropped={"label_bytes": 3.0},
     )
 
 

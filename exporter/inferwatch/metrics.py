@@ -353,6 +353,9 @@ SERVER_CPU: dict[str, MetricDef] = _defs(
     ),
 )
 
+# Why the exporter leaves a backend series out and counts it.
+SERIES_DROPPED_REASONS = ("label_bytes",)
+
 # The exporter's view of itself.
 SELF: dict[str, MetricDef] = _defs(
     MetricDef("backend_up", G, "1 if the last scrape of the backend succeeded."),
@@ -362,6 +365,13 @@ SELF: dict[str, MetricDef] = _defs(
         G,
         "Backend identity; labels carry backend, version and model.",
         ("version",),
+    ),
+    MetricDef(
+        "backend_series_dropped",
+        C,
+        "Backend series left out of the polls, by reason (label_bytes: a label set longer "
+        "than --backend-max-label-bytes).",
+        ("reason",),
     ),
     MetricDef("collector_success", G, "1 if the collector's last run succeeded.", ("collector",)),
     MetricDef(

@@ -157,7 +157,8 @@ class BackendSample:
     ``histograms`` holds the histograms; a key is absent when the backend does not provide
     that signal (absent, never zero). Every value is valid for its kind (counters finite
     and >= 0, ratios in [0, 1]), and no series appears twice. ``dropped`` lists what of the
-    page was left out to make it so.
+    page was left out to make it so; ``oversized`` counts the series left out for a label
+    set longer than the bound (``--backend-max-label-bytes``).
     """
 
     backend: str
@@ -166,6 +167,7 @@ class BackendSample:
     values: Mapping[str, SeriesValues] = field(default_factory=lambda: EMPTY)
     histograms: Mapping[str, HistogramValues] = field(default_factory=lambda: EMPTY)
     dropped: Sequence[Dropped] = ()
+    oversized: int = 0
 
     def total(self, key: str) -> float | None:
         """Sum of a signal over all its series, or None when not provided."""
@@ -298,3 +300,5 @@ class Snapshot:
     canary: CanarySample | None = None
     captures: CaptureSample | None = None
     server_cpu: ServerCpuSample | None = None
+    # Backend series left out since start, by reason (metrics.SERIES_DROPPED_REASONS).
+    series_dropped: Mapping[str, float] = field(default_factory=lambda: EMPTY)

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Generic, Protocol, TypeVar
 
 from inferwatch.baseline import Baseline
@@ -28,6 +29,7 @@ from inferwatch.collect.textparse import ExpositionError
 from inferwatch.collect.upstream import Upstream, UpstreamError
 from inferwatch.collect.window import LatencyWindow
 from inferwatch.logs import CauseLog, LogLimiter
+from inferwatch.metrics import SERIES_DROPPED_REASONS
 from inferwatch.model import (
     BackendSample,
     CanarySample,
@@ -48,6 +50,12 @@ log = logging.getLogger("inferwatch.poller")
 # is room for ~40x the largest page seen, e.g. a vLLM server with 32 data-parallel engines.
 # A bigger page marks the backend down before anything of it is parsed further.
 DEFAULT_MAX_SERIES = 10_000
+
+# The longest label set of a series, in bytes (--backend-max-label-bytes): the longest in a
+# real capture in tests/fixtures is 1,034 (vLLM 0.32's cache_config_info), so this is room
+# for four times it. A longer series is left out and counted; it holds no memory past the
+# scan that reads its line.
+DEFAULT_MAX_LABEL_BYTES = 4096
 
 
 # The largest page mapped on the event loop: about four times the biggest real capture in
@@ -89,6 +97,7 @@ class PollSettings:
     tensor_parallel_size: int | None = None
     baseline: Baseline | None = None
     max_series: int = DEFAULT_MAX_SERIES
+    max_label_bytes: int = DEFAULT_MAX_LABEL_BYTES
     # The rate window of the rules (the spec's): the latency quantiles' (collect/window.py)
     # and the load the baseline cell is chosen by (collect/load.py).
     latency_window: float = 300.0
@@ -131,12 +140,15 @@ class Poller:
         self._dropped_log = LogLimiter()
         self._bug_log = LogLimiter()
         self.last_poll_at: float | None = None
+        # Series the mapping left out since start, by reason (label sets over the bound).
+        self._series_dropped = dict.fromkeys(SERIES_DROPPED_REASONS, 0.0)
         self.snapshot = Snapshot(
             backend_kind=backend.name if backend else "unknown",
             backend_up=False,
             backend_scrape_seconds=0.0,
             backend=None,
             collectors={},
+            series_dropped=MappingProxyType(dict(self._series_dropped)),
         )
 
     def register_canary(self, canary: Source[CanarySample]) -> None:
@@ -192,6 +204,8 @@ class Poller:
         canary = self._read(self._canary, now, sample, collectors)
         captures = self._read(self._captures, now, sample, collectors)
         server_cpu = self._read(self._server_cpu, now, sample, collectors)
+        if sample is not None and sample.oversized:
+            self._series_dropped["label_bytes"] += sample.oversized
         self.snapshot = Snapshot(
             backend_kind=self.backend.name if self.backend else "unknown",
             backend_up=sample is not None,
@@ -206,6 +220,7 @@ class Poller:
             canary=canary,
             captures=captures,
             server_cpu=server_cpu,
+            series_dropped=MappingProxyType(dict(self._series_dropped)),
         )
         self.last_poll_at = now
         return self.snapshot
@@ -320,7 +335,8 @@ class Poller:
             self.backend = detect(text)
             log.info("backend recognised as %s", self.backend.name)
         if self._mapper is None or self._mapper.backend is not self.backend:
-            self._mapper = Mapper(self.backend, self._log_dropped)
+            limit = self.settings.max_label_bytes
+            self._mapper = Mapper(self.backend, self._log_dropped, limit)
         return self._mapper.normalize(
             text, self._model_hint, self.settings.max_series, self._version
         )

@@ -17,6 +17,7 @@ import math
 import operator
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from inferwatch.collect.textparse import (
     SAMPLE_NAME,
@@ -39,6 +40,11 @@ LAYOUT_SAMPLES = 10_000
 # histograms' of their label texts): a family may alternate between a few (a series that
 # comes and goes between polls).
 LAYOUTS = 8
+
+# The most characters of page text the scanner's layouts cover together (a layout holds
+# about as much again): a few times a page of the default series budget. A layout that
+# would take them past it makes the scanner forget the others; a bigger one is not kept.
+LAYOUT_CHARS = 8 << 20
 
 
 class Layout:
@@ -64,6 +70,7 @@ class Layout:
     ) -> None:
         self.lines = lines
         self.count = len(heads)  # samples of the wanted names
+        self.chars = 0  # of the text it was made from (set by the scanner)
         self._sample_lines = _getter([i for i, _ in heads])
         self._heads = tuple(head for _, head in heads)
         starts: dict[int, slice] = {}  # one slice per length of head
@@ -216,8 +223,9 @@ class PageScanner:
     of its values without cutting it into families.
     """
 
-    def __init__(self, wanted: Collection[str]) -> None:
+    def __init__(self, wanted: Collection[str], max_label_bytes: float = math.inf) -> None:
         self.wanted = frozenset(wanted)
+        self.max_label_bytes = max_label_bytes
         self._families = _families(self.wanted)
         self._blocks: dict[str, tuple[str, Scan, int]] = {}  # key -> (text, samples, count)
         self._layouts: dict[str, list[Layout]] = {}
@@ -282,9 +290,12 @@ class PageScanner:
                     found.samples[name] + samples if name in found.samples else samples
                 )
             found.malformed.update(part.malformed)
+            for name, left_out in part.oversized.items():
+                found.oversized[name] = found.oversized.get(name, 0) + left_out
         for name in found.malformed:
             found.samples.pop(name, None)  # a family announced twice, malformed once
-        if self._full_reads == full_reads and not found.malformed and count <= LAYOUT_SAMPLES:
+        known = self._full_reads == full_reads and not found.malformed and not found.oversized
+        if known and count <= LAYOUT_SAMPLES and len(text) <= LAYOUT_CHARS:
             self._remember_page(text)
         return found
 
@@ -295,13 +306,24 @@ class PageScanner:
             return
         page = _page_layout(text, lines, self.wanted, self._families)
         if page is not None:
+            self._make_room(page.layout, len(text))
             self._pages.insert(0, page)
             del self._pages[LAYOUTS:]
+
+    def _make_room(self, layout: Layout, chars: int) -> None:
+        """Make room for a new layout made from ``chars`` characters (at most
+        :data:`LAYOUT_CHARS`): the others are forgotten if, with them, the layouts would
+        cover more."""
+        kept = chain((page.layout for page in self._pages), *self._layouts.values())
+        if sum(other.chars for other in kept) + chars > LAYOUT_CHARS:
+            self._pages.clear()
+            self._layouts.clear()
+        layout.chars = chars
 
     def _read(self, key: str, block: str, limit: float) -> Scan:
         """A changed block's samples: by one of its layouts where it fits one, else in full
         (and its layout then remembered first, for a block of :data:`LAYOUT_SAMPLES` samples
-        at most)."""
+        and :data:`LAYOUT_CHARS` characters at most, each of a label set within the bound)."""
         whole = block if not block or block.endswith("\n") else block + "\n"
         lines = whole.split("\n")
         layouts = self._layouts.setdefault(key, [])
@@ -312,11 +334,13 @@ class PageScanner:
                     layouts.insert(0, layouts.pop(n))
                 return part
         self._full_reads += 1
-        part = scan_lines(lines, self.wanted, limit)
-        if part.count() > LAYOUT_SAMPLES:
+        part = scan_lines(lines, self.wanted, limit, self.max_label_bytes)
+        if part.count() > LAYOUT_SAMPLES or part.oversized or len(whole) > LAYOUT_CHARS:
             return part
         layout = _layout_of(lines, self.wanted, texts=part)
         if layout is not None:
+            self._make_room(layout, len(whole))
+            layouts = self._layouts.setdefault(key, [])  # anew, if it was just forgotten
             layouts.insert(0, layout)
             del layouts[LAYOUTS:]
         return part

@@ -16,8 +16,10 @@ comments, ``_created`` samples are names nobody maps, and an exemplar after the 
 
 A malformed line of a wanted name does not stop the scan: the name is reported in
 :attr:`Scan.malformed` and its samples are left out, so one broken family does not cost the
-rest of the page. A page cut short, or one with more samples of the wanted names than the
-caller's budget, raises :class:`ExpositionError`.
+rest of the page. A sample whose label set is longer than the caller's bound is left out
+and counted (:attr:`Scan.oversized`): nothing after the scan holds it. A page cut short, or
+one with more samples of the wanted names than the caller's budget, raises
+:class:`ExpositionError`.
 """
 
 from __future__ import annotations
@@ -60,11 +62,13 @@ class ExpositionError(ValueError):
 @dataclass
 class Scan:
     """What a scan found: samples of the wanted names in page order, as ``(label text,
-    value)``, and the wanted names with a malformed line (name -> what is wrong with its
-    first one), left out of ``samples``."""
+    value)``, the wanted names with a malformed line (name -> what is wrong with its first
+    one), left out of ``samples``, and how many samples of each name were left out for a
+    label set longer than the bound (``oversized``)."""
 
     samples: Samples = field(default_factory=dict)
     malformed: dict[str, str] = field(default_factory=dict)
+    oversized: dict[str, int] = field(default_factory=dict)
 
     def count(self) -> int:
         return sum(len(s) for s in self.samples.values())
@@ -106,8 +110,12 @@ def scan(text: str, wanted: Collection[str], limit: float = math.inf) -> Scan:
     return scan_lines(text.split("\n"), wanted, limit)
 
 
-def scan_lines(lines: list[str], wanted: Collection[str], limit: float) -> Scan:
-    """:func:`scan` of a page already cut into its lines."""
+def scan_lines(
+    lines: list[str], wanted: Collection[str], limit: float, max_label_bytes: float = math.inf
+) -> Scan:
+    """:func:`scan` of a page already cut into its lines; a sample whose label set (the
+    text between its braces) is longer than ``max_label_bytes`` in UTF-8 is counted in
+    :attr:`Scan.oversized`, not kept."""
     found = Scan()
     samples = found.samples
     count = 0
@@ -127,6 +135,9 @@ def scan_lines(lines: list[str], wanted: Collection[str], limit: float) -> Scan:
             labels, value = read_sample(line, match.end())
         except ExpositionError as exc:
             found.malformed.setdefault(name, str(exc))
+            continue
+        if len(labels) * 4 > max_label_bytes and oversized(labels, max_label_bytes):
+            found.oversized[name] = found.oversized.get(name, 0) + 1
             continue
         samples.setdefault(name, []).append((labels, value))
     for name in found.malformed:
@@ -191,6 +202,11 @@ def _lines(text: str) -> Iterator[str]:
         yield text[start:end]
         start, end = end + 1, text.find("\n", end + 1)
     yield text[start:]
+
+
+def oversized(labels: str, max_bytes: float) -> bool:
+    """Whether a label text is longer than ``max_bytes`` in UTF-8."""
+    return len(labels) > max_bytes or len(labels.encode()) > max_bytes
 
 
 def truncated() -> ExpositionError:

@@ -110,6 +110,7 @@ def build_poller(config: ServeConfig, latency_window: float = 300.0) -> Poller:
         tensor_parallel_size=config.tensor_parallel_size,
         baseline=baseline,
         max_series=config.backend_max_series,
+        max_label_bytes=config.backend_max_label_bytes,
         latency_window=latency_window,
     )
     poller = Poller(upstream, backend, gpu, settings)

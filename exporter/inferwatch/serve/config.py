@@ -40,6 +40,7 @@ class ServeConfig:
     backend_header: tuple[str, str] | None = field(repr=False)  # may hold a secret
     backend_max_bytes: int
     backend_max_series: int
+    backend_max_label_bytes: int
     web_listen_address: tuple[str, int]
     web_config_file: Path | None
     poll_interval: float

@@ -58,7 +58,11 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 _MAX_CACHED = 20_000
+# The most characters of label text cached (about as much again is held, in the label sets
+# it is of): the label texts of a few pages of the default series budget.
+_MAX_CACHED_CHARS = 4 << 20
 _label_text: dict[Labels, str] = {}
+_label_chars = 0  # of the texts cached
 _om_bounds: dict[tuple[str, ...], tuple[tuple[str, ...], bool] | None] = {}
 
 
@@ -92,12 +96,15 @@ _HEADERS = {False: _headers(False), True: _headers(True)}
 
 def label_text(labels: Labels) -> str:
     """``(("a", "x"),)`` -> ``'a="x"'``, escaped, cached (label sets repeat every poll)."""
+    global _label_chars
     text = _label_text.get(labels)
     if text is None:
         text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-        if len(_label_text) >= _MAX_CACHED:
+        if len(_label_text) >= _MAX_CACHED or _label_chars + len(text) > _MAX_CACHED_CHARS:
             _label_text.clear()
+            _label_chars = 0
         _label_text[labels] = text
+        _label_chars += len(text)
     return text
 
 

@@ -45,6 +45,8 @@ def write_snapshot(snap: Snapshot, sink: Sink) -> None:
     sink.scalars("build_info", {(("version", __version__),): 1.0})
     sink.scalars("backend_up", {kind: float(snap.backend_up)})
     sink.scalars("backend_scrape_duration_seconds", {kind: snap.backend_scrape_seconds})
+    dropped = snap.series_dropped
+    sink.scalars("backend_series_dropped", {(*kind, ("reason", r)): n for r, n in dropped.items()})
     status = snap.collectors
     sink.scalars(
         "collector_success", {(("collector", c),): float(s.success) for c, s in status.items()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferwatch.collect.backends import BACKENDS
-from inferwatch.collect.poller import DEFAULT_MAX_SERIES
+from inferwatch.collect.poller import DEFAULT_MAX_LABEL_BYTES, DEFAULT_MAX_SERIES
 from inferwatch.collect.steps import DEFAULT_KNOWN_STEP
 from inferwatch.method.alerts import ALERTS
 from inferwatch.serve.request_checks import host_names
@@ -85,6 +85,14 @@ OPTIONS = (
         positive_int,
         DEFAULT_MAX_SERIES,
         "most samples of mapped families a page may hold; a bigger page marks the backend down",
+        metavar="N",
+    ),
+    Option(
+        "--backend-max-label-bytes",
+        positive_int,
+        DEFAULT_MAX_LABEL_BYTES,
+        "longest label set of a series (the text between its braces); a longer series is left "
+        "out and counted in inferwatch_backend_series_dropped_total",
         metavar="N",
     ),
     Option(

@@ -1,9 +1,12 @@
 """The live verdict: the method evaluated by the exporter over its own recent polls.
 
-:class:`VerdictHistory` keeps a bounded ring (the last 15 minutes, at most ``max_points``)
-of the pages the exporter serves (the very bytes of ``/metrics``), one per new snapshot at
-most every ``step`` seconds, read back exactly as ``diagnose --exporter`` reads them. Each
-new page yields:
+:class:`VerdictHistory` keeps the pages the exporter serves (the very bytes of
+``/metrics``, compressed) over the rate window, at most :data:`PAGE_BYTES` of them, one per
+new snapshot at most every ``step`` seconds, read back exactly as ``diagnose --exporter``
+reads them, and a bounded ring of points (the last 15 minutes, at most ``max_points``).
+Pages past the bytes are dropped where they lie closest together, so that the window keeps
+its reach with coarser steps; a page bigger than them all is not kept, and the verdict is
+then over the last step. Each new page yields:
 
 - the verdict, over the spec's rate window (the rules' ``5m`` unless the config says
   otherwise; less while the exporter has not polled that long): every signal of
@@ -47,6 +50,9 @@ log = logging.getLogger(__name__)
 KEEP_SECONDS = 900.0
 MAX_POINTS = 360
 DEFAULT_STEP = 5.0
+# The most bytes of compressed pages kept over the window: the window of a page of the
+# default series budget, about forty times a real vLLM page's.
+PAGE_BYTES = 8 << 20
 # The most backend series a snapshot may hold for its verdict to be computed on the event
 # loop: about four times the samples the largest real capture in tests/fixtures maps (244).
 # Handing a usual verdict to a worker thread cost more than computing it (the thread's
@@ -106,6 +112,17 @@ def _series(snap: Snapshot) -> int:
     return sum(map(len, snap.backend.values.values())) + sum(
         map(len, snap.backend.histograms.values())
     )
+
+
+def _thin(pages: deque[tuple[float, bytes]], most: int) -> None:
+    """Drop pages until they hold at most ``most`` bytes together: the one whose neighbours
+    lie closest together, else (two left) the older, else the last."""
+    held = sum(len(page) for _, page in pages)
+    while held > most:
+        gaps = range(1, len(pages) - 1)
+        drop = min(gaps, key=lambda i: pages[i + 1][0] - pages[i - 1][0]) if gaps else 0
+        held -= len(pages[drop][1])
+        del pages[drop]
 
 
 def number(value: float | None) -> float | None:
@@ -173,6 +190,7 @@ class VerdictHistory:
         step: float | None = None,
         wall: Callable[[], float] = time.time,
         page: Callable[[Snapshot], bytes] = render,
+        page_bytes: int = PAGE_BYTES,
     ) -> None:
         self.poller = poller
         self.spec = spec
@@ -183,6 +201,7 @@ class VerdictHistory:
         # The pages (compressed) as old as a window at most: the verdict's first page is
         # the oldest inside it; older ones are never read again.
         self._pages: deque[tuple[float, bytes]] = deque()
+        self.page_bytes = page_bytes  # at most, of the pages together
         self._last: tuple[Snapshot | None, Samples] = (None, {})  # newest recorded, parsed
         self._wall = wall
         self._page = page  # a snapshot's /metrics page (the renderer's, in the sidecar)
@@ -219,6 +238,7 @@ class VerdictHistory:
             self._pages.append((at, page))
             while at - self._pages[0][0] > self.window:
                 self._pages.popleft()
+            _thin(self._pages, self.page_bytes)
             self._last = (snap, parsed)
             self.verdict = verdict
             for listener in self.listeners:
@@ -247,6 +267,8 @@ class VerdictHistory:
             read = {name: signal for name, (signal, _) in readings.items() if signal != name}
         point = Point(at, self._wall(), snap.backend_up, values, read)
         first = next(((t, p) for t, p in pages if at - t <= self.window and t < at), None)
+        if first is None and points and at > points[-1].at:
+            first = (points[-1].at, b"")  # none kept (too big): the last one, parsed
         if first is None:
             verdict = COLLECTING
         else:

@@ -27,6 +27,12 @@ from inferwatch.collect.textparse import ExpositionError, Samples
 from inferwatch.metrics import Kind
 from inferwatch.model import Dropped, Histogram, HistogramValues, Labels, SeriesValues
 
+# The most characters of label text a histogram feed's layouts are made from, together
+# (about as much again is held): hundreds of times a real histogram family's. A
+# layout that would take them past it makes the feed forget the others; a bigger one is
+# not kept (such a family is assembled anew each time its label texts change).
+HISTOGRAM_LAYOUT_CHARS = 1 << 20
+
 
 def scalars(
     samples: list[tuple[str, float]],
@@ -81,6 +87,19 @@ def scalars(
         del out[key]
         dropped.append(Dropped(source.name, "invalid value", problem))
     return MappingProxyType(out)
+
+
+def oversized(counts: Mapping[str, int], max_bytes: float) -> list[Dropped]:
+    """What a scan left out for label sets longer than ``max_bytes``: one entry a name."""
+    return [
+        Dropped(
+            name,
+            "label bytes",
+            f"{n} series of {name} left out: label set over {max_bytes:.0f} bytes "
+            "(--backend-max-label-bytes)",
+        )
+        for name, n in counts.items()
+    ]
 
 
 def _merged(feed: Feed, one: float, other: float) -> float:
@@ -151,8 +170,9 @@ def histograms(
     layout = layouts.get(texts) if layouts is not None else None
     if layout is None:
         layout = HistogramLayout.of(texts, source, relabel)
-        if layouts is not None:
-            if len(layouts) >= LAYOUTS:
+        if layouts is not None and layout.chars <= HISTOGRAM_LAYOUT_CHARS:
+            held = sum(other.chars for other in layouts.values())
+            if len(layouts) >= LAYOUTS or held + layout.chars > HISTOGRAM_LAYOUT_CHARS:
                 layouts.clear()
             layouts[texts] = layout
     return layout.read(
@@ -184,6 +204,7 @@ class HistogramLayout:
 
     series: tuple[tuple[Labels, tuple[_Part, ...]], ...]
     dropped: tuple[Dropped, ...]
+    chars: int  # of the label texts it was made from
 
     @classmethod
     def of(
@@ -221,7 +242,8 @@ class HistogramLayout:
                     "series that merge into one have different bucket bounds", "bucket bounds"
                 )
             out.append((key, tuple(parts)))
-        return cls(tuple(out), tuple(dropped))
+        chars = sum(len(text) for part in texts for text in part)
+        return cls(tuple(out), tuple(dropped), chars)
 
     def read(
         self,

@@ -18,13 +18,14 @@ import operator
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from weakref import WeakKeyDictionary
 
 from inferwatch.collect.backends import families
 from inferwatch.collect.backends.mapped import Feeds, LeftOut, MappedPage
 from inferwatch.collect.backends.plan import Plan
 from inferwatch.collect.backends.relabel import Relabeler
 from inferwatch.collect.backends.table import Feed, Profiler, Source
-from inferwatch.collect.scanner import LAYOUTS, Layout, PageScanner
+from inferwatch.collect.scanner import Layout, PageScanner
 from inferwatch.collect.textparse import BOM, ExpositionError, Samples, Scan
 from inferwatch.metrics import Kind
 from inferwatch.model import BackendSample, Dropped, HistogramValues, Labels, SeriesValues
@@ -120,7 +121,12 @@ class Mapper:
     owners: each poll maps one page at a time (a scrape's thread may read the last one's).
     """
 
-    def __init__(self, backend: Backend, report: Callable[[Dropped], None] | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        report: Callable[[Dropped], None] | None = None,
+        max_label_bytes: float = math.inf,
+    ) -> None:
         self.backend = backend
         self._report = report or _ignore
         self._relabel = Relabeler(backend.labels)
@@ -132,17 +138,15 @@ class Mapper:
             for s in (source, source.times)
             if s is not None and s.relabels
         }
-        self._scanner = PageScanner(backend.wanted)
-        # (feed key, source) -> (the source, the sample lists read, its series, what was
-        # left out)
+        self._scanner = PageScanner(backend.wanted, max_label_bytes)
+        # (feed key, source) -> (the source, the sample lists read, its series, what it left out)
         self._memo: dict[tuple[str, str], tuple[Source, tuple, Mapping, list[Dropped]]] = {}
         # (feed key, source) -> its histograms' layouts by label texts (families.histograms)
         self._layouts: dict[tuple[str, str], dict[tuple, families.HistogramLayout]] = {}
         # feed key -> (its series, the page's model, the series under that model), last read
         self._modelled: dict[str, tuple[Mapping, str, Mapping]] = {}
-        # A page layout of the scanner's -> how its values map (None: they cannot be mapped
-        # by layout alone).
-        self._plans: dict[object, Plan | None] = {}
+        # A page layout the scanner holds -> how its values map (None: not by layout alone).
+        self._plans: WeakKeyDictionary[Layout, Plan | None] = WeakKeyDictionary()
         # Each feed with its kind and its sources' sample names, worked out once.
         self._feeds = tuple(
             (f, f.kind, tuple((s, s.sample_names(f.kind)) for s in f.sources))
@@ -174,8 +178,8 @@ class Mapper:
                 "not this server",
             )
         found = self._scanner.scan(page, max_series)
-        self._fit(found.count())
-        dropped: list[Dropped] = []
+        self._next_page()
+        dropped = families.oversized(found.oversized, self._scanner.max_label_bytes)
         values: dict[str, SeriesValues] = {}
         histograms: dict[str, HistogramValues] = {}
         for f, kind, sources in self._feeds:
@@ -188,7 +192,8 @@ class Mapper:
                 (histograms if kind is Kind.HISTOGRAM else values)[f.key] = series
         for left_out in dropped:
             self._report(left_out)
-        return self._sample(values, histograms, dropped, model_hint, version)
+        oversized = sum(found.oversized.values())
+        return self._sample(values, histograms, dropped, model_hint, version, oversized)
 
     def _planned(
         self,
@@ -205,8 +210,6 @@ class Mapper:
         has a plan only where it holds samples of a :attr:`Backend.signature` name: a page
         that fits it is this server's without another look."""
         if layout not in self._plans:
-            if len(self._plans) >= 2 * LAYOUTS:
-                self._plans.clear()
             signed = any(name.startswith(self.backend.signature) for name in layout.names)
             try:
                 plan = Plan.of(self._feeds, layout.names, texts, self._of) if signed else None
@@ -216,7 +219,7 @@ class Mapper:
         plan = self._plans[layout]
         if plan is None:
             return None
-        self._fit(len(texts))
+        self._next_page()
         signals: dict[str, tuple[Mapping, list[Dropped]]] = {}
         try:
             for key in plan.feeds:
@@ -306,11 +309,11 @@ class Mapper:
         """The relabeler of a source's samples."""
         return self._relabels.get(id(source), self._relabel) if source.relabels else self._relabel
 
-    def _fit(self, samples: int) -> None:
-        """Size the relabelers' memos for a page of ``samples`` samples."""
-        self._relabel.fit(samples)
+    def _next_page(self) -> None:
+        """Tell the relabelers a new page is read (their memos keep what it reads)."""
+        self._relabel.next_page()
         for relabel in self._relabels.values():
-            relabel.fit(samples)
+            relabel.next_page()
 
     def _sample(
         self,
@@ -319,6 +322,7 @@ class Mapper:
         dropped: list[Dropped],
         model_hint: str,
         version: str,
+        oversized: int,
     ) -> BackendSample:
         """The page's sample, every series under the page's model: a signal's model label,
         else ``model_hint``, else any series' model label."""
@@ -339,6 +343,7 @@ class Mapper:
                 {k: self._under_model(k, v, model) for k, v in histograms.items()}
             ),
             dropped=tuple(dropped),
+            oversized=oversized,
         )
 
     def _under_model(self, key: str, series: Mapping, model: str) -> Mapping:

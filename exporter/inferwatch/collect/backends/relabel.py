@@ -15,9 +15,6 @@ from inferwatch.model import Labels
 # Contract labels in the order they are exposed; a backend maps its own label names onto them.
 LABEL_ORDER = ("model", "engine", "kind", "reason", "status")
 
-# The fewest label texts the memo holds before a churning server makes it start over.
-MIN_ENTRIES = 50_000
-
 # The contract's ``status`` is an HTTP status class: a server's "2xx" is kept and its code
 # "200" becomes "2xx"; any other value makes the family malformed (left out).
 _STATUS = re.compile(r"([1-5])(?:xx|[0-9][0-9])")
@@ -26,12 +23,15 @@ _STATUS = re.compile(r"([1-5])(?:xx|[0-9][0-9])")
 class Relabeler:
     """Maps a sample's label text onto contract labels.
 
-    Label texts repeat verbatim from poll to poll, so results are cached for the backend's
-    lifetime, bounded: cleared when a churning server makes it larger than twice the samples
-    of the last page (:meth:`fit`), and never cleared below :data:`MIN_ENTRIES`. A label
-    pair that the series read before it holds too (the model of every series, a process's
-    own label also a contract one) is that series' pair object: the cache of a page raised
-    to 100,000 series holds one pair per series and label that differs, not one per label.
+    Label texts repeat verbatim from poll to poll, so results are kept from one page to the
+    next (:meth:`next_page` starts one): those of this page, and those of the last page that
+    this one has not read yet, forgotten at the next page. A page of any size (the budget
+    raised) is held whole, not parsed again at every poll; a page whose label texts were
+    mostly new although the last page's were kept (a churning server's) is not kept for the
+    next. A label pair that the series read before it holds too
+    (the model of every series, a process's own label also a contract one) is that series'
+    pair object: the cache of a page raised to 100,000 series holds one pair per series and
+    label that differs, not one per label.
     """
 
     def __init__(
@@ -43,32 +43,42 @@ class Relabeler:
         self._mapping = mapping
         self._values = values or {}  # contract label -> {server value: contract value}
         self._constant = constant or {}
-        self._max_entries = MIN_ENTRIES
+        # Label text -> result: this page's, and the last page's not read on this one yet.
         self._series: dict[str, tuple[Labels, Labels]] = {}
         self._buckets: dict[str, tuple[Labels, Labels, str, float]] = {}
+        self._last_page: tuple[dict, dict] = ({}, {})
+        self._kept = False  # whether the last page's are (a page to compare this one with)
+        self._parsed = 0  # label texts of this page not known from the last one
         self._last: tuple[Labels, Labels] = ((), ())  # the series read last: (own, contract)
 
-    def fit(self, samples: int) -> None:
-        """Size the memo for a page of ``samples`` samples: a page larger than the minimum
-        (the budget raised) is held whole, not cleared and re-parsed on every poll."""
-        self._max_entries = max(MIN_ENTRIES, 2 * samples)
+    def next_page(self) -> None:
+        """A new page: what the last one read and this one does not is forgotten after it."""
+        churning = self._kept and 2 * self._parsed > len(self._series)
+        self._last_page = ({}, {}) if churning else (self._series, self._buckets)
+        self._kept = not churning
+        self._series, self._buckets, self._parsed = {}, {}, 0
+
+    def held(self) -> int:
+        """How many label texts are held."""
+        return sum(map(len, (self._series, self._buckets, *self._last_page)))
 
     def series(self, text: str) -> tuple[Labels, Labels]:
         """Label text -> (the server's own labels, sorted; contract labels)."""
         out = self._series.get(text)
         if out is None:
-            last_own, last_contract = self._last
-            own = _reusing(tuple(sorted(parse_labels(text))), last_own)
-            out = (own, _reusing(self._contract(own), last_contract, own))
-            self._last = out
-            if len(self._series) >= self._max_entries:
-                self._series.clear()
+            out = self._last_page[0].pop(text, None)
+            if out is None:
+                self._parsed += 1
+                last_own, last_contract = self._last
+                own = _reusing(tuple(sorted(parse_labels(text))), last_own)
+                out = (own, _reusing(self._contract(own), last_contract, own))
+                self._last = out
             self._series[text] = out
         return out
 
     def bucket(self, text: str) -> tuple[Labels, Labels, str, float]:
         """A bucket line's label text -> (contract labels, own labels without le, le, bound)."""
-        out = self._buckets.get(text)
+        out = self._buckets.get(text) or self._last_page[1].pop(text, None)
         if out is None:
             own, _ = self.series(text)
             le = next((v for k, v in own if k == "le"), "+Inf")
@@ -82,9 +92,7 @@ class Relabeler:
                 le = "+Inf"  # as the format writes it ("+inf" and "Inf" parse the same)
             without_le = tuple((k, v) for k, v in own if k != "le")
             out = (self._contract(without_le), without_le, le, bound)
-            if len(self._buckets) >= self._max_entries:
-                self._buckets.clear()
-            self._buckets[text] = out
+        self._buckets[text] = out
         return out
 
     def _contract(self, own: Labels) -> Labels:
