@@ -25,6 +25,13 @@
    raised above it (the page is mapped, off the event loop), once its memory has settled
    (:data:`BIG_PAGE_SETTLING`), and its RSS meanwhile (the median and the highest of a
    reading every 0.5 s) and its peak since it started.
+6. RSS of ``inferwatch serve`` after :data:`HOSTILE_SECONDS` of polling, at the default poll
+   interval and limits and scraped as Prometheus scrapes it every 15 s, the security
+   issue's hostile page (:func:`hostile_page`: 9,000 series whose 1,600-character model
+   names change at every poll, within ``--backend-max-series``, ``--backend-max-bytes``
+   and ``--backend-max-label-bytes``) next to the rotating captures, both in the same run:
+   the memory the sidecar can be made to hold (docs/security.md, "Memory"), and the
+   highest reading of each (every 0.5 s) and its peak since it started.
 
 With ``--write-docs`` (``make bench`` passes it) the figures it printed, with the date and
 the machine (cores, CPU model), also replace the generated region of docs/performance.md:
@@ -37,8 +44,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -70,6 +79,16 @@ SHARE_RUNS = 3
 # How long the sidecar polls the huge page before it is measured: its memory grows for the
 # first verdicts (one every 5 s) and then moves around where it stays.
 BIG_PAGE_SETTLING = 20.0
+# The security issue's hostile page, and how long it is polled before the RSS is read.
+HOSTILE_SERIES = 9_000
+HOSTILE_CHARS = 1_600
+HOSTILE_SECONDS = 90.0
+# What Prometheus asks for when it scrapes.
+PROMETHEUS_HEADERS = {
+    "Accept": "application/openmetrics-text;version=1.0.0;q=0.5,"
+    "text/plain;version=0.0.4;q=0.4,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
 
 
 class Report:
@@ -97,17 +116,29 @@ def big_page(series: int = 100_000) -> str:
     )
 
 
-def serve_capture(port: int, big: bool = False) -> None:
+def hostile_page(poll: int) -> str:
+    """The security issue's hostile page: :data:`HOSTILE_SERIES` series of a mapped family
+    whose model names, :data:`HOSTILE_CHARS` characters of noise, change at every poll."""
+    chars = HOSTILE_CHARS
+    noise = base64.b64encode(random.Random(poll).randbytes(HOSTILE_SERIES * chars)).decode()
+    return 'vllm:num_requests_waiting{model_name="m"} 1\n' + "".join(
+        f'vllm:num_requests_running{{engine="{i}",model_name="{noise[i * chars : i * chars + chars]}"}} 1\n'
+        for i in range(HOSTILE_SERIES)
+    )
+
+
+def serve_capture(port: int, page: str = "capture") -> None:
     """The fake backend (run in a child process): the captures in turn on /metrics (and
-    always the first on /unchanged, as an idle server's), or always the same
-    :func:`big_page`."""
-    bodies = [big_page()] if big else [c.read_text() for c in CAPTURES]
+    always the first on /unchanged, as an idle server's), always the same :func:`big_page`,
+    or a new :func:`hostile_page` at each request."""
+    bodies = [big_page()] if page == "big" else [c.read_text() for c in CAPTURES]
     served = 0
 
     async def metrics(_: web.Request) -> web.Response:
         nonlocal served
         served += 1
-        return web.Response(text=bodies[served % len(bodies)], content_type="text/plain")
+        body = hostile_page(served) if page == "hostile" else bodies[served % len(bodies)]
+        return web.Response(text=body, content_type="text/plain")
 
     async def unchanged(_: web.Request) -> web.Response:
         return web.Response(text=bodies[0], content_type="text/plain")
@@ -395,6 +426,67 @@ def healthz_while_polling_a_big_page(workdir: Path, report: Report) -> None:
         backend.stop()
 
 
+async def scraped_every_15_s(urls: list[str], pids: list[str], seconds: float) -> list[list]:
+    """Scrape each of ``urls`` as Prometheus does, every 15 s, for ``seconds``; the RSS of
+    each of ``pids`` every 0.5 s meanwhile (MiB)."""
+    sizes: list[list[float]] = [[] for _ in pids]
+    deadline = time.monotonic() + seconds
+    async with aiohttp.ClientSession(headers=PROMETHEUS_HEADERS) as session:
+        next_scrape = time.monotonic()
+        while time.monotonic() < deadline:
+            if time.monotonic() >= next_scrape:
+                for url in urls:
+                    async with session.get(url) as resp:
+                        await resp.read()
+                next_scrape += 15.0
+            for size, pid in zip(sizes, pids, strict=True):
+                size.append(rss_mib(pid))
+            await asyncio.sleep(0.5)
+    return sizes
+
+
+def rss_under_a_hostile_page(workdir: Path, report: Report) -> None:
+    """Figure 6: the RSS of `inferwatch serve` after polling :func:`hostile_page` next to
+    one polling the captures, at once, for :data:`HOSTILE_SECONDS`."""
+    ports = {"capture": free_port(), "hostile-page": free_port()}
+    backends = [
+        Process(
+            name, [sys.executable, __file__, f"--serve-{name}", str(port)], workdir / f"{name}.log"
+        )
+        for name, port in ports.items()
+    ]
+    interval = ("--poll-interval", "0.5")  # the default: the page changes at every poll
+    try:
+        for backend, port in zip(backends, ports.values(), strict=True):
+            backend.start().wait_http(f"http://127.0.0.1:{port}/metrics", 60)
+        urls = [f"http://127.0.0.1:{port}" for port in ports.values()]
+        with (
+            exporter_polling(urls[0], workdir / "normal", *interval) as (normal, at_normal),
+            exporter_polling(urls[1], workdir / "hostile", *interval) as (hostile, at_hostile),
+        ):
+            pids = [str(normal.pid), str(hostile.pid)]
+            metrics = [f"http://127.0.0.1:{at}/metrics" for at in (at_normal, at_hostile)]
+            sizes = asyncio.run(scraped_every_15_s(metrics, pids, HOSTILE_SECONDS))
+            peaks = [rss_mib(pid, "VmHWM") for pid in pids]
+        size = len(hostile_page(0).encode()) / 2**20
+        (normal_rss, hostile_rss), (normal_peak, hostile_peak) = sizes, peaks
+        report(
+            f"RSS of `inferwatch serve` after {HOSTILE_SECONDS:.0f} s polling every 0.5 s, "
+            "scraped every 15 s: the hostile page",
+            f"{hostile_rss[-1]:.1f} MiB (highest reading {max(hostile_rss):.1f} MiB, peak "
+            f"VmHWM {hostile_peak:.1f} MiB; {HOSTILE_SERIES:,} series whose "
+            f"{HOSTILE_CHARS:,}-character model names change at every poll, {size:.1f} MiB)",
+        )
+        report(
+            "  the same, the rotating captures",
+            f"{normal_rss[-1]:.1f} MiB (highest reading {max(normal_rss):.1f} MiB, peak "
+            f"VmHWM {normal_peak:.1f} MiB)",
+        )
+    finally:
+        for backend in backends:
+            backend.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of the 10 Hz run")
@@ -406,14 +498,16 @@ def main() -> None:
     )
     parser.add_argument("--serve-capture", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-big-page", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-hostile-page", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--loop-share", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loop_share is not None:
         print(asyncio.run(loop_share(args.seconds, args.loop_share or None)))
         return
-    if args.serve_capture or args.serve_big_page:
-        serve_capture(args.serve_capture or args.serve_big_page, big=bool(args.serve_big_page))
-        return
+    for page in ("capture", "big_page", "hostile_page"):
+        if getattr(args, f"serve_{page}"):
+            serve_capture(getattr(args, f"serve_{page}"), page.removesuffix("_page"))
+            return
     workdir = Path("/tmp/inferwatch-bench")
     report = Report()
     port = free_port()
@@ -466,6 +560,7 @@ def main() -> None:
     finally:
         backend.stop()
     healthz_while_polling_a_big_page(workdir, report)
+    rss_under_a_hostile_page(workdir, report)
     if args.vllm:
         figure, requests = vllm_share(args.seconds, workdir)
         report(
