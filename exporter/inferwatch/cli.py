@@ -22,6 +22,7 @@ from typing import NoReturn
 from inferwatch import __version__
 from inferwatch.baseline import load as load_baseline
 from inferwatch.calibration import thresholds_from
+from inferwatch.logs import LogfmtFormatter, printable
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve import command as serve
 from inferwatch.settings import (
@@ -48,19 +49,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-class _LogfmtFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        ts = self.formatTime(record, "%Y-%m-%dT%H:%M:%S")
-        msg = record.getMessage().replace('"', "'")
-        line = f'ts={ts} level={record.levelname.lower()} source={record.name} msg="{msg}"'
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return line
+def _error(exc: Exception) -> None:
+    """The error in one line on stderr, whatever its text holds (it may quote a server)."""
+    print(f"inferwatch: error: {printable(str(exc))}", file=sys.stderr)
 
 
 def _setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_LogfmtFormatter())
+    handler.setFormatter(LogfmtFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -251,7 +247,7 @@ def _capture(args: argparse.Namespace) -> int:
             )
         )
     except capture.CaptureError as exc:
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        _error(exc)
         return capture.EXIT_UNREACHABLE
 
 
@@ -279,9 +275,12 @@ def _diagnose(args: argparse.Namespace, config: dict) -> int:
                 )
             )
     except diagnose.SourceError as exc:
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        _error(exc)
         return diagnose.EXIT_UNREADABLE
-    print(json.dumps(output.report_json(report), indent=2) if args.json else output.render(report))
+    if args.json:
+        print(json.dumps(output.report_json(report), indent=2))
+    else:  # label values come from the servers: escaped for the terminal
+        print(printable(output.render(report), lines=True))
     return report.exit_code()
 
 
@@ -386,9 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             path = _config_path(args)
             return calibrate.main(vars(args), config, str(path) if path else "--config")
     except ConfigError as exc:
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        _error(exc)
         return EXIT_USAGE
     except OSError as exc:  # e.g. `generate` cannot write under --out
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     return 0

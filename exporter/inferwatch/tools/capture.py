@@ -20,10 +20,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import aiohttp
 
+from inferwatch.logs import printable
 from inferwatch.tools.credentials import Credentials
 from inferwatch.urls import redact_url
 
@@ -58,10 +59,10 @@ async def capture(
         if status == 404:
             raise CaptureError(f"{redact_url(base)}: {doc.get('error', 'no /capture here')}")
         if status != 202:
-            print(f"inferwatch: capture refused: {doc.get('message', status)}", file=sys.stderr)
+            _say(f"inferwatch: capture refused: {doc.get('message', status)}")
             return EXIT_INCOMPLETE
         name = doc["name"]
-        print(f"capturing at {redact_url(base)}: {doc['message']}", file=sys.stderr)
+        _say(f"capturing at {redact_url(base)}: {doc['message']}")
         deadline = time.monotonic() + wait
         while True:
             _, listing = await _call(session, "GET", f"{base}/captures", {})
@@ -69,20 +70,26 @@ async def capture(
             if last.get("name") == name:
                 break
             if time.monotonic() > deadline:
-                print(f"inferwatch: {name} not complete after {wait:g} s", file=sys.stderr)
+                _say(f"inferwatch: {name} not complete after {wait:g} s")
                 return EXIT_INCOMPLETE
             await asyncio.sleep(1.0)
         if "archive" not in last:
-            print(f"inferwatch: capture {name} failed: {last.get('error', '')}", file=sys.stderr)
+            _say(f"inferwatch: capture {name} failed: {last.get('error', '')}")
             return EXIT_INCOMPLETE
         archive = _plain_name(last["archive"])
         path = out / archive
         await _download(session, f"{base}/captures/{archive}", path, max_bytes)
-    print(path)
+    _say(str(path), sys.stdout)
     for part in last["parts"]:
         detail = f": {part['detail']}" if part["detail"] else ""
-        print(f"  {part['name']}: {part['result']}{detail}")
+        _say(f"  {part['name']}: {part['result']}{detail}", sys.stdout)
     return 0 if last["result"] == "ok" else EXIT_INCOMPLETE
+
+
+def _say(text: str, stream: TextIO | None = None) -> None:
+    """A line holding the exporter's words (stderr unless ``stream``), its control
+    characters escaped for the terminal."""
+    print(printable(text), file=stream or sys.stderr)
 
 
 def _plain_name(name: object) -> str:

@@ -71,6 +71,7 @@ from inferwatch.baseline import Baseline, to_yaml
 from inferwatch.baseline import load as load_baseline
 from inferwatch.capacity import Capacity
 from inferwatch.collect.stream import Client, SweepError
+from inferwatch.logs import printable
 from inferwatch.method.spec import spec_from_config
 from inferwatch.settings import resolve
 from inferwatch.tools.sweep.cells import CellResult, run_cell
@@ -254,7 +255,7 @@ def measure(
         sweep = asyncio.run(run(plan, progress))
     except SweepError as exc:
         progress.close()
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        print(f"inferwatch: error: {printable(str(exc))}", file=sys.stderr)
         raise SweepFailed(EXIT_FAILED) from None
     except KeyboardInterrupt:
         progress.close()
@@ -268,7 +269,9 @@ def measure(
         print(summary(capacity))
     if not sweep.baseline().cells:
         first = next(s.error for r in sweep.results for s in r.errors)
-        print(f"inferwatch: error: every request failed (first: {first})", file=sys.stderr)
+        print(
+            f"inferwatch: error: every request failed (first: {printable(first)})", file=sys.stderr
+        )
         raise SweepFailed(EXIT_FAILED)
     return sweep, marks or {}
 
