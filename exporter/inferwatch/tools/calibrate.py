@@ -40,6 +40,7 @@ from inferwatch import __version__
 from inferwatch.baseline import Baseline, to_yaml
 from inferwatch.calibration import Derived, objectives_from, thresholds_from
 from inferwatch.collect.backends import BACKENDS
+from inferwatch.logs import printable
 from inferwatch.method.spec import spec_from_config
 from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.settings import ConfigError, Option, resolve
@@ -118,7 +119,7 @@ def config_text(
 def _header(baseline: Baseline, baseline_path: Path, given_name: str) -> str:
     """:data:`CONFIG_HEADER` for this sweep: what was measured, where, and how."""
     cells = baseline.cells
-    meta = baseline.metadata
+    meta = {k: _one_line(v) for k, v in baseline.metadata.items()}
     return CONFIG_HEADER.format(
         version=__version__,
         date=meta.get("date", "?"),
@@ -134,6 +135,12 @@ def _header(baseline: Baseline, baseline_path: Path, given_name: str) -> str:
         baseline=baseline_path,
         given=given_name,
     )
+
+
+def _one_line(value: object) -> str:
+    """What the server (or the flags) said, as data in a comment line: a line break in a
+    server's version would otherwise start keys of the config."""
+    return printable(str(value))
 
 
 def _carried(doc: dict[str, Any], given_name: str) -> str:
