@@ -8,6 +8,7 @@ both they and the thresholds can be overridden in the config file (``thresholds:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from inferwatch.method.alerts import ALERTS, OUTSIDE_THE_SLIS, Alert
 from inferwatch.method.durations import is_duration, seconds
 from inferwatch.method.slo import SLOs, slos_document, slos_from_config
 from inferwatch.method.thresholds import THRESHOLDS
-from inferwatch.settings import ConfigError, check_keys, non_negative_number
+from inferwatch.settings import ConfigError, check_keys, http_url, non_negative_number
 from inferwatch.urls import runbook_url
 
 # Most urgent first.
@@ -119,6 +120,37 @@ REPLACED_THRESHOLDS = {
 }
 
 
+# A PromQL label matcher list, as between the braces of ``up{...}``: ``name op string``,
+# comma-separated, each string quoted as PromQL quotes (no line break: a selector is one line).
+_STRING = r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|`[^`\n]*`'
+_MATCHER = rf"\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*(?:{_STRING})\s*"
+_MATCHERS = re.compile(rf"{_MATCHER}(?:,{_MATCHER})*,?\s*")
+
+
+def selector(value: object) -> str:
+    """``alerting.exporter_selector``: a PromQL label matcher list (it goes into every rule
+    and runbook that reads the exporter's ``up``)."""
+    if not isinstance(value, str) or not _MATCHERS.fullmatch(value):
+        raise ConfigError(
+            f"alerting.exporter_selector: {value!r} is not a PromQL label matcher list such as "
+            f"{Spec.exporter_selector}"
+        )
+    return value
+
+
+def url_base(value: object) -> str:
+    """``alerting.runbook_url_base``: '' or an http:// or https:// URL (it becomes every
+    rule's ``runbook_url`` and the pages' runbook links)."""
+    if value == "":
+        return ""
+    if not isinstance(value, str):
+        raise ConfigError("alerting.runbook_url_base: expected an http:// or https:// URL")
+    try:
+        return http_url(value)
+    except ValueError as exc:
+        raise ConfigError(f"alerting.runbook_url_base: {exc}") from None
+
+
 def spec_from_config(
     config: Mapping[str, Any], baseline_thresholds: Mapping[str, float] | None = None
 ) -> Spec:
@@ -172,8 +204,8 @@ def spec_from_config(
         fleet_labels=tuple(dict.fromkeys((*Spec.fleet_labels, *fleet))),
         slos=slos_from_config(config.get("slos"), str(config.get("backend", "auto"))),
         paging=paging,
-        exporter_selector=str(alerting.get("exporter_selector", Spec.exporter_selector)),
-        runbook_url_base=str(alerting.get("runbook_url_base", Spec.runbook_url_base)),
+        exporter_selector=selector(alerting.get("exporter_selector", Spec.exporter_selector)),
+        runbook_url_base=url_base(alerting.get("runbook_url_base", Spec.runbook_url_base)),
         backend=str(config.get("backend", Spec.backend)),
     )
 
