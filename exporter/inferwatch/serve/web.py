@@ -44,6 +44,12 @@ VERDICT = web.AppKey("verdict", VerdictHistory)
 CAPTURER = web.AppKey("capturer", Capturer)
 RUNBOOKS = web.AppKey("runbooks", RunbookPages)
 _NO_STORE = {"Cache-Control": "no-store"}
+# Every answer's: the pages run no script at all (inline, injected or fetched), load nothing,
+# style themselves only, submit no form and are never framed (clickjacking).
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
 _CHUNK = 1 << 20  # bytes of an archive read at a time
 
 _LANDING = """<!DOCTYPE html>
@@ -133,6 +139,12 @@ async def metrics(request: web.Request) -> web.Response:
         headers["Content-Encoding"] = "gzip"
         body = compressed
     return web.Response(body=body, headers=headers)
+
+
+async def _content_security_policy(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: :data:`CONTENT_SECURITY_POLICY` on every answer, beside a
+    policy the web config sets (a browser enforces both)."""
+    response.headers.add("Content-Security-Policy", CONTENT_SECURITY_POLICY)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -288,6 +300,7 @@ def http_app(
     )
     if security.headers:
         app.on_response_prepare.append(security.add_headers)
+    app.on_response_prepare.append(_content_security_policy)
     app[POLLER] = poller
     app[RENDERER] = renderer
     app[_GZIP_CACHE] = {}
