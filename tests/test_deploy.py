@@ -23,6 +23,7 @@ import yaml
 from inferwatch import __version__
 from inferwatch.baseline import parse as parse_baseline
 from inferwatch.serve.options import DEFAULT_PORT
+from inferwatch.serve.request_checks import host_names
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker-compose.yml"
@@ -159,6 +160,11 @@ def test_compose_mounts_and_prometheus_config_agree(compose, tmp_path: Path) -> 
         job["job_name"]: job["static_configs"][0]["targets"] for job in config["scrape_configs"]
     }
     assert targets["inferwatch"] == [f"inference:{DEFAULT_PORT}"]
+    # The sidecars answer the name Prometheus scrapes them by, and the published port's.
+    for profile in PROFILES:
+        command = services[f"inferwatch-{profile}"]["command"]
+        allowed = host_names(command[command.index("--web.allowed-host") + 1])
+        assert {"inference", "localhost", "127.0.0.1"} <= set(allowed), profile
     am_target = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"][0]
     assert am_target.split(":")[0] in services
     alertmanager = bind_mounts(services["alertmanager"])

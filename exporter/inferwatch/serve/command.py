@@ -215,6 +215,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         capture=capture,
         canary=canary_settings,
         allowed_hosts=config.web_allowed_host or (),
+        listen_host=host,
     )
     if config.web_config_file is not None:
         warn_if_others_can_write(config.web_config_file, "--web.config.file", "who is let in")

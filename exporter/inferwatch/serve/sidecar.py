@@ -39,6 +39,7 @@ def make_app(
     capture: CaptureSettings | None = None,
     canary: CanarySettings | None = None,
     allowed_hosts: Collection[str] = (),
+    listen_host: str = "",
 ) -> web.Application:
     """The exporter's app over ``poller``; with ``run_poller`` its lifetime owns the poll
     loop (and the verdict's, which records the polls; without it the verdict records on
@@ -48,6 +49,8 @@ def make_app(
     None. ``capture`` turns evidence capture on (``POST /capture``, ``GET /captures``, and
     the triggers of ``capture.on`` on the verdict); its connection to the server is its own.
     ``canary`` runs the canary's probe loop for the app's lifetime, on its own task.
+    ``allowed_hosts`` or, without them, the names of ``listen_host`` are the Host names
+    answered.
     """
     spec = spec_from_config({}) if spec is None else spec
     renderer = Renderer(lambda: poller.snapshot)
@@ -72,6 +75,7 @@ def make_app(
         capturer,
         web_config=web_config,
         allowed_hosts=allowed_hosts,
+        listen_host=listen_host,
     )
     if capturer is not None:
         app.cleanup_ctx.append(_capture_lifetime)

@@ -282,20 +282,22 @@ def http_app(
     *,
     web_config: WebConfig | None = None,
     allowed_hosts: Collection[str] = (),
+    listen_host: str = "",
 ) -> web.Application:
     """The routes over the sidecar's parts (built by :func:`inferwatch.serve.sidecar.
     make_app`, the one place that wires them).
 
     ``web_config`` (from ``--web.config.file``) adds basic auth and response headers; TLS is
     the listener's business (``ssl_context`` in :func:`inferwatch.serve.command.run`).
-    ``allowed_hosts`` (``--web.allowed-host``): the Host names answered (any when empty);
-    state-changing requests from another origin are refused either way
+    ``allowed_hosts`` (``--web.allowed-host``): the Host names answered; without them, the
+    names of the listen address (``listen_host``, every interface when empty) are; requests
+    from another origin that change state are refused either way
     (:func:`inferwatch.serve.request_checks.request_checks`). Without ``capturer`` the capture
     routes answer 404 with why.
     """
     security = web_config or WebConfig()
     app = web.Application(
-        middlewares=[*request_checks(allowed_hosts), *security.middlewares()],
+        middlewares=[*request_checks(allowed_hosts, listen_host), *security.middlewares()],
         handler_args={"logger": ServerLog()},
     )
     if security.headers:
