@@ -190,8 +190,9 @@ def _add_capture_parser(commands: argparse._SubParsersAction) -> None:
         "capture",
         help=_SUMMARIES["capture"],
         description="Exit status: 0 complete; 1 partial, failed or refused (one runs, or "
-        "too soon); 2 bad input; 5 the exporter cannot be reached, has captures off, or "
-        "answers an archive name that is not a plain file name or an archive over --max-bytes.",
+        "too soon); 2 bad input; 5 the exporter cannot be reached, has captures off, names "
+        "a capture or archive unlike an exporter's, sends an archive over --max-bytes, or "
+        "the file to save (<id>.tar.gz under --out) exists already.",
     )
     c.add_argument(
         "--exporter",

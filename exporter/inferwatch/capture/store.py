@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 SUFFIX = ".tar.gz"
-# capture-20261201T084812Z-manual.tar.gz; the trigger part is an alert name or "manual".
-_NAME = re.compile(r"capture-\d{8}T\d{6}Z-[A-Za-z0-9]+(-\d+)?\.tar\.gz")
+# A capture's id, capture-20261201T084812Z-manual: the trigger part is an alert name or
+# "manual". Its archive is <id>.tar.gz, or <id>-2.tar.gz... where that name is taken.
+CAPTURE_ID = re.compile(r"capture-\d{8}T\d{6}Z-[A-Za-z0-9]+")
+_NAME = re.compile(rf"(?P<id>{CAPTURE_ID.pattern})(-\d+)?{re.escape(SUFFIX)}")
 _WORKING = ".incomplete-"
 # A new volume's own folder: a capture folder may be a volume's root.
 _VOLUME_ROOT = "lost+found"
@@ -46,6 +48,12 @@ class Archive:
     name: str
     bytes: int
     mtime: float
+
+
+def capture_of(archive: str) -> str | None:
+    """The id of the capture a store packs as ``archive``; None for a name it never gives."""
+    match = _NAME.fullmatch(archive)
+    return match["id"] if match else None
 
 
 def packed_bound(raw: int, members: int) -> int:
