@@ -143,6 +143,13 @@ def _one_line(value: object) -> str:
     return printable(str(value))
 
 
+def _holds_secret(config: Mapping[str, Any]) -> bool:
+    """Whether the settings carried over from ``--config`` hold a secret: a header's value,
+    or a URL's ``user:password@`` (the only ``@`` a URL setting may hold)."""
+    urls = (str(config.get(key, "")) for key in ("backend_url", "canary_url"))
+    return "backend_header" in config or any("@" in url for url in urls)
+
+
 def _carried(doc: dict[str, Any], given_name: str) -> str:
     """Settings of ``--config`` written back as they were given."""
     return f"\n# carried over from {given_name}\n" + yaml.safe_dump(doc, sort_keys=False)
@@ -201,7 +208,7 @@ def main(flags: Mapping[str, Any], config: Mapping[str, Any], config_name: str) 
     text = config_text(baseline, baseline_path, derived, config, config_name, objectives)
     spec_from_config(yaml.safe_load(text))  # what was written reads back under the same rules
     sweep.write_file(baseline_path, to_yaml(baseline))
-    sweep.write_file(out, text)
+    sweep.write_file(out, text, private=_holds_secret(config))
     for name, found in derived.items():
         print(f"inferwatch: {name} {found.value:g} ({found.source})", file=sys.stderr)
     if not config.get("slos"):

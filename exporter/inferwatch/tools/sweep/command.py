@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import sys
 import time
 from collections.abc import Mapping
@@ -276,11 +277,19 @@ def measure(
     return sweep, marks or {}
 
 
-def write_file(path: Path, text: str) -> None:
-    """Replace ``path`` only once the whole file is written."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
+def write_file(path: Path, text: str, private: bool = False) -> None:
+    """Replace ``path`` only once the whole file is written, through a file of a fresh name
+    that this call creates (never one planted under that name, nor a link's target);
+    ``private``: readable by this user only, for a file that holds a secret."""
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(8)}.partial")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    fd = os.open(partial, flags, 0o600 if private else 0o666)  # less the umask
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(text)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)  # gone already once in place
 
 
 def main(flags: Mapping[str, Any], config: Mapping[str, Any]) -> int:
