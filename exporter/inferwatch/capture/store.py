@@ -163,7 +163,12 @@ class CaptureStore:
             name = self._free_name(stem)
             partial = work.path.with_name(f"{work.path.name}{SUFFIX}")
             try:
-                with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+                # For this user only: a capture holds the server's command lines and stacks.
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with (
+                    os.fdopen(fd, "wb") as file,
+                    tarfile.open(fileobj=file, mode="w:gz", compresslevel=6) as tar,
+                ):
                     tar.add(work.path, arcname=name.removesuffix(SUFFIX))
                 partial.rename(self.directory / name)
             finally:

@@ -25,7 +25,7 @@ from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.config import ServeConfig
 from inferwatch.serve.options import OPTIONS
 from inferwatch.serve.sidecar import make_app
-from inferwatch.serve.webconfig import WebConfig
+from inferwatch.serve.webconfig import MIN_BCRYPT_COST, WebConfig
 from inferwatch.serve.webconfig import load as load_web_config
 from inferwatch.settings import (
     ConfigError,
@@ -184,6 +184,44 @@ def warn_if_others_can_write(path: Path, flag: str, changes: str) -> None:
         )
 
 
+def warn_if_others_can_read(path: Path | None, flag: str, holds: str) -> None:
+    """A start-up warning when ``path``, which holds ``holds``, is readable by others."""
+    try:
+        mode = path.stat().st_mode if path is not None else 0
+    except OSError:
+        return
+    if mode & stat.S_IROTH:
+        log.warning(
+            "%s %s is readable by others (mode %03o) and holds %s; make it readable by this "
+            "user only (chmod o-r)",
+            flag,
+            path,
+            stat.S_IMODE(mode),
+            holds,
+        )
+
+
+def warn_of_secrets_others_reach(config: ServeConfig, web_config: WebConfig | None) -> None:
+    """Start-up warnings: secrets files others can read, password hashes cheap to crack."""
+    warn_if_others_can_read(config.web_config_file, "--web.config.file", "password hashes")
+    if web_config is not None and web_config.tls is not None:
+        warn_if_others_can_read(web_config.tls.key_file, "key_file", "the TLS private key")
+    for flag, path in (
+        ("--backend-bearer-token-file", config.backend_bearer_token_file),
+        ("--canary-bearer-token-file", config.canary_bearer_token_file),
+    ):
+        warn_if_others_can_read(path, flag, "a token")
+    for user, cost in (web_config.cheap_hashes() if web_config else {}).items():
+        log.warning(
+            "basic_auth_users.%s: bcrypt cost %d is below %d: a stolen hash is cheap to "
+            "crack; make one with htpasswd -nBC %d",
+            user,
+            cost,
+            MIN_BCRYPT_COST,
+            MIN_BCRYPT_COST,
+        )
+
+
 def run(config: ServeConfig, spec: Spec | None = None) -> None:
     """Serve until a signal; ``spec`` (default: the defaults) is the verdict's and sets the
     window of the canary's TTFT gap and of the latency quantiles."""
@@ -219,6 +257,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
     )
     if config.web_config_file is not None:
         warn_if_others_can_write(config.web_config_file, "--web.config.file", "who is let in")
+    warn_of_secrets_others_reach(config, web_config)
     if capture is not None:
         log.info(
             "evidence capture into %s (on %s; %g s each, at most one per %g s)",
