@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -225,6 +226,54 @@ def test_a_password_with_an_at_never_shows(basic_auth_backend, tmp_path: Path) -
     assert manifest["backend_url"] == f"http://{where}/metrics"
     for shown in (log, landing.decode(), json.dumps(manifest), got.stdout + got.stderr):
         assert "SECRET" not in shown and "admin" not in shown
+
+
+@pytest.mark.parametrize("delimiter", ["/", "?", "#"])
+@pytest.mark.parametrize("where", ["flag", "environment", "config", "diagnose", "capture"])
+def test_a_password_with_an_unencoded_delimiter_is_refused_unshown(
+    delimiter: str, where: str, tmp_path: Path
+) -> None:
+    url = f"http://admin:1234{delimiter}S3cret@127.0.0.1:9"  # read as host admin, port 1234
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERWATCH_")}
+    argv = {
+        "flag": ["serve", "--backend-url", url],
+        "environment": ["serve"],
+        "config": ["serve", "--config", str(tmp_path / "c.yaml")],
+        "diagnose": ["diagnose", "--prometheus", url],
+        "capture": ["capture", "--exporter", url],
+    }[where]
+    if where == "environment":
+        env["INFERWATCH_BACKEND_URL"] = url
+    (tmp_path / "c.yaml").write_text(json.dumps({"backend_url": url}))
+    got = subprocess.run(
+        [sys.executable, "-m", "inferwatch", *argv],
+        capture_output=True, text=True, env=env, timeout=30,
+    )  # fmt: skip
+    assert got.returncode == 2, got.stderr
+    [line] = got.stderr.splitlines()
+    assert line.endswith(
+        "a URL with an '@' past its host part is refused (not shown): in a user or password, "
+        "percent-encode '/' '?' '#' '@' as %2F %3F %23 %40"
+    ), line
+    assert "S3cret" not in line and "1234" not in line and "admin" not in line
+
+
+def test_a_percent_encoded_password_reaches_the_server_and_never_shows(
+    basic_auth_backend, tmp_path: Path
+) -> None:
+    where, passwords = basic_auth_backend
+    args = ["--backend", "vllm", "--gpu", "off"]
+    sidecar = Inferwatch(tmp_path, f"http://admin:1234%2FS3cret@{where}", args).start()
+    try:
+        deadline = time.monotonic() + 20
+        while "1234/S3cret" not in passwords:
+            assert time.monotonic() < deadline, passwords
+            time.sleep(0.1)
+    finally:
+        sidecar.stop()
+    log = (tmp_path / "inferwatch.log").read_text()
+    assert f"backend at http://{where} every" in log
+    assert "S3cret" not in log and "1234" not in log
 
 
 # --- item 6: the capture client saves under --out, by a plain name, within --max-bytes --------
