@@ -430,6 +430,7 @@ def test_capture_bounds_the_download_and_leaves_nothing_behind(
 # --- item 9: the canary's Authorization, and a probe that raises ---------------------------
 
 
+@pytest.mark.parametrize("mode", ["on", "auto"])  # auto probes where TTFT is missing
 @pytest.mark.parametrize(
     ("flags", "sources"),
     [
@@ -441,12 +442,12 @@ def test_capture_bounds_the_download_and_leaves_nothing_behind(
     ],
 )
 def test_the_canary_may_not_get_two_authorizations(
-    flags: dict[str, str], sources: str, cli, tmp_path: Path
+    flags: dict[str, str], sources: str, mode: str, cli, tmp_path: Path
 ) -> None:
     token = tmp_path / "token"
     token.write_text(SECRET)
     argv = [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
-    got = cli("serve", *argv, "--canary", "on", "--canary-bearer-token-file", str(token))
+    got = cli("serve", *argv, "--canary", mode, "--canary-bearer-token-file", str(token))
     assert got.returncode == 2
     assert got.stderr.strip() == (
         f"inferwatch: error: the canary's Authorization header is set by {sources} and "
