@@ -258,11 +258,12 @@ def _diagnose(args: argparse.Namespace, config: dict) -> int:
 
     path = _config_path(args)
     spec = spec_from_config(config)
+    access = credentials.from_args(args)
     try:
         if args.prometheus:
             judged_with = f"--config {path}" if path else "the built-in defaults"
             report = asyncio.run(
-                diagnose.from_prometheus(args.prometheus, spec, args.timeout, judged_with)
+                diagnose.from_prometheus(args.prometheus, spec, args.timeout, judged_with, access)
             )
         else:
             # The exporter's own spec unless a config file is given (then it overrides).
@@ -272,7 +273,7 @@ def _diagnose(args: argparse.Namespace, config: dict) -> int:
                     (spec, f"--config {path}") if path else None,
                     args.interval,
                     args.timeout,
-                    credentials.from_args(args),
+                    access,
                 )
             )
     except diagnose.SourceError as exc:
