@@ -20,6 +20,7 @@ from inferwatch.collect.canary import describe as describe_canary
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.server_cpu import ServerCpu
+from inferwatch.collect.steps import DEFAULT_KNOWN_STEP
 from inferwatch.collect.upstream import Upstream
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.config import ServeConfig
@@ -222,6 +223,20 @@ def warn_of_secrets_others_reach(config: ServeConfig, web_config: WebConfig | No
         )
 
 
+def log_uncalibrated(spec: Spec, config: ServeConfig) -> None:
+    """Say what still holds a default that `inferwatch calibrate` would measure."""
+    names = spec.uncalibrated()
+    if config.engine_step_seconds == DEFAULT_KNOWN_STEP:
+        names.append("engine_step_seconds")
+    if names:
+        log.warning(
+            "uncalibrated, at their defaults: %s; the alerts that fire on them are info, and "
+            "without NVML a long engine step may read as a stall, until `inferwatch "
+            "calibrate` measures them",
+            ", ".join(names),
+        )
+
+
 def run(config: ServeConfig, spec: Spec | None = None) -> None:
     """Serve until a signal; ``spec`` (default: the defaults) is the verdict's and sets the
     window of the canary's TTFT gap and of the latency quantiles."""
@@ -255,6 +270,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         allowed_hosts=config.web_allowed_host or (),
         listen_host=host,
     )
+    log_uncalibrated(spec, config)
     if config.web_config_file is not None:
         warn_if_others_can_write(config.web_config_file, "--web.config.file", "who is let in")
     warn_of_secrets_others_reach(config, web_config)
