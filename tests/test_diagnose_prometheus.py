@@ -27,6 +27,7 @@ from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Report
 from inferwatch.method.spec import spec_from_config
+from inferwatch.method.thresholds import MACHINE_DEPENDENT, THRESHOLDS
 from inferwatch.tools import diagnose
 from inferwatch.tools.report import evidence_text, report_json
 from inferwatch.tools.report import render as report_text
@@ -137,8 +138,15 @@ def test_diagnose_reaches_a_prometheus_behind_tls_and_basic_auth(
 
 # --- SLOs ---------------------------------------------------------------------------------
 
+# Calibrated (every machine-dependent threshold set, at its default): the cause alerts at
+# their own severities.
 SLO_SPEC = spec_from_config(
-    {"slos": {"objectives": {"ttft": {"target": 0.99, "seconds": 1}, "errors": {"target": 0.999}}}}
+    {
+        "slos": {
+            "objectives": {"ttft": {"target": 0.99, "seconds": 1}, "errors": {"target": 0.999}}
+        },
+        "thresholds": {n: THRESHOLDS[n].default for n in MACHINE_DEPENDENT},
+    }
 )
 TINY = {"namespace": "prod", "backend": "vllm", "model": "tiny"}
 OTHER = {"namespace": "prod", "backend": "vllm", "model": "other"}
