@@ -610,11 +610,14 @@ def test_vllm_page_names_backend_and_version(fake: Fake) -> None:
 
 
 def calibrate(fake: Fake, out: Path, *flags: str) -> int:
+    """The calibrate's sweep and files alone: the fake has no normal traffic, engine steps or
+    capacity to read (tests/test_calibrate_real.py reads them from a real vLLM)."""
     return main(
         [
             "calibrate", "--url", fake.url, "--model", MODEL, "--out", str(out),
             "--concurrency", "1", "--prompt-tokens", "10", "--output-tokens", "2",
-            "--requests-per-cell", "2", *flags,
+            "--requests-per-cell", "2", "--normal-windows", "0", "--engine-step", "off",
+            "--search", "off", *flags,
         ]
     )  # fmt: skip
 
