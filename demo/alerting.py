@@ -79,6 +79,7 @@ class Prometheus:
         alertmanager: str | None = None,
         interval: str = "1s",
         port: int | None = None,
+        web_config: Path | None = None,
     ):
         self.workdir = workdir
         self.targets = list(targets)
@@ -86,11 +87,14 @@ class Prometheus:
         self.alertmanager = alertmanager
         self.interval = interval
         self.port = port or free_port()
+        # Its own --web.config.file (TLS, basic auth); the helpers below then do not reach it.
+        self.web_config = web_config
         self.process: Process | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        tls = self.web_config is not None and "tls_server_config" in self.web_config.read_text()
+        return f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
 
     def config(self) -> dict:
         config: dict[str, Any] = {
@@ -116,8 +120,11 @@ class Prometheus:
             f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
             f"--web.listen-address=127.0.0.1:{self.port}",
         ]
+        if self.web_config is not None:
+            argv.append(f"--web.config.file={self.web_config}")
         self.process = Process("prometheus", argv, self.workdir / "prometheus.log").start()
-        self.process.wait_http(f"{self.url}/-/ready", timeout)
+        ready = (200,) if self.web_config is None else (200, 401)  # 401: up, asking who
+        self.process.wait_http(f"{self.url}/-/ready", timeout, ok=ready)
         return self
 
     def query(self, expr: str, at: float | None = None) -> list[dict]:

@@ -1,9 +1,9 @@
-"""Baseline first, on the machine at hand: the demo's thresholds and fault sizes, measured.
+"""Baseline first, on the machine at hand: ``inferwatch calibrate``, then the faults' sizes.
 
-Before any fault, the demo and the e2e tests run ``inferwatch calibrate`` against the real
-vLLM, as a user would next to a real server: its thresholds (latency from the measured
-percentiles, traffic minimums from the measured throughput) become the config that
-inferwatch serves with and the rules are generated from. Then each fault is sized from
+Before any fault, the demo and the e2e tests run the product's ``inferwatch calibrate``
+against the real vLLM, as a user would next to a real server, at the demo's normal traffic,
+with the canary through the users' path (``demo/proxy.py``): every threshold and the
+capacity come from it (nothing here computes one). Then each fault is sized from
 measurements of the same server, never from a constant that assumes a CPU's speed:
 
 - **long prompts**: prompts grow until the server's own TTFT histogram (read as PromQL's
@@ -13,15 +13,8 @@ measurements of the same server, never from a constant that assumes a CPU's spee
   at once (``--max-num-seqs``, capped by what the KV cache holds);
 - **KV-cache pressure**: a batch of requests whose tokens add up to twice the KV cache the
   server reports (``vllm:cache_config_info``);
-- **slow path**: the proxy in front of the server holds each request twice the client-gap
-  threshold, itself raised to what the canary measures through that proxy under normal
-  traffic (:meth:`Measured.with_client_gap`).
-
-The server's longest step is measured too: one burst of the KV fault's size (its biggest
-batch, with the recompute of preempted requests) while its page is read every
-:data:`STEP_POLL` seconds; the longest stretch without a step while requests run or wait
-becomes ``engine_step_seconds``, so that without NVML inferwatch knows a long step from a
-stall (measured here: 1.2-1.9 s on 2 cores).
+- **slow path**: the proxy in front of the server holds each request twice the calibrated
+  client-gap threshold.
 """
 
 from __future__ import annotations
@@ -29,18 +22,17 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import re
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import yaml
 
-from demo.capacity import measure_capacity
 from demo.stack import MODEL_NAME, VLLM_ARGS, StackError, VllmServer, http_get
-from demo.traffic import Burst, burst, complete, complete_many, prompt
+from demo.traffic import complete, complete_many, prompt
+from inferwatch.capacity import parse
 from inferwatch.collect.textparse import parse_labels, scan
 from inferwatch.method.quantile import histogram_quantile
 from inferwatch.method.spec import Spec, spec_from_config
@@ -50,38 +42,21 @@ from inferwatch.tools.sweep.histograms import TTFT, ServerHistograms
 # The demo's normal traffic: two clients, short prompts, short answers (normal_load).
 NORMAL_CLIENTS, NORMAL_WORDS, NORMAL_OUTPUT = 2, 6, 16
 # The demo service is calibrated at its normal load, which is sent as the sweep sends it, back
-# to back: a server that idles between requests answers slower (the engine wakes up first;
-# measured here: TTFT p95 15-17 ms with 0.2 s pauses, 9-10 ms back to back), so light traffic
-# with pauses would sit above thresholds measured without them. One level only: the load
-# (running requests averaged over the rate window) sits between 1 and 2 under this traffic,
-# and a cell at 1 would hold it to half the load's latency.
+# to back: a server that idles between requests answers slower (the engine wakes up first),
+# so light traffic with pauses would sit above thresholds measured without them.
 CALIBRATED_CONCURRENCY = (NORMAL_CLIENTS,)
 # At least enough that a p95 rests on ten requests, not on the two slowest; and as many as the
 # normal traffic sends in CELL_WINDOWS of the rules' rate windows (its rate measured first,
-# for THROUGHPUT_SECONDS): the rules read a p95 per window, which varies from window to
-# window, and a short cell caught one quiet moment (measured here: 200 requests in 6 s, p95
-# 12.7 ms, where the 15 s windows then read 15-25 ms under the same load).
+# for THROUGHPUT_SECONDS).
 REQUESTS_PER_CELL = 200
 CELL_WINDOWS = 3
 THROUGHPUT_SECONDS = 5.0
-# The canary's gap and the server's CPU wait under normal traffic are read over this many
-# rate windows, and their thresholds set NORMAL_MARGIN x above the largest reading (where
-# above the default): a machine whose cores the engine's threads hold leaves the proxy and
-# the sidecar waiting for CPU (measured here before the server ran at VLLM_NICENESS: gaps
-# of 100-250 ms), and the server, niced, waits for the rest of the stack.
-NORMAL_WINDOWS = 2
-NORMAL_MARGIN = 2.0
-# The server's CPU wait varies from window to window with whatever else runs (a diagnose
-# started beside it, a burst of scrapes): measured here from 26 to 58 % of its ready time
-# with the healthy stack, across runs. Its threshold is the share at which the server waits
-# CPU_WAIT_MARGIN x as long per CPU second as the most it did under normal traffic.
-CPU_WAIT_MARGIN = 4.0
+# The most the capacity search may take (a guard: on 2 cores it converges in well under it).
+SEARCH_SECONDS = 180.0
 # A long-prompt fault's prefill, as a multiple of the calibrated TTFT threshold.
 PREFILL_MULTIPLE = 2.0
 LONG_PROMPT_OUTPUT = 8
 PROBES_PER_LENGTH = 3
-# The server's page is read this often while its longest step is measured.
-STEP_POLL = 0.05
 
 
 @dataclass(frozen=True)
@@ -148,152 +123,18 @@ class FaultSizes:
 
 
 @dataclass(frozen=True)
-class NormalReadings:
-    """What the sidecar read under normal traffic, with the stack running: the latency
-    quantiles of its window and the canary's gap at each read, the shares over each rate
-    window between reads."""
-
-    ttft_p95: list[float]
-    itl_p95: list[float]
-    itl_p99: list[float]
-    canary_gaps: list[float]
-    cpu_wait_shares: list[float]
-    itl_tail_shares: list[float]
-
-
-# The latency thresholds and what the sidecar reads for each under normal traffic.
-_LATENCY = (
-    ("ttft_p95_seconds", "ttft_p95", "TTFT p95"),
-    ("itl_p95_seconds", "itl_p95", "ITL p95"),
-    ("itl_p99_seconds", "itl_p99", "ITL p99"),
-)
-
-
-@dataclass(frozen=True)
-class Measured:
-    """The config ``inferwatch calibrate`` wrote, as the demo adds what it measures."""
-
-    config: Path
-    spec: Spec
-
-    def with_readings(self, readings: NormalReadings) -> Measured:
-        """The thresholds of what the sidecar reads under normal traffic, from readings."""
-        return (
-            self.with_latency(readings)
-            .with_client_gap(readings.canary_gaps)
-            .with_cpu_wait(readings.cpu_wait_shares)
-            .with_itl_tail(readings.itl_tail_shares)
-        )
-
-    def with_latency(self, readings: NormalReadings) -> Measured:
-        """Each latency threshold raised to :data:`NORMAL_MARGIN` x the largest window
-        quantile the sidecar read under normal traffic, if that is more, and the regression
-        factor with them: the sweep's percentile is over all its requests, a window's over
-        a few hundred, and the rules judge windows (measured here: a sweep's TTFT p95 of
-        83 ms, then windows of normal traffic from 95 to 210 ms)."""
-        measured, raised = self, 1.0
-        for name, field_name, label in _LATENCY:
-            values = getattr(readings, field_name)
-            wanted = NORMAL_MARGIN * max(values)
-            current = measured.spec.threshold(name)
-            if wanted <= current:
-                continue
-            raised = max(raised, wanted / current)
-            why = (
-                f"{NORMAL_MARGIN:g} x {max(values) * 1000:.1f} ms, the largest {label} of the "
-                f"sidecar's window over {len(values)} reads of normal traffic"
-            )
-            measured = measured._with_threshold(name, wanted, why)
-        if raised == 1.0:
-            return measured
-        factor = measured.spec.threshold("regression_factor")
-        why = f"{factor:g} x {raised:.3g}, as far as the latency thresholds were raised"
-        return measured._with_threshold("regression_factor", factor * raised, why)
-
-    def with_client_gap(self, gaps: list[float]) -> Measured:
-        """The client-gap threshold raised to :data:`NORMAL_MARGIN` x the largest gap the
-        canary measured under normal traffic, if that is more (the slow path's delay is
-        sized from it). The config file says where the number came from."""
-        measured = NORMAL_MARGIN * max(gaps)
-        if measured <= self.spec.threshold("client_gap_seconds"):
-            return self
-        why = (
-            f"{NORMAL_MARGIN:g} x {max(gaps) * 1000:.1f} ms, the canary's largest gap over "
-            f"{len(gaps)} readings under normal traffic"
-        )
-        return self._with_threshold("client_gap_seconds", measured, why)
-
-    def with_cpu_wait(self, shares: list[float]) -> Measured:
-        """The server-CPU wait threshold raised to the share at which the server waits
-        :data:`CPU_WAIT_MARGIN` x as long per second of CPU as it did at most under normal
-        traffic (each share measured over a rate window), if that is more: on this machine
-        the engine shares its cores with the sidecar, Prometheus and the traffic, niced."""
-        most = max(shares)
-        odds = CPU_WAIT_MARGIN * most / (1 - most) if most < 1 else math.inf
-        measured = odds / (1 + odds) if math.isfinite(odds) else 1.0
-        if measured <= self.spec.threshold("server_cpu_wait_share"):
-            return self
-        why = (
-            f"the share at which the server waits {CPU_WAIT_MARGIN:g} x as long per CPU second as "
-            f"at most under normal traffic ({most:.1%} of its ready time, {len(shares)} "
-            "windows)"
-        )
-        return self._with_threshold("server_cpu_wait_share", measured, why)
-
-    def with_itl_tail(self, shares: list[float]) -> Measured:
-        """The ITL tail share raised to :data:`NORMAL_MARGIN` x the largest share of token
-        gaps above the tail bound under normal traffic, if that is more (under half the
-        gaps: the tail's condition needs most of them under the bound)."""
-        measured = NORMAL_MARGIN * max(shares)
-        if measured <= self.spec.threshold("itl_tail_share"):
-            return self
-        if measured >= 0.5:
-            raise StackError(
-                f"{max(shares):.1%} of the token gaps under normal traffic are above the "
-                f"tail bound ({self.spec.threshold('itl_tail_bound_seconds'):g} s): no tail "
-                "can be told from the normal"
-            )
-        why = (
-            f"{NORMAL_MARGIN:g} x {max(shares):.2%}, the largest share of token gaps above "
-            f"the tail bound over {len(shares)} windows of normal traffic"
-        )
-        return self._with_threshold("itl_tail_share", measured, why)
-
-    def with_engine_step(self, seconds: float) -> Measured:
-        """The config with the server's longest step, measured (:func:`longest_step`)."""
-        why = (
-            "# measured by the demo: the longest stretch without an engine step while one "
-            "burst of the KV fault's size ran\n"
-        )
-        self.config.write_text(
-            self.config.read_text() + why + f"engine_step_seconds: {seconds:.4g}\n"
-        )
-        return self
-
-    def _with_threshold(self, name: str, value: float, why: str) -> Measured:
-        """The config with ``name`` set to ``value``, and a comment that says why."""
-        text = self.config.read_text()
-        line = re.search(rf"^  {name}: .*$", text, re.M)
-        if line is None:
-            raise StackError(f"{self.config} sets no {name}")
-        comment = f"  # measured by the demo: {why}\n"
-        setting = f"  {name}: {value:.4g}"
-        self.config.write_text(text[: line.start()] + comment + setting + text[line.end() :])
-        return replace(self, spec=spec_from_config(load_config_file(self.config)))
-
-
-@dataclass(frozen=True)
 class Calibration:
-    config: Path  # written by `inferwatch calibrate`, with what the demo measured added
+    config: Path  # written by `inferwatch calibrate`
     spec: Spec
     faults: FaultSizes
-    engine_step: float  # the server's longest step
+    engine_step: float | None  # the server's longest step, as calibrate measured it
 
     def summary(self) -> list[str]:
         """The calibration as the demo's first screen shows it."""
         t, f = self.spec.threshold, self.faults
+        step = f"{self.engine_step:.2f} s" if self.engine_step is not None else "not measured"
         return [
-            f"calibrated on this machine ({self.config}):",
+            f"calibrated on this machine by `inferwatch calibrate` ({self.config}):",
             f"  TTFT p95 threshold {t('ttft_p95_seconds') * 1000:.1f} ms, ITL p95 "
             f"{t('itl_p95_seconds') * 1000:.1f} ms, ITL p99 {t('itl_p99_seconds') * 1000:.1f} ms "
             f"(regression factor {t('regression_factor'):g}), min traffic "
@@ -306,23 +147,18 @@ class Calibration:
             f"+{f.path_delay * 1000:.0f} ms (client-gap threshold "
             f"{t('client_gap_seconds') * 1000:.0f} ms)",
             f"  server CPU wait threshold {t('server_cpu_wait_share'):.0%} of its ready time; "
-            f"noisy neighbour {f.neighbours} busy loop(s); ITL tail: over "
-            f"{t('itl_tail_share'):.1%} of token gaps above {t('itl_tail_bound_seconds') * 1000:g} ms",
-            f"  longest engine step {self.engine_step:.2f} s (a burst of the KV fault); "
-            f"capacity {f.capacity:.1f} requests/s with 95 % of first tokens within the "
-            "TTFT threshold",
+            f"frontend CPU {t('frontend_cpu_cores'):g} cores; noisy neighbour {f.neighbours} busy "
+            f"loop(s); ITL tail: over {t('itl_tail_share'):.1%} of token gaps above "
+            f"{t('itl_tail_bound_seconds') * 1000:g} ms",
+            f"  longest engine step {step}; capacity {f.capacity:.1f} requests/s with 95 % of "
+            "first tokens within the TTFT threshold",
+            *(f"  uncalibrated: {name}" for name in self.spec.uncalibrated()),
         ]
 
 
-def calibrate(
-    vllm: VllmServer,
-    base_config: Path,
-    workdir: Path,
-    readings: Callable[[Spec], Awaitable[NormalReadings]],
-) -> Calibration:
-    """``inferwatch calibrate`` against the server; the thresholds of what the sidecar
-    reads under normal traffic (``readings``: the stack's, given the spec calibrated so
-    far); then the fault sizes and the longest step."""
+def calibrate(vllm: VllmServer, base_config: Path, workdir: Path, canary_url: str) -> Calibration:
+    """``inferwatch calibrate`` against the server at the demo's normal traffic, its canary
+    through ``canary_url``; then the fault sizes from the same server."""
     out = workdir / "inferwatch.yaml"
     per_word = asyncio.run(tokens_per_word(vllm.url))
     normal_tokens = round(NORMAL_WORDS * per_word + 1)
@@ -336,48 +172,27 @@ def calibrate(
         "--concurrency", ",".join(map(str, CALIBRATED_CONCURRENCY)),
         "--prompt-tokens", str(normal_tokens), "--output-tokens", str(NORMAL_OUTPUT),
         "--requests-per-cell", str(requests),
+        "--canary-url", canary_url,
+        "--search-seconds", f"{SEARCH_SECONDS:g}",
     ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
     (workdir / "calibrate.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         raise StackError(f"inferwatch calibrate failed ({done.returncode}):\n{done.stderr}")
-    measured = Measured(out, spec_from_config(load_config_file(out)))
-    measured = measured.with_readings(asyncio.run(readings(measured.spec)))
-    ttft = measured.spec.threshold("ttft_p95_seconds")
-    shape = (normal_tokens, NORMAL_OUTPUT)
-    capacity = measure_capacity(vllm.url, workdir, out.with_name("baseline.yaml"), shape, ttft)
-    faults = asyncio.run(_size_faults(vllm, measured.spec, per_word, capacity))
-    step = asyncio.run(longest_step(vllm.url, faults))
-    measured = measured.with_engine_step(step)
-    return Calibration(measured.config, measured.spec, faults, step)
+    config = load_config_file(out)
+    spec = spec_from_config(config)
+    capacity = _capacity(Path(config["baseline"]))
+    faults = asyncio.run(_size_faults(vllm, spec, per_word, capacity))
+    return Calibration(out, spec, faults, config.get("engine_step_seconds"))
 
 
-async def longest_step(url: str, faults: FaultSizes) -> float:
-    """The longest stretch without an engine step while requests run or wait, over one burst
-    of the KV fault's size (vLLM's ``iteration_tokens_total`` counts its steps)."""
-    names = {
-        "vllm:iteration_tokens_total_count",
-        "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-    }
-    spec = Burst(faults.kv_requests, faults.kv_prompt_words, faults.kv_output_tokens)
-    load = asyncio.create_task(burst(url, spec, salt=9_000_000))
-    longest, since, steps = 0.0, None, None
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-        while not load.done():
-            async with session.get(f"{url}/metrics") as resp:
-                page = scan(await resp.text(), names).samples
-            now = asyncio.get_running_loop().time()
-            value = {name: sum(v for _, v in page.get(name, [])) for name in names}
-            working = value["vllm:num_requests_running"] + value["vllm:num_requests_waiting"] > 0
-            count = value["vllm:iteration_tokens_total_count"]
-            if count != steps or not working:
-                if since is not None and count != steps and working:
-                    longest = max(longest, now - since)
-                since, steps = now, count
-            await asyncio.sleep(STEP_POLL)
-    await load
-    return longest
+def _capacity(baseline: Path) -> float:
+    """The capacity calibrate found at the normal shape (requests/s)."""
+    found = yaml.safe_load(baseline.read_text()).get("capacity") or []
+    rate = parse(found[0], f"{baseline}: capacity").requests_per_second if found else None
+    if not rate:
+        raise StackError(f"{baseline}: calibrate found no rate that met its target")
+    return rate
 
 
 async def tokens_per_word(url: str) -> float:

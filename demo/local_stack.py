@@ -12,23 +12,12 @@ of its conditions never held.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import dataclasses
-import time
 from pathlib import Path
 
-import aiohttp
 import yaml
 
-from demo.calibration import (
-    NORMAL_WINDOWS,
-    Calibration,
-    FaultSizes,
-    NormalReadings,
-    calibrate,
-    normal_load,
-)
+from demo.calibration import Calibration, FaultSizes, calibrate
 from demo.stack import (
     REPO,
     Alertmanager,
@@ -38,14 +27,13 @@ from demo.stack import (
     StackError,
     VllmServer,
     WebhookReceiver,
-    metric_value,
     tiny_model,
 )
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.rules import placeholders
-from inferwatch.method.signals import ITL, SIGNALS
+from inferwatch.method.signals import SIGNALS
 from inferwatch.method.slo import BURNS
-from inferwatch.method.spec import Spec, seconds, spec_from_config
+from inferwatch.method.spec import seconds, spec_from_config
 from inferwatch.settings import load_config_file
 from inferwatch.tools.generate import write
 
@@ -106,7 +94,7 @@ class LocalStack:
         ).start()
         # Baseline first, with the stack running: the service is measured under the load its
         # monitoring puts on the machine, as it will be judged.
-        self.calibration = calibrate(self.vllm, CONFIG, self.workdir, self.normal_readings)
+        self.calibration = calibrate(self.vllm, CONFIG, self.workdir, self.proxy.url)
         self.spec = self.calibration.spec
         write(self.workdir, self.spec)
         self.prometheus.reload()
@@ -128,69 +116,6 @@ class LocalStack:
             ],
             port=port,
         )  # fmt: skip
-
-    async def normal_readings(self, spec: Spec) -> NormalReadings:
-        """Under normal traffic, once a whole rate window of it has passed, for
-        :data:`NORMAL_WINDOWS` windows: the sidecar's latency quantiles and the canary's
-        client gap read every half second, and the server's CPU wait share and ITL tail
-        share (above ``spec``'s bound) over each rate window between those reads."""
-        assert self.inferwatch is not None
-        seconds = NORMAL_WINDOWS * spec.window_seconds
-        stop = asyncio.Event()
-        traffic = asyncio.create_task(normal_load(self.vllm.url, stop))
-        gaps: list[float] = []
-        # (time, part, whole): wait and ready CPU time; token gaps above the bound and all.
-        cpu: list[tuple[float, float, float]] = []
-        itl: list[tuple[float, float, float]] = []
-        latency: dict[str, list[float]] = {"ttft_p95": [], "itl_p95": [], "itl_p99": []}
-        bound = spec.threshold("itl_tail_bound_seconds")
-        metrics = f"{self.inferwatch.url}/metrics"
-        # Read on this event loop, not in a thread: the traffic running on it holds the GIL
-        # most of the time, and a thread's blocking read would wait for it.
-        timeout = aiohttp.ClientTimeout(total=60)
-        try:
-            async with aiohttp.ClientSession(timeout=timeout) as session:
-                await asyncio.sleep(spec.window_seconds)
-                deadline = time.monotonic() + seconds
-                while time.monotonic() < deadline:
-                    async with session.get(metrics) as response:
-                        page = await response.text()
-                    now = time.monotonic()
-                    for key in latency:
-                        name = (
-                            "time_to_first_token"
-                            if key.startswith("ttft")
-                            else "inter_token_latency"
-                        )
-                        quantile = f'quantile="0.{key[-2:]}"'
-                        with contextlib.suppress(KeyError):  # no request finished in the window
-                            window = f"inferwatch_{name}_window_seconds"
-                            latency[key].append(metric_value(page, window, quantile))
-                    with contextlib.suppress(KeyError):  # no gap on this poll
-                        gaps.append(metric_value(page, "inferwatch_canary_ttft_gap_seconds"))
-                    with contextlib.suppress(KeyError):  # not read on this poll
-                        wait = metric_value(page, "inferwatch_server_cpu_wait_seconds_total")
-                        used = metric_value(page, "inferwatch_server_cpu_seconds_total")
-                        cpu.append((now, wait, wait + used))
-                    with contextlib.suppress(KeyError):  # no such bucket (yet)
-                        gaps_seen = metric_value(page, f"inferwatch_{ITL}_count")
-                        below = metric_value(page, f"inferwatch_{ITL}_bucket", f'le="{bound:g}"')
-                        itl.append((now, gaps_seen - below, gaps_seen))
-                    await asyncio.sleep(0.5)
-        finally:
-            stop.set()
-            await traffic
-        window = spec.window_seconds
-        readings = NormalReadings(
-            **latency,
-            canary_gaps=gaps,
-            cpu_wait_shares=_shares(cpu, window),
-            itl_tail_shares=_shares(itl, window),
-        )
-        for name, values in dataclasses.asdict(readings).items():
-            if not values:
-                raise StackError(f"no reading of {name} under normal traffic in {seconds:g} s")
-        return readings
 
     def stop(self) -> None:
         """Stop everything this stack started, by pid, whatever state it is in."""
@@ -281,16 +206,3 @@ class LocalStack:
                 span = f"{min(seen):.4g} .. {max(seen):.4g}" if seen else "no data"
                 lines.append(f"  {query} (page above {factor:.4g}): {span}")
         return "\n".join(lines)
-
-
-def _shares(readings: list[tuple[float, float, float]], window: float) -> list[float]:
-    """``part`` over ``whole``, their increases over each span of ``window`` seconds that
-    ends at a reading (of readings ``(time, part, whole)``)."""
-    shares = []
-    for end, part, whole in readings:
-        start = next((r for r in readings if end - r[0] <= window), None)
-        if start is None or end - start[0] < window / 2:
-            continue
-        if whole > start[2]:
-            shares.append((part - start[1]) / (whole - start[2]))
-    return shares

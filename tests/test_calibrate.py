@@ -18,13 +18,18 @@ import pytest
 import yaml
 
 from inferwatch.baseline import load
-from inferwatch.calibration import objectives_from, thresholds_from
+from inferwatch.calibration import (
+    NormalReadings,
+    objectives_from,
+    thresholds_from,
+    thresholds_from_readings,
+)
 from inferwatch.collect.backends import BACKENDS
 from inferwatch.method.quantile import histogram_quantile
 from inferwatch.method.spec import spec_from_config
 from inferwatch.method.thresholds import THRESHOLDS
 from inferwatch.settings import load_config_file
-from inferwatch.tools.calibrate import config_text
+from inferwatch.tools.calibrate_file import Measurements, config_text
 
 from conftest import alert_scenarios
 
@@ -41,7 +46,8 @@ def calibrated(path: Path, given: dict | None = None) -> Path:
     baseline = load(SWEEP)
     spec = spec_from_config(given or {})
     derived = thresholds_from(baseline, spec.threshold("regression_factor"), spec.window_seconds)
-    path.write_text(config_text(baseline, SWEEP, derived, given or {}, "base.yaml"))
+    measured = Measurements(derived, {"server_cpu_wait_share": "no process listens here"})
+    path.write_text(config_text(baseline, SWEEP, measured, given or {}, "base.yaml"))
     return path
 
 
@@ -53,7 +59,19 @@ def test_the_config_says_where_each_threshold_comes_from(tmp_path: Path) -> None
     }
     text = calibrated(tmp_path / "inferwatch.yaml", given).read_text()
     config = load_config_file(tmp_path / "inferwatch.yaml")
-    assert set(config["thresholds"]) == set(THRESHOLDS)
+    # A machine-dependent threshold not measured is written commented out, with why: the
+    # spec read from the file judges with its default and keeps its alerts at info.
+    left = {
+        "itl_tail_bound_seconds",
+        "itl_tail_share",
+        "client_gap_seconds",
+        "server_cpu_wait_share",
+        "frontend_cpu_cores",
+    }
+    assert set(config["thresholds"]) == set(THRESHOLDS) - left
+    assert spec_from_config(config).uncalibrated() == sorted(left, key=list(THRESHOLDS).index)
+    assert "  # server_cpu_wait_share: 0.25" in text.splitlines()
+    assert "  # not measured (no process listens here); default: A thread" in text
     assert config["baseline"] == str(SWEEP)
     assert config["poll_interval"] == 0.25
     assert config["alerting"] == {"rate_window": "1m"}
@@ -183,7 +201,8 @@ def test_calibrate_proposes_objectives_on_the_servers_bucket_bounds(tmp_path: Pa
     assert objectives["errors"][0] == {"target": 0.999}
     derived = thresholds_from(baseline, spec.threshold("regression_factor"), spec.window_seconds)
     path = tmp_path / "inferwatch.yaml"
-    path.write_text(config_text(baseline, SWEEP, derived, {}, "base.yaml", objectives))
+    text = config_text(baseline, SWEEP, Measurements(derived), {}, "base.yaml", objectives)
+    path.write_text(text)
     config = load_config_file(path)
     assert config["backend"] == "vllm"
     slos = spec_from_config(config).slos  # the bounds pass generate's check for vLLM
@@ -194,3 +213,38 @@ def test_calibrate_proposes_objectives_on_the_servers_bucket_bounds(tmp_path: Pa
     }
     # Without the server's bounds (a client-side sweep) only the errors objective is proposed.
     assert set(objectives_from(stored, 1.5)) == {"errors"}
+
+
+def test_readings_under_normal_traffic_set_the_machine_dependent_thresholds() -> None:
+    defaults = spec_from_config({})
+    readings = NormalReadings(
+        values={
+            "ttft_p95": (0.02, 0.03),  # 2 x 0.03 = 0.06 s, under the default 2 s: kept
+            "server_cpu_wait_share": (0.3, 0.5),  # odds 1, x4 -> 4 -> share 0.8
+            "canary_ttft_gap": (0.08, 0.09),  # 2 x 0.09 = 0.18 s, above the default 0.1 s
+            "itl_tail_share": (0.3,),  # 2 x 30 % >= half: no tail can be told apart
+            "frontend_cpu": (0.8,),  # 1.25 x 0.8 = 1.0 core, above 0.9
+        },
+        seconds=30.0,
+        absent={"itl_p95": "the sidecar's page had no series for it"},
+    )
+    sources = {n: f"the default {defaults.threshold(n):g}" for n in THRESHOLDS}
+    found, why_not = thresholds_from_readings(readings, defaults.threshold, sources)
+    assert found["server_cpu_wait_share"].value == pytest.approx(0.8)
+    assert "waits 4 x as long per CPU second" in found["server_cpu_wait_share"].source
+    assert found["client_gap_seconds"].value == pytest.approx(0.18)
+    assert found["frontend_cpu_cores"].value == pytest.approx(1.0)
+    assert found["ttft_p95_seconds"].value == 2.0  # measured: the healthy server is under it
+    assert found["ttft_p95_seconds"].source.startswith("the default 2 kept, above 2 x 0.03 s")
+    assert "regression_factor" not in found  # no latency threshold rose
+    assert "no tail can be told from the normal" in why_not["itl_tail_share"]
+    assert why_not["itl_p95_seconds"] == "the sidecar's page had no series for it"
+    assert set(why_not) == {"itl_tail_share", "itl_p95_seconds", "itl_p99_seconds"}
+
+
+def test_a_latency_read_above_the_sweeps_raises_the_regression_factor_with_it() -> None:
+    spec = spec_from_config({"thresholds": {"ttft_p95_seconds": 0.01}})
+    readings = NormalReadings({"ttft_p95": (0.01,)}, 10.0, {})
+    found, _ = thresholds_from_readings(readings, spec.threshold, {})
+    assert found["ttft_p95_seconds"].value == pytest.approx(0.02)
+    assert found["regression_factor"].value == pytest.approx(3.0)  # 1.5 x 2

@@ -34,6 +34,7 @@ from test_security import Pki
 from demo.stack import Inferwatch, Process, free_port
 from inferwatch.capture import redact
 from inferwatch.capture.store import CaptureStore, packed_bound
+from inferwatch.collect.processes import server_pid
 from inferwatch.serve.sidecar import make_app
 
 from conftest import fixture_text
@@ -439,6 +440,29 @@ async def test_py_spy_samples_the_process_on_the_backends_address_not_another_on
         finally:
             server.stop()
     assert last["server_pid"] == server.pid != os.getpid()
+
+
+async def test_py_spy_takes_no_local_process_for_a_backend_on_another_host(
+    poller_for, aiohttp_client, tmp_path
+) -> None:
+    with socket.socket() as decoy:  # this process, on every interface and the server's port
+        decoy.bind(("0.0.0.0", 0))
+        decoy.listen()
+        port = decoy.getsockname()[1]
+        remote = f"http://198.51.100.7:{port}"  # TEST-NET-2: never this host's
+        assert server_pid(remote) == (
+            None,
+            "198.51.100.7 is not an address of this host or pod: no local process serves "
+            "it, so none can be profiled",
+        )
+        assert server_pid(f"http://127.0.0.1:{port}")[0] == os.getpid()  # a local one is
+        client = await aiohttp_client(
+            make_app(poller_for(remote, timeout=0.2), run_poller=False, capture=settings(tmp_path))
+        )
+        last, _ = await capture_once(client)
+    assert last["server_pid"] is None
+    stacks = [p for p in last["parts"] if p["name"].startswith("stacks ")]
+    assert stacks and all("no local process serves it" in p["detail"] for p in stacks), stacks
 
 
 # --- the disk bound -----------------------------------------------------------------------

@@ -12,9 +12,12 @@ from inferwatch.method.alerts import ALERTS, RELATIONS, USERS_SEE
 from inferwatch.method.findings import Finding, Report, strength
 from inferwatch.method.rules import alertmanager_document
 from inferwatch.method.spec import SEVERITY_ORDER, spec_from_config
+from inferwatch.method.thresholds import MACHINE_DEPENDENT, THRESHOLDS
 from inferwatch.tools.report import render, report_json
 
-SPEC = spec_from_config({})
+# Every threshold set (calibrated), at its default: the relations as a calibrated spec reads
+# them (an uncalibrated one's are tested apart).
+SPEC = spec_from_config({"thresholds": {n: THRESHOLDS[n].default for n in MACHINE_DEPENDENT}})
 POD = {"instance": "a:8000", "backend": "vllm", "model": "tiny"}
 
 
@@ -189,10 +192,61 @@ def test_a_starved_cpu_explains_the_slowness_it_causes() -> None:
     r = report(
         finding("InferencePrefillBottleneck", 3.0),
         finding("InferenceQueueingDelay", 2.0),
-        finding("InferenceServerCPUStarved", 1.1),
+        # Waiting 80 % of its ready time, the server runs 1 / (1 - 0.8) = 5x as long: enough
+        # for a TTFT 3x its threshold.
+        finding("InferenceServerCPUStarved", 0.8 / THRESHOLDS["server_cpu_wait_share"].default),
     )
     assert listing(r)[0] == (0, "InferenceServerCPUStarved", None)
     assert sorted(listing(r)[1:]) == [
         (1, "InferencePrefillBottleneck", "InferenceServerCPUStarved"),
         (1, "InferenceQueueingDelay", "InferenceServerCPUStarved"),
+    ]
+
+
+def test_a_cpu_wait_explains_a_latency_only_as_far_as_it_stretches_it() -> None:
+    # A batch cap holds requests waiting (TTFT 10x its threshold) while the server waits
+    # half of its ready time for a CPU: that stretches its work 2x, not 10x. The queueing
+    # is a cause of its own, listed first (stronger); a 1.5x prefill the wait does explain.
+    starved = finding(
+        "InferenceServerCPUStarved", 0.5 / THRESHOLDS["server_cpu_wait_share"].default
+    )
+    r = report(
+        finding("InferenceQueueingDelay", 10.0),
+        finding("InferencePrefillBottleneck", 1.5),
+        starved,
+    )
+    assert listing(r) == [
+        (0, "InferenceQueueingDelay", None),
+        (0, "InferenceServerCPUStarved", None),
+        (1, "InferencePrefillBottleneck", "InferenceServerCPUStarved"),
+    ]
+    # Alertmanager cannot weigh the stretch: the CPU inhibits no latency alert.
+    inhibit = alertmanager_document(SPEC)["inhibit_rules"]
+    starves = [
+        r for r in inhibit if r["source_matchers"] == ['alertname="InferenceServerCPUStarved"']
+    ]
+    assert starves  # it still inhibits what it explains without weighing (GPU idle)
+    silenced = {t for rule in starves for t in rule["target_matchers"][0].split('"')[1].split("|")}
+    assert "InferenceQueueingDelay" not in silenced
+    assert "InferencePrefillBottleneck" not in silenced
+
+
+def test_a_default_threshold_never_outranks_calibrated_evidence() -> None:
+    # Only the latency thresholds calibrated: the CPU wait is judged on its default. Its
+    # finding is info and explains no calibrated cause, however strong.
+    latency = ("ttft_p95_seconds", "itl_p95_seconds", "itl_p99_seconds")
+    spec = spec_from_config({"thresholds": {n: THRESHOLDS[n].default for n in latency}})
+    starved = ALERTS["InferenceServerCPUStarved"]
+    assert spec.uncalibrated(starved) == ["server_cpu_wait_share"]
+    assert spec.severity(starved) == "info"
+    queueing = ALERTS["InferenceQueueingDelay"]
+    assert spec.uncalibrated(queueing) == [] and spec.severity(queueing) == "warning"
+    findings = [
+        Finding(queueing, POD, [(c, c.bound(spec) * 1.2) for c in queueing.when]),
+        Finding(starved, POD, [(c, 0.95) for c in starved.when], severity="info"),
+    ]
+    r = Report("x", "5m", spec, {}, findings)
+    assert listing(r) == [
+        (0, "InferenceQueueingDelay", None),
+        (0, "InferenceServerCPUStarved", None),
     ]

@@ -9,9 +9,11 @@ import base64
 import json
 import logging
 import os
+import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -226,6 +228,54 @@ def test_a_password_with_an_at_never_shows(basic_auth_backend, tmp_path: Path) -
         assert "SECRET" not in shown and "admin" not in shown
 
 
+@pytest.mark.parametrize("delimiter", ["/", "?", "#"])
+@pytest.mark.parametrize("where", ["flag", "environment", "config", "diagnose", "capture"])
+def test_a_password_with_an_unencoded_delimiter_is_refused_unshown(
+    delimiter: str, where: str, tmp_path: Path
+) -> None:
+    url = f"http://admin:1234{delimiter}S3cret@127.0.0.1:9"  # read as host admin, port 1234
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERWATCH_")}
+    argv = {
+        "flag": ["serve", "--backend-url", url],
+        "environment": ["serve"],
+        "config": ["serve", "--config", str(tmp_path / "c.yaml")],
+        "diagnose": ["diagnose", "--prometheus", url],
+        "capture": ["capture", "--exporter", url],
+    }[where]
+    if where == "environment":
+        env["INFERWATCH_BACKEND_URL"] = url
+    (tmp_path / "c.yaml").write_text(json.dumps({"backend_url": url}))
+    got = subprocess.run(
+        [sys.executable, "-m", "inferwatch", *argv],
+        capture_output=True, text=True, env=env, timeout=30,
+    )  # fmt: skip
+    assert got.returncode == 2, got.stderr
+    [line] = got.stderr.splitlines()
+    assert line.endswith(
+        "a URL with an '@' past its host part is refused (not shown): in a user or password, "
+        "percent-encode '/' '?' '#' '@' as %2F %3F %23 %40"
+    ), line
+    assert "S3cret" not in line and "1234" not in line and "admin" not in line
+
+
+def test_a_percent_encoded_password_reaches_the_server_and_never_shows(
+    basic_auth_backend, tmp_path: Path
+) -> None:
+    where, passwords = basic_auth_backend
+    args = ["--backend", "vllm", "--gpu", "off"]
+    sidecar = Inferwatch(tmp_path, f"http://admin:1234%2FS3cret@{where}", args).start()
+    try:
+        deadline = time.monotonic() + 20
+        while "1234/S3cret" not in passwords:
+            assert time.monotonic() < deadline, passwords
+            time.sleep(0.1)
+    finally:
+        sidecar.stop()
+    log = (tmp_path / "inferwatch.log").read_text()
+    assert f"backend at http://{where} every" in log
+    assert "S3cret" not in log and "1234" not in log
+
+
 # --- item 6: the capture client saves under --out, by a plain name, within --max-bytes --------
 
 
@@ -245,10 +295,15 @@ def inferwatch_command(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+CAPTURE_ID = "capture-20260101T000000Z-manual"
+ARCHIVE = f"{CAPTURE_ID}.tar.gz"
+
+
 @pytest.fixture
 def fake_exporter() -> Iterator[Any]:
     """An exporter whose capture completes at once, named and sized as the test sets
-    (``server.archive``, ``server.body``; ``server.length`` False: no Content-Length)."""
+    (``server.id``, ``server.archive``, ``server.body``; ``server.length`` False: no
+    Content-Length)."""
 
     class Handler(BaseHTTPRequestHandler):
         def _send(self, status: int, body: bytes, length: bool = True) -> None:
@@ -259,11 +314,11 @@ def fake_exporter() -> Iterator[Any]:
             self.wfile.write(body)
 
         def do_POST(self) -> None:
-            self._send(202, json.dumps({"name": "c1", "message": "started"}).encode())
+            self._send(202, json.dumps({"name": server.id, "message": "started"}).encode())
 
         def do_GET(self) -> None:
             if self.path == "/captures":
-                last = {"name": "c1", "archive": server.archive, "parts": [], "result": "ok"}
+                last = {"name": server.id, "archive": server.archive, "parts": [], "result": "ok"}
                 self._send(200, json.dumps({"last": last}).encode())
             else:
                 self._send(200, server.body, server.length)
@@ -272,7 +327,7 @@ def fake_exporter() -> Iterator[Any]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.archive, server.body, server.length = "ok.tar.gz", b"archive", True
+    server.id, server.archive, server.body, server.length = CAPTURE_ID, ARCHIVE, b"archive", True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     server.url = f"http://127.0.0.1:{server.server_address[1]}"
@@ -285,21 +340,67 @@ def everything_under(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
+# The operator's files the hostile exporter of issue #49 named its archive after.
+OPERATORS = {".bashrc": b"# mine\n", "Makefile": b"all:\n"}
+
+
+def operators_folder(out: Path) -> Path:
+    out.mkdir()
+    for name, text in OPERATORS.items():
+        (out / name).write_bytes(text)
+    return out
+
+
 @pytest.mark.parametrize(
-    "name", ["../escaped.txt", "ABSOLUTE", "sub/escaped.txt", "..", ".", "", "a\\b", "a\x00b", 7]
-)
-def test_capture_refuses_an_archive_name_that_is_not_a_plain_file_name(
+    "name",
+    [
+        ".bashrc", "Makefile", "../escaped.txt", "ABSOLUTE", "sub/escaped.txt", "..", ".", "",
+        "a\\b", "a\x00b", 7, f"{CAPTURE_ID}-x.tar.gz", "capture-20260101T000000Z-other.tar.gz",
+        f"{CAPTURE_ID}.tar", f"x{ARCHIVE}",
+    ],
+)  # fmt: skip
+def test_capture_refuses_an_archive_name_that_is_not_its_captures(
     name: object, fake_exporter, tmp_path: Path
 ) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
+    out = operators_folder(tmp_path / "out")
     fake_exporter.archive = str(tmp_path / "escaped.txt") if name == "ABSOLUTE" else name
     got = inferwatch_command("capture", "--exporter", fake_exporter.url, "--out", str(out))
     assert got.returncode == 5, got.stderr
-    assert got.stderr.splitlines()[-1].startswith("inferwatch: error: the exporter named the ")
-    assert got.stderr.splitlines()[-1].endswith(": not a plain file name")
+    assert got.stderr.splitlines()[-1].startswith(
+        f"inferwatch: error: the exporter named the archive of {CAPTURE_ID} "
+    )
+    assert got.stderr.splitlines()[-1].endswith(f": not {ARCHIVE}")
     assert "Traceback" not in got.stderr and got.stdout == ""
-    assert everything_under(tmp_path) == ["out"]
+    assert everything_under(tmp_path) == ["out", *(f"out/{n}" for n in sorted(OPERATORS))]
+    assert all((out / n).read_bytes() == text for n, text in OPERATORS.items())
+
+
+@pytest.mark.parametrize("capture_id", [".bashrc", "Makefile", "capture-1-manual", "", None])
+def test_capture_refuses_a_capture_id_it_cannot_name_a_file_after(
+    capture_id: object, fake_exporter, tmp_path: Path
+) -> None:
+    out = operators_folder(tmp_path / "out")
+    fake_exporter.id = capture_id
+    fake_exporter.archive = f"{capture_id}.tar.gz" if capture_id is not None else ARCHIVE
+    got = inferwatch_command("capture", "--exporter", fake_exporter.url, "--out", str(out))
+    assert got.returncode == 5, got.stderr
+    assert got.stderr.splitlines()[-1] == (
+        f"inferwatch: error: the exporter named its capture {capture_id!r}: "
+        "not capture-<time>-<trigger>"
+    )
+    assert everything_under(out) == sorted(OPERATORS)
+
+
+def test_capture_never_replaces_a_file(fake_exporter, tmp_path: Path) -> None:
+    mine = tmp_path / ARCHIVE
+    mine.write_bytes(b"an earlier capture")
+    got = inferwatch_command("capture", "--exporter", fake_exporter.url, "--out", str(tmp_path))
+    assert got.returncode == 5, got.stderr
+    assert got.stderr.splitlines()[-1] == (
+        f"inferwatch: error: {mine} exists already; it is not replaced"
+    )
+    assert mine.read_bytes() == b"an earlier capture"
+    assert everything_under(tmp_path) == [ARCHIVE]  # and no partial file
 
 
 @pytest.mark.parametrize("length", [True, False])
@@ -312,20 +413,24 @@ def test_capture_bounds_the_download_and_leaves_nothing_behind(
     )
     assert small.returncode == 5, small.stderr
     assert small.stderr.splitlines()[-1] == (
-        "inferwatch: error: download of ok.tar.gz: larger than 4999 bytes (--max-bytes)"
+        f"inferwatch: error: download of {ARCHIVE}: larger than 4999 bytes (--max-bytes)"
     )
     assert everything_under(tmp_path) == []
+    fake_exporter.archive = f"{CAPTURE_ID}-2.tar.gz"  # the exporter's second of that second
     whole = inferwatch_command(
         "capture", "--exporter", fake_exporter.url, "--out", str(tmp_path), "--max-bytes", "5000"
     )
     assert whole.returncode == 0, whole.stderr
-    assert everything_under(tmp_path) == ["ok.tar.gz"]
-    assert (tmp_path / "ok.tar.gz").read_bytes() == fake_exporter.body
+    assert whole.stdout.splitlines()[0] == str(tmp_path / ARCHIVE)
+    assert everything_under(tmp_path) == [ARCHIVE]
+    assert (tmp_path / ARCHIVE).read_bytes() == fake_exporter.body
+    assert stat.S_IMODE((tmp_path / ARCHIVE).stat().st_mode) == 0o600
 
 
 # --- item 9: the canary's Authorization, and a probe that raises ---------------------------
 
 
+@pytest.mark.parametrize("mode", ["on", "auto"])  # auto probes where TTFT is missing
 @pytest.mark.parametrize(
     ("flags", "sources"),
     [
@@ -337,12 +442,12 @@ def test_capture_bounds_the_download_and_leaves_nothing_behind(
     ],
 )
 def test_the_canary_may_not_get_two_authorizations(
-    flags: dict[str, str], sources: str, cli, tmp_path: Path
+    flags: dict[str, str], sources: str, mode: str, cli, tmp_path: Path
 ) -> None:
     token = tmp_path / "token"
     token.write_text(SECRET)
     argv = [f"--{k.replace('_', '-')}={v}" for k, v in flags.items()]
-    got = cli("serve", *argv, "--canary", "on", "--canary-bearer-token-file", str(token))
+    got = cli("serve", *argv, "--canary", mode, "--canary-bearer-token-file", str(token))
     assert got.returncode == 2
     assert got.stderr.strip() == (
         f"inferwatch: error: the canary's Authorization header is set by {sources} and "

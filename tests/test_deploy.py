@@ -23,11 +23,17 @@ import yaml
 from inferwatch import __version__
 from inferwatch.baseline import parse as parse_baseline
 from inferwatch.serve.options import DEFAULT_PORT
+from inferwatch.serve.request_checks import host_names
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE = REPO / "docker-compose.yml"
 KUBE = REPO / "deploy" / "kubernetes"
-RENDERINGS = ("base", "overlays/tgi", "overlays/fleet", "overlays/keda", "overlays/hpa")
+RENDERINGS = (
+    "base", "overlays/tgi", "overlays/fleet", "overlays/keda", "overlays/hpa", "overlays/tls",
+    "overlays/dra",
+)  # fmt: skip
+# Renderings that need a newer Kubernetes than the oldest one checked: resource.k8s.io/v1.
+NEWER = {"overlays/dra": "1.34.0"}
 # The oldest Kubernetes still commonly run, and the newest kubernetes-validate knows.
 K8S_VERSIONS = ("1.30.0", kubernetes_validate.latest_version() + ".0")
 CRD_GROUPS = ("monitoring.coreos.com/", "keda.sh/")
@@ -159,6 +165,13 @@ def test_compose_mounts_and_prometheus_config_agree(compose, tmp_path: Path) -> 
         job["job_name"]: job["static_configs"][0]["targets"] for job in config["scrape_configs"]
     }
     assert targets["inferwatch"] == [f"inference:{DEFAULT_PORT}"]
+    # No --web.enable-lifecycle: whoever reaches :9090 could shut Prometheus down.
+    assert not any("enable-lifecycle" in arg for arg in services["prometheus"]["command"])
+    # The sidecars answer the name Prometheus scrapes them by, and the published port's.
+    for profile in PROFILES:
+        command = services[f"inferwatch-{profile}"]["command"]
+        allowed = host_names(command[command.index("--web.allowed-host") + 1])
+        assert {"inference", "localhost", "127.0.0.1"} <= set(allowed), profile
     am_target = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"][0]
     assert am_target.split(":")[0] in services
     alertmanager = bind_mounts(services["alertmanager"])
@@ -171,6 +184,13 @@ def test_compose_mounts_and_prometheus_config_agree(compose, tmp_path: Path) -> 
     assert grafana[provider["providers"][0]["options"]["path"]] == REPO / "dashboards"
     datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
     assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+def test_compose_refuses_to_start_without_a_grafana_password(compose) -> None:
+    """Compose's ``${VAR:?message}``: an unset or empty variable is an error, no default."""
+    password = compose["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"]
+    assert re.fullmatch(r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", password), password
+    assert not re.search(r"\$\{[A-Z_]*PASSWORD[A-Z_]*:?-", COMPOSE.read_text())
 
 
 def test_dockerfile_pins_its_base_and_runs_unprivileged() -> None:
@@ -216,10 +236,16 @@ def containers(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in pod["containers"]}
 
 
+def older(version: str, than: str) -> bool:
+    return tuple(map(int, version.split("."))) < tuple(map(int, than.split(".")))
+
+
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_core_objects_pass_kubernetes_validate_strict(rendered, version: str) -> None:
     kinds = set()
-    for docs in rendered.values():
+    for name, docs in rendered.items():
+        if older(version, NEWER.get(name, version)):
+            continue
         for doc in docs:
             if not doc["apiVersion"].startswith(CRD_GROUPS):
                 kubernetes_validate.validate(doc, version, strict=True)
@@ -230,6 +256,8 @@ def test_core_objects_pass_kubernetes_validate_strict(rendered, version: str) ->
         "ConfigMap",
         "PodDisruptionBudget",
         "HorizontalPodAutoscaler",
+        "NetworkPolicy",
+        *(["ResourceClaimTemplate"] if not older(version, NEWER["overlays/dra"]) else []),
     }
     bogus = copy.deepcopy(one(rendered["base"], "Deployment"))
     bogus["spec"]["template"]["spec"]["containers"][1]["readinesProbe"] = {}
@@ -282,8 +310,11 @@ def test_the_sidecar_is_small_unprivileged_and_probed_on_healthz(rendered, name:
     assert sidecar["image"] == f"inferwatch:{__version__}"
     ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
     assert ports == {"metrics": DEFAULT_PORT}
-    probe = sidecar["readinessProbe"]["httpGet"]
-    assert probe == {"path": "/healthz", "port": "metrics"}
+    tls = any(a.startswith("--web.config.file=") for a in sidecar["args"])
+    for kind in ("readinessProbe", "livenessProbe"):
+        probe = dict(sidecar[kind]["httpGet"])
+        assert probe.pop("scheme", "HTTP") == ("HTTPS" if tls else "HTTP")
+        assert probe == {"path": "/healthz", "port": "metrics"}
     security = sidecar["securityContext"]
     assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"]
     assert not security["allowPrivilegeEscalation"] and security["capabilities"]["drop"] == ["ALL"]
@@ -291,7 +322,9 @@ def test_the_sidecar_is_small_unprivileged_and_probed_on_healthz(rendered, name:
     assert "nvidia.com/gpu" not in limits  # it would get a GPU of its own, not the server's
     assert limits["memory"].endswith("Mi") and int(limits["memory"][:-2]) <= 256
     server = containers(docs)["server"]
-    assert server["resources"]["limits"]["nvidia.com/gpu"] >= 1
+    assert server["resources"]["limits"].get("nvidia.com/gpu", 0) >= 1 or (
+        server["resources"]["claims"] == sidecar["resources"]["claims"]  # overlays/dra
+    )
     url = next(a for a in sidecar["args"] if a.startswith("--backend-url="))
     server_port = server["args"][server["args"].index("--port") + 1]
     assert url == f"--backend-url=http://127.0.0.1:{server_port}"
@@ -299,6 +332,67 @@ def test_the_sidecar_is_small_unprivileged_and_probed_on_healthz(rendered, name:
     monitor = one(docs, "PodMonitor")["spec"]
     assert monitor["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     assert [e["port"] for e in monitor["podMetricsEndpoints"]] == ["metrics"]
+    assert [e.get("scheme", "http") for e in monitor["podMetricsEndpoints"]] == [
+        "https" if tls else "http"
+    ]
+
+
+@pytest.mark.parametrize("name", RENDERINGS)
+def test_only_prometheus_reaches_the_sidecars_port(rendered, name: str) -> None:
+    docs = rendered[name]
+    (policy,) = objects(docs, "NetworkPolicy")
+    pod = one(docs, "Deployment")["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    to_metrics = [r for r in policy["spec"]["ingress"] if {"port": "metrics"} in r["ports"]]
+    (rule,) = to_metrics
+    (source,) = rule["from"]
+    assert source["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    assert set(source["namespaceSelector"]["matchLabels"]) == {"kubernetes.io/metadata.name"}
+    # Every other rule admits the server's API port only.
+    ports = {p["name"] for c in containers(docs).values() for p in c["ports"]}
+    assert ports == {"http", "metrics"}
+    for other in policy["spec"]["ingress"]:
+        if other is not rule:
+            assert other["ports"] == [{"port": "http"}]
+
+
+def test_the_tls_overlay_mounts_the_web_config_for_the_sidecar_only(rendered) -> None:
+    docs = rendered["overlays/tls"]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    sidecar = containers(docs)["inferwatch"]
+    (mount,) = [m for m in sidecar["volumeMounts"] if m["name"] == "web-config"]
+    flag = next(a for a in sidecar["args"] if a.startswith("--web.config.file="))
+    assert flag.partition("=")[2].startswith(mount["mountPath"] + "/") and mount["readOnly"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "web-config"]
+    assert volume["secret"]["defaultMode"] & 0o007 == 0  # serve warns when others can read
+    assert pod["securityContext"]["fsGroup"] == sidecar["securityContext"]["runAsGroup"]
+    assert "web-config" not in {m["name"] for m in containers(docs)["server"]["volumeMounts"]}
+    (endpoint,) = one(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    plain = one(rendered["base"], "PodMonitor")["spec"]["podMetricsEndpoints"][0]
+    assert {
+        k: v for k, v in endpoint.items() if k not in ("scheme", "tlsConfig", "basicAuth")
+    } == plain
+    assert endpoint["tlsConfig"]["ca"]["secret"]["key"] == "ca.crt"
+    assert endpoint["tlsConfig"]["serverName"] and "insecureSkipVerify" not in endpoint["tlsConfig"]
+    assert set(endpoint["basicAuth"]) == {"username", "password"}
+
+
+def test_the_dra_overlay_gives_the_sidecar_the_pods_own_gpus(rendered) -> None:
+    env = {e["name"]: e.get("value") for e in containers(rendered["base"])["inferwatch"]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"  # the device plugin's shape: the node's
+    docs = rendered["overlays/dra"]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (claim,) = pod["resourceClaims"]
+    template = one(docs, "ResourceClaimTemplate")
+    assert claim["resourceClaimTemplateName"] == template["metadata"]["name"]
+    for container in containers(docs).values():
+        assert container["resources"]["claims"] == [{"name": claim["name"]}]
+        assert "nvidia.com/gpu" not in container["resources"].get("limits", {})
+    sidecar_env = {e["name"] for e in containers(docs)["inferwatch"]["env"]}
+    assert "NVIDIA_VISIBLE_DEVICES" not in sidecar_env
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == "gpu.nvidia.com"
 
 
 def test_overlays_change_what_they_say(rendered) -> None:

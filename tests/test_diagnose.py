@@ -121,7 +121,9 @@ def test_a_burning_slo_without_a_cause_says_so_and_counts_for_the_exit_status() 
     other = Finding(ALERTS["InferenceKVCachePressure"], {"instance": "b:10177", "model": "other"})
     report = Report("x", "5m", spec, {"ttft_p95": None, "itl_p95": None}, [other], [errors])
     text = render(report)
-    assert text.split("\n")[3:8] == [
+    # Judged with the defaults: the uncalibrated thresholds are named under the header.
+    assert text.split("\n")[2].startswith("uncalibrated (defaults; the findings on them are info")
+    assert text.split("\n")[4:9] == [
         "SLO burning: backend=vllm model=tiny namespace=prod",
         "WARNING  InferenceSLOSlowBurn  errors (server errors)",
         "         burn rate n/a over 1h, n/a over 6h; error budget remaining n/a",

@@ -13,16 +13,21 @@ findings of its model, before everything else.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
+from test_security import Pki, bcrypt_hash
 
 from demo.stack import Prometheus
 from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Report
 from inferwatch.method.spec import spec_from_config
+from inferwatch.method.thresholds import MACHINE_DEPENDENT, THRESHOLDS
 from inferwatch.tools import diagnose
 from inferwatch.tools.report import evidence_text, report_json
 from inferwatch.tools.report import render as report_text
@@ -72,10 +77,76 @@ def test_a_firing_alert_is_listed_even_when_its_condition_no_longer_holds(tmp_pa
     assert "layer: availability" in text
 
 
+PASSWORD = "pw-7d2f9c41e8"
+
+
+def diagnose_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "inferwatch", "diagnose", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_diagnose_reaches_a_prometheus_behind_tls_and_basic_auth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prometheus' own --web.config.file: ``--user``, ``--password-file`` and ``--ca-file``
+    are what diagnose sends and verifies with."""
+    pki = Pki(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki.ca_file))  # for the readiness wait only
+    web_config = tmp_path / "web.yml"
+    tls = {"cert_file": str(pki.cert_file), "key_file": str(pki.key_file)}
+    users = {"alice": bcrypt_hash(PASSWORD)}
+    web_config.write_text(yaml.safe_dump({"tls_server_config": tls, "basic_auth_users": users}))
+    password = tmp_path / "password"
+    password.write_text(PASSWORD + "\n")
+    rule_file = rules(tmp_path / "rules.yaml")
+    prometheus = Prometheus(tmp_path, [], rule_files=[rule_file], web_config=web_config).start()
+    monkeypatch.delenv("SSL_CERT_FILE")  # diagnose trusts what --ca-file names, no more
+    access = ["--user", "alice", "--password-file", str(password), "--ca-file", str(pki.ca_file)]
+    try:
+        deadline = time.monotonic() + 60
+        while (
+            "CRITICAL InferenceBackendDown"
+            not in (got := diagnose_cli("--prometheus", prometheus.url, *access)).stdout
+        ):
+            assert time.monotonic() < deadline, got.stdout + got.stderr
+            time.sleep(0.5)
+        assert got.returncode == 4, got.stderr
+        without = diagnose_cli("--prometheus", prometheus.url, "--ca-file", str(pki.ca_file))
+        wrong = tmp_path / "wrong"
+        wrong.write_text("not-it\n")
+        guessed = diagnose_cli(
+            *access, "--prometheus", prometheus.url, "--password-file", str(wrong)
+        )
+        untrusted = diagnose_cli("--prometheus", prometheus.url, *access[:4])
+    finally:
+        prometheus.stop()
+    for refused in (without, guessed):
+        assert refused.returncode == diagnose.EXIT_UNREADABLE
+        [line] = refused.stderr.splitlines()
+        assert line.startswith("inferwatch: error: HTTP 401 from ") and line.endswith(
+            "(give --user and --password-file)"
+        ), line
+    assert untrusted.returncode == diagnose.EXIT_UNREADABLE
+    assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr or "certificate" in untrusted.stderr
+    for got in (without, guessed, untrusted):
+        assert PASSWORD not in got.stderr + got.stdout
+
+
 # --- SLOs ---------------------------------------------------------------------------------
 
+# Calibrated (every machine-dependent threshold set, at its default): the cause alerts at
+# their own severities.
 SLO_SPEC = spec_from_config(
-    {"slos": {"objectives": {"ttft": {"target": 0.99, "seconds": 1}, "errors": {"target": 0.999}}}}
+    {
+        "slos": {
+            "objectives": {"ttft": {"target": 0.99, "seconds": 1}, "errors": {"target": 0.999}}
+        },
+        "thresholds": {n: THRESHOLDS[n].default for n in MACHINE_DEPENDENT},
+    }
 )
 TINY = {"namespace": "prod", "backend": "vllm", "model": "tiny"}
 OTHER = {"namespace": "prod", "backend": "vllm", "model": "other"}

@@ -62,7 +62,7 @@ def test_every_cause_alert_has_a_row_saying_when_it_fires() -> None:
     rows = [r for r in region_rows("docs/alerts.md", "alert table") if r.startswith("| [")]
     assert [row[3 : row.index("]")] for row in rows] == list(ALERTS)
     gap = next(row for row in alert_table().splitlines() if "[InferenceClientGap]" in row)
-    assert "| warning | any / system | pod | client gap (canary TTFT - server TTFT) > 100 ms" in gap
+    assert "| info | any / system | pod | client gap (canary TTFT - server TTFT) > 100 ms" in gap
     errors = next(row for row in rows if "[InferenceRequestErrors]" in row)
     assert "warning (critical with `paging: causes`)" in errors
     down = next(row for row in rows if "[InferenceBackendDown]" in row)

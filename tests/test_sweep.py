@@ -60,6 +60,7 @@ class Behaviour:
     metrics: str = "vllm"  # "vllm", "inferwatch" (the sidecar's page), "tgi" or "none"
     metrics_lag: float = 0.0  # the page shows observations this much later
     slots: int = 0  # at most this many requests generate at once, the rest queue (0: any)
+    version: str = '{"version": "9.9.9"}'  # vLLM's /version, as sent
 
 
 @dataclass
@@ -122,7 +123,7 @@ class Fake:
         return web.Response(text=self.page(), content_type="text/plain")
 
     async def version(self, request: web.Request) -> web.Response:
-        return web.json_response({"version": "9.9.9"})
+        return web.Response(text=self.behaviour.version, content_type="application/json")
 
     async def info(self, request: web.Request) -> web.Response:  # TGI's
         return web.json_response({"version": "3.3.6", "model_id": MODEL})
@@ -606,6 +607,91 @@ def test_vllm_page_names_backend_and_version(fake: Fake) -> None:
     )
     assert (result.metadata["backend"], result.metadata["version"]) == ("vllm", "9.9.9")
     assert result.metadata["metrics_url"] == fake.url + "/metrics"
+
+
+def calibrate(fake: Fake, out: Path, *flags: str) -> int:
+    """The calibrate's sweep and files alone: the fake has no normal traffic, engine steps or
+    capacity to read (tests/test_calibrate_real.py reads them from a real vLLM)."""
+    return main(
+        [
+            "calibrate", "--url", fake.url, "--model", MODEL, "--out", str(out),
+            "--concurrency", "1", "--prompt-tokens", "10", "--output-tokens", "2",
+            "--requests-per-cell", "2", "--normal-windows", "0", "--engine-step", "off",
+            "--search", "off", *flags,
+        ]
+    )  # fmt: skip
+
+
+# A server's version with a line break: the config keys it would add below the comment.
+INJECTED = '1.0\nalerting:\n  runbook_url_base: "javascript:alert(1)//"\n  exporter_selector: x'
+
+
+@pytest.mark.parametrize(
+    ("reply", "shown"),
+    [
+        (json.dumps({"version": INJECTED}), INJECTED.replace("\n", "\\n")),
+        (json.dumps({"version": "1.0\n: [broken"}), "1.0\\n: [broken"),  # YAML that breaks
+        ("[" * 100_000, ""),  # nested deeper than a parser recurses
+        ('{"version": {"nested": 1}}', ""),
+        ("not json", ""),
+    ],
+    ids=["keys", "broken-yaml", "too-deep", "an-object", "not-json"],
+)
+def test_calibrate_writes_what_the_server_says_as_data(
+    fake: Fake, tmp_path: Path, capsys: pytest.CaptureFixture, reply: str, shown: str
+) -> None:
+    fake.behaviour = Behaviour(version=reply)
+    out = tmp_path / "inferwatch.yaml"
+    assert calibrate(fake, out) == 0, capsys.readouterr().err
+    config = yaml.safe_load(out.read_text())
+    assert "alerting" not in config and "slos" in config
+    header = out.read_text().splitlines()[1]
+    assert header.startswith(f"# Measured: vllm {shown} serving 'm' at "), header
+    assert load(tmp_path / "baseline.yaml").metadata["version"] == shown.replace("\\n", "\n")
+
+
+def test_outputs_follow_no_file_planted_under_their_temporary_name(
+    fake: Fake, tmp_path: Path, cli
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("the operator's\n")
+    for name in ("b.yaml", "inferwatch.yaml", "baseline.yaml"):
+        (tmp_path / f".{name}.partial").symlink_to(victim)
+    args = ["--url", fake.url, "--model", MODEL, "--out", str(tmp_path / "b.yaml")]
+    args += ["--concurrency", "1", "--prompt-tokens", "10", "--output-tokens", "2"]
+    assert cli(*args).returncode == 0
+    assert calibrate(fake, tmp_path / "inferwatch.yaml") == 0
+    assert victim.read_text() == "the operator's\n"
+    assert load(tmp_path / "b.yaml").cells and load(tmp_path / "baseline.yaml").cells
+    assert sorted(p.name for p in tmp_path.glob(".*")) == sorted(
+        f".{name}.partial" for name in ("b.yaml", "inferwatch.yaml", "baseline.yaml")
+    )  # the planted links, and nothing left behind
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [{"backend_header": "X-Api-Key: s3cret"}, {"backend_url": "http://u:s3cret@127.0.0.1:9"}],
+    ids=["header", "url"],
+)
+def test_calibrate_writes_a_config_holding_a_secret_for_its_user_only(
+    fake: Fake, tmp_path: Path, secret: dict[str, str]
+) -> None:
+    given = tmp_path / "given.yaml"
+    given.write_text(yaml.safe_dump(secret))
+    given.chmod(0o600)
+    out = tmp_path / "inferwatch.yaml"
+    assert calibrate(fake, out, "--config", str(given)) == 0
+    assert "s3cret" in out.read_text()
+    assert out.stat().st_mode & 0o777 == 0o600
+    assert "s3cret" not in (tmp_path / "baseline.yaml").read_text()
+    assert calibrate(fake, tmp_path / "plain.yaml") == 0  # nothing secret: the umask's mode
+    assert (tmp_path / "plain.yaml").stat().st_mode & 0o777 == 0o666 & ~current_umask()
+
+
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def test_without_a_metrics_page_the_sweep_runs_client_side_only(fake: Fake) -> None:

@@ -30,10 +30,12 @@ from inferwatch.method.scenario import (  # the series builder, for the tests th
     promtool_group,
 )
 from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
+from inferwatch.method.spec import spec_from_config
 
 __all__ = ["EVAL", "ITL_LE", "STEP", "TTFT_LE", "Dist", "Replica", "input_series", "render"]
 
 HERE = Path(__file__).parent
+DEFAULT = spec_from_config({})  # what the committed rules are generated with
 SLO_CONFIG = HERE.parent / "slos.example.yaml"
 SLO_RULES = "rules/slos-example.yaml"  # the example config's rules, written beside the tests
 HEADER = (
@@ -50,6 +52,15 @@ def files() -> dict[str, list[Scenario]]:
         unknown = sorted({*s.fires, *s.silent} - known)
         if unknown:
             raise ValueError(f"scenario {s.name!r} judges alerts that do not exist: {unknown}")
+        wrong = [
+            f"{name} is {alert['exp_labels']['severity']}, the rules say {DEFAULT.severity(ALERTS[name])}"
+            for name, alerts in s.fires.items()
+            if name in ALERTS
+            for alert in alerts
+            if alert["exp_labels"]["severity"] != DEFAULT.severity(ALERTS[name])
+        ]
+        if wrong:
+            raise ValueError(f"scenario {s.name!r} expects a severity: {'; '.join(wrong)}")
         out.setdefault(s.file, []).append(s)
     for name, group in out.items():
         places = [s.place for s in group]
@@ -62,7 +73,6 @@ def files() -> dict[str, list[Scenario]]:
 def slo_rules() -> str:
     """The example config's rules file (what `inferwatch generate --config` writes)."""
     from inferwatch.method.rules import GENERATED, dump_yaml, rules_document
-    from inferwatch.method.spec import spec_from_config
 
     config = yaml.safe_load(SLO_CONFIG.read_text())
     return GENERATED + dump_yaml(rules_document(spec_from_config(config)))

@@ -7,6 +7,7 @@ config file's comments.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from inferwatch.baseline import Baseline, Cell
@@ -181,3 +182,101 @@ def _tokens_per_request(cell: Cell) -> float:
     if not cell.requests_per_second:
         return 0.0
     return round(cell.output_tokens_per_second / cell.requests_per_second, 1)
+
+
+# What the sidecar judges under normal traffic, and the thresholds set from it: (threshold,
+# signal, how far above the largest window reading the threshold goes). The rules judge one
+# rate window at a time, and a window's reading varies from window to window under the
+# same load more than a sweep's percentile over all its requests says.
+NORMAL_MARGIN = 2.0
+# The CPU wait as odds (wait per second of run time): the threshold is the share at which
+# the server waits this many times as long per CPU second as it did at most when healthy.
+CPU_WAIT_ODDS = 4.0
+# A frontend held by one interpreter lock tops out near one core: a small margin above
+# what it used when healthy, or the threshold would be out of its reach.
+FRONTEND_MARGIN = 1.25
+READ_UNDER_NORMAL_TRAFFIC = (
+    ("ttft_p95_seconds", "ttft_p95", NORMAL_MARGIN),
+    ("itl_p95_seconds", "itl_p95", NORMAL_MARGIN),
+    ("itl_p99_seconds", "itl_p99", NORMAL_MARGIN),
+    ("itl_tail_share", "itl_tail_share", NORMAL_MARGIN),
+    ("client_gap_seconds", "canary_ttft_gap", NORMAL_MARGIN),
+    ("server_cpu_wait_share", "server_cpu_wait_share", CPU_WAIT_ODDS),
+    ("frontend_cpu_cores", "frontend_cpu", FRONTEND_MARGIN),
+)
+_LATENCY_READ = ("ttft_p95_seconds", "itl_p95_seconds", "itl_p99_seconds")
+
+
+@dataclass(frozen=True)
+class NormalReadings:
+    """What the sidecar read under normal traffic: each signal over every whole rate window
+    it could (one reading a second), and why a signal has none."""
+
+    values: dict[str, tuple[float, ...]]
+    seconds: float  # of normal traffic read
+    absent: dict[str, str]  # signal -> why it was not read
+
+
+def _above(name: str, most: float, margin: float) -> float:
+    """``margin`` above the largest reading: times it, or for the CPU wait, in odds."""
+    if name != "server_cpu_wait_share":
+        return margin * most
+    if most >= 1:
+        return 1.0
+    odds = margin * most / (1 - most)
+    return odds / (1 + odds)
+
+
+def _margin_text(name: str, margin: float, most: float, values: tuple[float, ...]) -> str:
+    unit = {"s": " s", "cores": " cores"}.get(THRESHOLDS[name].unit, "")
+    spread = (
+        f"{len(values)} readings of whole rate windows under normal traffic, "
+        f"{min(values):.4g} to {most:.4g}{unit}"
+    )
+    if name == "server_cpu_wait_share":
+        return (
+            f"the share at which the server waits {margin:g} x as long per CPU second as at "
+            f"most under normal traffic ({spread})"
+        )
+    return f"{margin:g} x {most:.4g}{unit}, the largest of {spread}"
+
+
+def thresholds_from_readings(
+    readings: NormalReadings, spec_threshold: Callable[[str], float], sources: Mapping[str, str]
+) -> tuple[dict[str, Derived], dict[str, str]]:
+    """The thresholds the readings under normal traffic set, each with its source, and why
+    each of the others was not measured. ``spec_threshold``: each threshold so far (the
+    sweep's where it measured one, else the default), whose source ``sources`` holds: a
+    reading above it raises it, one under keeps it (measured: the healthy server stays
+    under it). The regression factor rises as far as the latency thresholds did."""
+    out: dict[str, Derived] = {}
+    why_not: dict[str, str] = {}
+    raised = 1.0
+    for name, signal, margin in READ_UNDER_NORMAL_TRAFFIC:
+        values = readings.values.get(signal, ())
+        if not values:
+            why_not[name] = readings.absent.get(signal, "no reading under normal traffic")
+            continue
+        most, current = max(values), spec_threshold(name)
+        wanted = _above(name, most, margin)
+        reason = _margin_text(name, margin, most, values)
+        if name == "itl_tail_share" and wanted >= 0.5:
+            why_not[name] = (
+                f"{most:.1%} of the token gaps under normal traffic are above the tail bound: "
+                "no tail can be told from the normal"
+            )
+        elif wanted > current:
+            out[name] = Derived(_significant(wanted), reason)
+            if name in _LATENCY_READ:
+                raised = max(raised, wanted / current)
+        else:
+            kept = sources.get(name, "the default")
+            out[name] = Derived(current, f"{kept} kept, above {reason}")
+    if raised > 1.0:
+        factor = spec_threshold("regression_factor")
+        out["regression_factor"] = Derived(
+            _significant(factor * raised),
+            f"{factor:g} x {raised:.3g}, as far as the latency thresholds rose over the "
+            "readings under normal traffic",
+        )
+    return out, why_not

@@ -22,6 +22,7 @@ from typing import NoReturn
 from inferwatch import __version__
 from inferwatch.baseline import load as load_baseline
 from inferwatch.calibration import thresholds_from
+from inferwatch.logs import LogfmtFormatter, printable
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve import command as serve
 from inferwatch.settings import (
@@ -48,19 +49,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-class _LogfmtFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        ts = self.formatTime(record, "%Y-%m-%dT%H:%M:%S")
-        msg = record.getMessage().replace('"', "'")
-        line = f'ts={ts} level={record.levelname.lower()} source={record.name} msg="{msg}"'
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return line
+def _error(exc: Exception) -> None:
+    """The error in one line on stderr, whatever its text holds (it may quote a server)."""
+    print(f"inferwatch: error: {printable(str(exc))}", file=sys.stderr)
 
 
 def _setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_LogfmtFormatter())
+    handler.setFormatter(LogfmtFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -194,8 +190,9 @@ def _add_capture_parser(commands: argparse._SubParsersAction) -> None:
         "capture",
         help=_SUMMARIES["capture"],
         description="Exit status: 0 complete; 1 partial, failed or refused (one runs, or "
-        "too soon); 2 bad input; 5 the exporter cannot be reached, has captures off, or "
-        "answers an archive name that is not a plain file name or an archive over --max-bytes.",
+        "too soon); 2 bad input; 5 the exporter cannot be reached, has captures off, names "
+        "a capture or archive unlike an exporter's, sends an archive over --max-bytes, or "
+        "the file to save (<id>.tar.gz under --out) exists already.",
     )
     c.add_argument(
         "--exporter",
@@ -251,7 +248,7 @@ def _capture(args: argparse.Namespace) -> int:
             )
         )
     except capture.CaptureError as exc:
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        _error(exc)
         return capture.EXIT_UNREACHABLE
 
 
@@ -261,11 +258,12 @@ def _diagnose(args: argparse.Namespace, config: dict) -> int:
 
     path = _config_path(args)
     spec = spec_from_config(config)
+    access = credentials.from_args(args)
     try:
         if args.prometheus:
             judged_with = f"--config {path}" if path else "the built-in defaults"
             report = asyncio.run(
-                diagnose.from_prometheus(args.prometheus, spec, args.timeout, judged_with)
+                diagnose.from_prometheus(args.prometheus, spec, args.timeout, judged_with, access)
             )
         else:
             # The exporter's own spec unless a config file is given (then it overrides).
@@ -275,13 +273,16 @@ def _diagnose(args: argparse.Namespace, config: dict) -> int:
                     (spec, f"--config {path}") if path else None,
                     args.interval,
                     args.timeout,
-                    credentials.from_args(args),
+                    access,
                 )
             )
     except diagnose.SourceError as exc:
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        _error(exc)
         return diagnose.EXIT_UNREADABLE
-    print(json.dumps(output.report_json(report), indent=2) if args.json else output.render(report))
+    if args.json:
+        print(json.dumps(output.report_json(report), indent=2))
+    else:  # label values come from the servers: escaped for the terminal
+        print(printable(output.render(report), lines=True))
     return report.exit_code()
 
 
@@ -386,9 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             path = _config_path(args)
             return calibrate.main(vars(args), config, str(path) if path else "--config")
     except ConfigError as exc:
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        _error(exc)
         return EXIT_USAGE
     except OSError as exc:  # e.g. `generate` cannot write under --out
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 1
     return 0

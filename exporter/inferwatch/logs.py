@@ -1,16 +1,55 @@
-"""Log lines that say a cause once, not once per poll: for every module to import.
+"""Log lines that say a cause once, not once per poll, and text that is safe to show: for
+every module to import.
 
 A failing poll, probe or request repeats its cause many times a second; these let one line
 of each kind through, then at most one every ``repeat`` seconds saying how many were held
-back.
+back. Text from outside (a server's label values, version or error message, an exporter's
+answer) may hold control characters: :func:`printable` escapes them wherever text reaches a
+terminal, a log line or a one-line comment (:class:`LogfmtFormatter` for every log line).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Hashable
+
+# C0 and C1 control characters (ESC and CSI start terminal sequences), DEL, and the line
+# and paragraph separators YAML and some terminals break lines at.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def printable(text: str, lines: bool = False) -> str:
+    """``text`` with every control character escaped as Python writes it (``\\x1b``), so
+    that it can neither drive a terminal nor start a line of its own; with ``lines``, its
+    line breaks (``\\n``) are kept."""
+    if lines:
+        return "\n".join(_CONTROL.sub(_escape, line) for line in text.split("\n"))
+    return _CONTROL.sub(_escape, text)
+
+
+class LogfmtFormatter(logging.Formatter):
+    """``ts=... level=... source=... msg="..."``, one line whatever the message holds; a
+    traceback follows on lines of its own, escaped alike."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = self.formatTime(record, "%Y-%m-%dT%H:%M:%S")
+        msg = printable(record.getMessage()).replace('"', "'")
+        line = f'ts={ts} level={record.levelname.lower()} source={record.name} msg="{msg}"'
+        if record.exc_info:
+            line += "\n" + printable(self.formatException(record.exc_info), lines=True)
+        return line
 
 
 class LogLimiter:

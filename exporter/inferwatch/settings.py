@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from inferwatch.urls import redact_url
+from inferwatch.urls import at_past_authority, redact_url
 
 ENV_PREFIX = "INFERWATCH_"
 
@@ -152,8 +152,15 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
 def http_url(text: str) -> str:
     """An ``http://`` or ``https://`` URL with a host, and a port from 1 to 65535 if it names one.
 
-    Errors quote the URL without its ``user:password@``.
+    Errors quote the URL without its ``user:password@``; one with an ``@`` past its host
+    part, which may end a password holding an unencoded ``/``, ``?`` or ``#``, is refused
+    without quoting any of it.
     """
+    if at_past_authority(text):
+        raise ValueError(
+            "a URL with an '@' past its host part is refused (not shown): in a user or "
+            "password, percent-encode '/' '?' '#' '@' as %2F %3F %23 %40"
+        )
     shown = repr(redact_url(text))
     if not text.startswith(("http://", "https://")):
         raise ValueError(f"{shown} is not an http:// or https:// URL")

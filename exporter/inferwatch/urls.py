@@ -25,6 +25,13 @@ def has_path(url: str) -> bool:
     return bool(_split(url)[2])
 
 
+def at_past_authority(url: str) -> bool:
+    """Whether ``url`` holds an ``@`` past its authority: a ``user:password@`` with an
+    unencoded ``/``, ``?`` or ``#`` in it, which a URL parser reads as the path; to be
+    refused before any part of it is shown (:func:`redact_url` cannot tell the password)."""
+    return "@" in _split(url)[2]
+
+
 def redact_url(url: str) -> str:
     """The URL without its ``user:password@`` (all of the authority up to its last ``@``, as
     a URL parser reads it: a password may hold an ``@``), for logs and pages."""

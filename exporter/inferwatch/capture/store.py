@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 SUFFIX = ".tar.gz"
-# capture-20261201T084812Z-manual.tar.gz; the trigger part is an alert name or "manual".
-_NAME = re.compile(r"capture-\d{8}T\d{6}Z-[A-Za-z0-9]+(-\d+)?\.tar\.gz")
+# A capture's id, capture-20261201T084812Z-manual: the trigger part is an alert name or
+# "manual". Its archive is <id>.tar.gz, or <id>-2.tar.gz... where that name is taken.
+CAPTURE_ID = re.compile(r"capture-\d{8}T\d{6}Z-[A-Za-z0-9]+")
+_NAME = re.compile(rf"(?P<id>{CAPTURE_ID.pattern})(-\d+)?{re.escape(SUFFIX)}")
 _WORKING = ".incomplete-"
 # A new volume's own folder: a capture folder may be a volume's root.
 _VOLUME_ROOT = "lost+found"
@@ -46,6 +48,12 @@ class Archive:
     name: str
     bytes: int
     mtime: float
+
+
+def capture_of(archive: str) -> str | None:
+    """The id of the capture a store packs as ``archive``; None for a name it never gives."""
+    match = _NAME.fullmatch(archive)
+    return match["id"] if match else None
 
 
 def packed_bound(raw: int, members: int) -> int:
@@ -155,7 +163,12 @@ class CaptureStore:
             name = self._free_name(stem)
             partial = work.path.with_name(f"{work.path.name}{SUFFIX}")
             try:
-                with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+                # For this user only: a capture holds the server's command lines and stacks.
+                fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with (
+                    os.fdopen(fd, "wb") as file,
+                    tarfile.open(fileobj=file, mode="w:gz", compresslevel=6) as tar,
+                ):
                     tar.add(work.path, arcname=name.removesuffix(SUFFIX))
                 partial.rename(self.directory / name)
             finally:

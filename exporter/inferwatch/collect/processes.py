@@ -33,7 +33,12 @@ def server_pid(backend_url: str) -> tuple[int | None, str]:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         return None, f"cannot resolve {host}: {exc.strerror or exc}"
-    addresses = {ipaddress.ip_address(info[4][0]) for info in found}
+    addresses = {ipaddress.ip_address(info[4][0]) for info in found if _here(info[4][0])}
+    if not addresses:  # a listener on every interface here would be another process
+        return None, (
+            f"{host} is not an address of this host or pod: no local process serves it, so "
+            "none can be profiled"
+        )
     try:
         inodes = _listening_inodes(addresses, port)
     except OSError as exc:
@@ -65,6 +70,20 @@ def server_pid(backend_url: str) -> tuple[int | None, str]:
 
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _here(address: str) -> bool:
+    """Whether ``address`` is this host's (or pod's): loopback, or one a socket binds to."""
+    local = ipaddress.ip_address(address)
+    if local.is_loopback or local.is_unspecified:
+        return True
+    family = socket.AF_INET6 if local.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+    except OSError:  # EADDRNOTAVAIL: another host's
+        return False
+    return True
 
 
 def _listening_inodes(addresses: set[Address], port: int) -> set[str]:

@@ -180,13 +180,14 @@ class Upstream:
         return await self._get(self.origin() + path, exposition=False)
 
     async def get_json_field(self, path: str, field: str) -> str:
-        """One string field of a small JSON document (e.g. ``/version``), or ''.
+        """One string field of a small JSON document (e.g. ``/version``), or '' (also for
+        a broken document, or a field that holds an object or a list).
 
         ``field`` may be a dotted path through objects and lists: ``data.0.id``.
         """
         try:
             value = json.loads(await self.get_body(path))
-        except (UpstreamError, ValueError):
+        except (UpstreamError, ValueError, RecursionError):  # a server's nesting too deep
             return ""
         for step in field.split("."):
             if isinstance(value, dict):
@@ -195,7 +196,9 @@ class Upstream:
                 value = value[int(step)]
             else:
                 return ""
-        return str(value)[:100] if value is not None and value != "" else ""
+        if value is None or isinstance(value, (dict, list)):
+            return ""
+        return str(value)[:100]
 
 
 async def _read_capped(resp: aiohttp.ClientResponse, limit: int, url: str) -> bytes:

@@ -4,8 +4,9 @@ The report model shared by ``inferwatch diagnose`` (over Prometheus or two scrap
 exporter) and the exporter's own verdict page: a :class:`Finding` per alert that holds with
 its evidence, a :class:`Burn` per burning objective, and a :class:`Report` that orders them
 by the method's causal graph (:data:`~inferwatch.method.alerts.RELATIONS`): a finding another
-one explains is listed right under it, never above; findings no relation orders go by
-severity, then by how far past its threshold their evidence is (:func:`strength`).
+one explains (where that one's evidence accounts for it: :func:`accounts_for`) is listed
+right under it, never above; findings no relation orders go by severity, then by how far
+past its threshold their evidence is (:func:`strength`).
 Also the phase verdict (prefill or decode) and how a signal's value is written.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from inferwatch.method import slo
 from inferwatch.method.alerts import RELATIONS, Alert, Cond
+from inferwatch.method.alerts.alert import LATENCY_UNITS
 from inferwatch.method.local import Samples, Window, holding, signal_readings
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import SEVERITY_ORDER, Spec
@@ -129,6 +131,41 @@ def strength(finding: Finding, spec: Spec) -> float:
     return max(ratios) if finding.alert.any_of else min(ratios)
 
 
+def excess(finding: Finding, spec: Spec) -> float | None:
+    """How far past its threshold a finding's latency is, as a ratio: the largest of its
+    firing conditions over a duration or a factor (None: it fires on no latency)."""
+    ratios = [
+        value / cond.bound(spec)
+        for cond, value in finding.evidence
+        if cond not in finding.alert.unless
+        and SIGNALS[cond.measured].unit in LATENCY_UNITS
+        and value is not None
+        and math.isfinite(value)
+        and cond.bound(spec) > 0
+    ]
+    return max(ratios, default=None)
+
+
+def accounts_for(cause: Finding, effect: Finding, spec: Spec) -> bool:
+    """Whether the cause's evidence can explain the effect it is related to: a cause judged
+    on a default threshold explains no cause judged on calibrated ones, and a cause that
+    slows the server by a share of waiting (``Alert.stretch``) explains a latency no further
+    past its threshold than ``1 / (1 - share)``."""
+    if (
+        spec.uncalibrated(cause.alert)
+        and not spec.uncalibrated(effect.alert)
+        and not effect.alert.symptom
+    ):
+        return False
+    if not cause.alert.stretch:
+        return True
+    share = next((v for c, v in cause.evidence if c.signal == cause.alert.stretch), None)
+    past = excess(effect, spec)
+    if share is None or past is None:
+        return True
+    return share >= 1 or past <= 1 / (1 - share)
+
+
 def rank(finding: Finding, spec: Spec) -> tuple[bool, int, float]:
     """Among findings no relation orders: what users see (a symptom alert) after the
     causes, then severity, then the stronger evidence first; never the name."""
@@ -151,6 +188,7 @@ def ordered(findings: list[Finding], spec: Spec) -> list[Finding]:
                     finding is not cause
                     and finding.alert.name in targets
                     and all(finding.labels.get(k) == cause.labels.get(k) for k in equal)
+                    and accounts_for(cause, finding, spec)
                 ):
                     causes[id(finding)].append(cause)
     depth: dict[int, int] = {}

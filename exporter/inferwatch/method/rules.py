@@ -170,6 +170,27 @@ def _evidence(alert: Alert) -> list[str]:
     ]
 
 
+def _uncalibrated(spec: Spec, alert: Alert) -> list[str]:
+    """Why the alert is info, where it fires on a threshold still at its default."""
+    names = spec.uncalibrated(alert)
+    if not names:
+        return []
+    return [
+        f"**Uncalibrated:** {', '.join(f'`{n}`' for n in names)} "
+        + (
+            "still holds its default, which is"
+            if len(names) == 1
+            else "still hold their defaults, which are"
+        )
+        + " meant for no machine in particular and which a healthy server may pass, so "
+        "this alert is `info` until `inferwatch calibrate` has measured "
+        + "; ".join(THRESHOLDS[n].calibrated_by for n in names)
+        + " (or the config file sets it). `inferwatch serve` and `inferwatch diagnose` "
+        "name the uncalibrated thresholds.",
+        "",
+    ]
+
+
 def runbook_markdown(spec: Spec, alert: Alert) -> str:
     """``alerts/runbooks/<Alert>.md``: the method's reading, then how to act."""
     rule = render_alert(spec, alert)
@@ -180,6 +201,7 @@ def runbook_markdown(spec: Spec, alert: Alert) -> str:
         f"**Severity:** {spec.severity(alert)} · **Phase:** {alert.phase} · **Layer:** {alert.layer} · "
         f"**Scope:** {'one instance (a local cause)' if alert.level == 'instance' else 'a model across its replicas'}",
         "",
+        *_uncalibrated(spec, alert),
         *RUNBOOKS[alert.name].text.split("\n"),
         *alert.reference,
         *_evidence(alert),

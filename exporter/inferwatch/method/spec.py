@@ -8,6 +8,7 @@ both they and the thresholds can be overridden in the config file (``thresholds:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,8 +16,8 @@ from typing import Any
 from inferwatch.method.alerts import ALERTS, OUTSIDE_THE_SLIS, Alert
 from inferwatch.method.durations import is_duration, seconds
 from inferwatch.method.slo import SLOs, slos_document, slos_from_config
-from inferwatch.method.thresholds import THRESHOLDS
-from inferwatch.settings import ConfigError, check_keys, non_negative_number
+from inferwatch.method.thresholds import MACHINE_DEPENDENT, THRESHOLDS
+from inferwatch.settings import ConfigError, check_keys, http_url, non_negative_number
 from inferwatch.urls import runbook_url
 
 # Most urgent first.
@@ -68,6 +69,10 @@ class Spec:
     runbook_url_base: str = ""
     # The server the objectives' bucket bounds were checked against (the config's backend).
     backend: str = "auto"
+    # The machine-dependent thresholds (THRESHOLDS' ``calibrated_by``) that were set: measured
+    # by `inferwatch calibrate`, given by hand or by a baseline file. The others hold their
+    # defaults, and the alerts that fire on them stay at info (:meth:`severity`).
+    calibrated: frozenset[str] = frozenset()
 
     @property
     def window_seconds(self) -> float:
@@ -82,9 +87,19 @@ class Spec:
         """The value of a threshold of :data:`~inferwatch.method.thresholds.THRESHOLDS`."""
         return self.thresholds[name]
 
+    def uncalibrated(self, alert: Alert | None = None) -> list[str]:
+        """The machine-dependent thresholds still at their defaults (of those ``alert``
+        fires on, where given), in THRESHOLDS order."""
+        names = alert.thresholds(firing_only=True) if alert is not None else MACHINE_DEPENDENT
+        return [n for n in names if n in MACHINE_DEPENDENT and n not in self.calibrated]
+
     def severity(self, alert: Alert) -> str:
-        """The alert's severity; with SLOs paging, only the alerts about requests that never
-        reach the server (they are in no SLI) page besides them."""
+        """The alert's severity: info while a threshold it fires on is uncalibrated (a
+        default meant for no machine in particular must not page a healthy server); with
+        SLOs paging, only the alerts about requests that never reach the server (they are
+        in no SLI) page besides them."""
+        if self.uncalibrated(alert):
+            return "info"
         if self.paging == "slo" and alert.severity == "critical":
             return "critical" if alert.name in OUTSIDE_THE_SLIS else "warning"
         return alert.severity
@@ -95,7 +110,11 @@ class Spec:
 
     def inhibits(self, cause: Alert, effect: Alert) -> bool:
         """Whether Alertmanager inhibits ``effect`` while ``cause`` (which explains it)
-        fires: only where the cause is at least as severe (a ticket never silences a page)."""
+        fires: only where the cause is at least as severe (a ticket never silences a page),
+        and never a latency that a cause explains only up to its stretch (``Alert.stretch``:
+        whether it does is weighed on the evidence, by the verdict and diagnose)."""
+        if cause.stretch and effect.slows():
+            return False
         order = SEVERITY_ORDER.index
         return order(self.severity(cause)) <= order(self.severity(effect))
 
@@ -119,6 +138,37 @@ REPLACED_THRESHOLDS = {
 }
 
 
+# A PromQL label matcher list, as between the braces of ``up{...}``: ``name op string``,
+# comma-separated, each string quoted as PromQL quotes (no line break: a selector is one line).
+_STRING = r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|`[^`\n]*`'
+_MATCHER = rf"\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*(?:{_STRING})\s*"
+_MATCHERS = re.compile(rf"{_MATCHER}(?:,{_MATCHER})*,?\s*")
+
+
+def selector(value: object) -> str:
+    """``alerting.exporter_selector``: a PromQL label matcher list (it goes into every rule
+    and runbook that reads the exporter's ``up``)."""
+    if not isinstance(value, str) or not _MATCHERS.fullmatch(value):
+        raise ConfigError(
+            f"alerting.exporter_selector: {value!r} is not a PromQL label matcher list such as "
+            f"{Spec.exporter_selector}"
+        )
+    return value
+
+
+def url_base(value: object) -> str:
+    """``alerting.runbook_url_base``: '' or an http:// or https:// URL (it becomes every
+    rule's ``runbook_url`` and the pages' runbook links)."""
+    if value == "":
+        return ""
+    if not isinstance(value, str):
+        raise ConfigError("alerting.runbook_url_base: expected an http:// or https:// URL")
+    try:
+        return http_url(value)
+    except ValueError as exc:
+        raise ConfigError(f"alerting.runbook_url_base: {exc}") from None
+
+
 def spec_from_config(
     config: Mapping[str, Any], baseline_thresholds: Mapping[str, float] | None = None
 ) -> Spec:
@@ -129,6 +179,7 @@ def spec_from_config(
     """
     thresholds = {name: t.default for name, t in THRESHOLDS.items()}
     thresholds.update(baseline_thresholds or {})
+    calibrated = set(baseline_thresholds or ())
     given = config.get("thresholds") or {}
     if not isinstance(given, Mapping):
         raise ConfigError("thresholds: expected a mapping of threshold names to numbers")
@@ -141,6 +192,7 @@ def spec_from_config(
     check_keys(given, THRESHOLDS, "thresholds")
     for name, value in given.items():
         thresholds[name] = non_negative_number(value, f"thresholds.{name}")
+    calibrated.update(given)
     alerting = config.get("alerting") or {}
     if not isinstance(alerting, Mapping):
         raise ConfigError("alerting: expected a mapping")
@@ -172,9 +224,10 @@ def spec_from_config(
         fleet_labels=tuple(dict.fromkeys((*Spec.fleet_labels, *fleet))),
         slos=slos_from_config(config.get("slos"), str(config.get("backend", "auto"))),
         paging=paging,
-        exporter_selector=str(alerting.get("exporter_selector", Spec.exporter_selector)),
-        runbook_url_base=str(alerting.get("runbook_url_base", Spec.runbook_url_base)),
+        exporter_selector=selector(alerting.get("exporter_selector", Spec.exporter_selector)),
+        runbook_url_base=url_base(alerting.get("runbook_url_base", Spec.runbook_url_base)),
         backend=str(config.get("backend", Spec.backend)),
+        calibrated=frozenset(calibrated) & frozenset(MACHINE_DEPENDENT),
     )
 
 
@@ -182,11 +235,12 @@ def spec_document(spec: Spec) -> dict[str, Any]:
     """The spec as a config file's sections, which :func:`spec_from_config` reads back to an
     equal spec: what the exporter serves at ``/spec.json``, so that ``diagnose --exporter``
     judges with what the exporter judges with. No path and no secret: what a baseline file
-    gave is in ``thresholds``."""
+    gave is in ``thresholds``; an uncalibrated threshold is left out (it holds its default)."""
     timing = spec.timing
+    uncalibrated = spec.uncalibrated()
     return {
         "backend": spec.backend,
-        "thresholds": dict(spec.thresholds),
+        "thresholds": {k: v for k, v in spec.thresholds.items() if k not in uncalibrated},
         "alerting": {
             "rate_window": timing.window,
             "evaluation_interval": timing.evaluation_interval,

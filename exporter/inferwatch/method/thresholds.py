@@ -15,6 +15,10 @@ class Threshold:
     default: float
     unit: str
     why: str
+    # What `inferwatch calibrate` measures for a threshold whose right value depends on the
+    # machine and the traffic; empty for one that compares the server with itself. Until set
+    # (measured, or by hand), the alerts that fire on it stay at info (Spec.severity).
+    calibrated_by: str = ""
 
 
 THRESHOLDS: dict[str, Threshold] = {
@@ -23,18 +27,21 @@ THRESHOLDS: dict[str, Threshold] = {
         "s",
         "Interactive chat feels broken past ~2 s to the first token; most serving SLOs put "
         "TTFT p95 between 0.5 and 2 s. Set it from your baseline (`inferwatch baseline`).",
+        calibrated_by="the server's TTFT p95 at the highest concurrency swept, and in each rate window of normal traffic",
     ),
     "itl_p95_seconds": Threshold(
         0.1,
         "s",
         "100 ms between tokens is 10 tokens/s per stream, about reading speed; a healthy GPU "
         "decodes a 7-70B model at 15-50 ms per token.",
+        calibrated_by="the server's ITL p95 at the highest concurrency swept, and in each rate window of normal traffic",
     ),
     "itl_p99_seconds": Threshold(
         0.5,
         "s",
         "A half-second stall inside a streamed answer is visible to users; used for the "
         "tail in prefill-stalls-decode.",
+        calibrated_by="the server's ITL p99 at the highest concurrency swept, and in each rate window of normal traffic",
     ),
     "itl_tail_bound_seconds": Threshold(
         0.5,
@@ -43,6 +50,7 @@ THRESHOLDS: dict[str, Threshold] = {
         "bucket bounds, so that the share of gaps above it is counted, not interpolated "
         "(`inferwatch calibrate` sets the smallest bound at or above the factor x the "
         "baseline's ITL p99).",
+        calibrated_by="the server's smallest ITL bucket bound above the swept ITL p99",
     ),
     "itl_tail_share": Threshold(
         0.02,
@@ -50,6 +58,7 @@ THRESHOLDS: dict[str, Threshold] = {
         "Past a bound above the baseline's p99, a healthy decode leaves under one gap in a "
         "hundred; two in a hundred are steps that carry far more work than the others (a "
         "prefill chunk).",
+        calibrated_by="the share of token gaps above the tail bound in each rate window of normal traffic",
     ),
     "deferred_share_high": Threshold(
         0.5,
@@ -113,6 +122,7 @@ THRESHOLDS: dict[str, Threshold] = {
         0.9,
         "cores",
         "The API server/tokenizer is one Python process: at ~1 core it cannot go faster.",
+        calibrated_by="the frontend's CPU in each rate window of normal traffic",
     ),
     "error_ratio": Threshold(
         0.05,
@@ -150,6 +160,7 @@ THRESHOLDS: dict[str, Threshold] = {
         "ready time means the server gets a share of the cores, not the cores: a noisy "
         "neighbour, a CPU limit, too few cores for the engine, the API server and the "
         "tokenizer.",
+        calibrated_by="the server's CPU wait share in each rate window of normal traffic",
     ),
     "client_gap_seconds": Threshold(
         0.1,
@@ -158,6 +169,7 @@ THRESHOLDS: dict[str, Threshold] = {
         "and tokenizer, SSE framing) adds to the first token, as the canary sees it: a few ms "
         "in one data centre; 100 ms more than the engine's own TTFT is a problem of its own. "
         "`inferwatch calibrate` raises it to what the baseline's path measured, if more.",
+        calibrated_by="the canary's gap in each rate window of normal traffic",
     ),
     "canary_failure_ratio": Threshold(
         0.25,
@@ -178,6 +190,9 @@ THRESHOLDS: dict[str, Threshold] = {
         "Clocks held down for thermal or hardware reasons more than half of the window.",
     ),
 }
+
+# The thresholds whose right value depends on the machine and the traffic.
+MACHINE_DEPENDENT = tuple(name for name, t in THRESHOLDS.items() if t.calibrated_by)
 
 # Throttle reasons that indicate a hardware/cooling/power problem (power capping under full
 # load, sw_power_cap, is normal and left out).

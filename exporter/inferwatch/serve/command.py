@@ -18,13 +18,14 @@ from inferwatch.collect.canary import describe as describe_canary
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.server_cpu import ServerCpu
+from inferwatch.collect.steps import DEFAULT_KNOWN_STEP
 from inferwatch.collect.upstream import Upstream
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.config import ServeConfig
 from inferwatch.serve.listener import connection_cap, open_file_limit, serve
 from inferwatch.serve.options import OPTIONS
 from inferwatch.serve.sidecar import make_app
-from inferwatch.serve.webconfig import WebConfig
+from inferwatch.serve.webconfig import MIN_BCRYPT_COST, WebConfig
 from inferwatch.serve.webconfig import load as load_web_config
 from inferwatch.settings import (
     ConfigError,
@@ -184,6 +185,58 @@ def warn_if_others_can_write(path: Path, flag: str, changes: str) -> None:
         )
 
 
+def warn_if_others_can_read(path: Path | None, flag: str, holds: str) -> None:
+    """A start-up warning when ``path``, which holds ``holds``, is readable by others."""
+    try:
+        mode = path.stat().st_mode if path is not None else 0
+    except OSError:
+        return
+    if mode & stat.S_IROTH:
+        log.warning(
+            "%s %s is readable by others (mode %03o) and holds %s; make it readable by this "
+            "user only (chmod o-r)",
+            flag,
+            path,
+            stat.S_IMODE(mode),
+            holds,
+        )
+
+
+def warn_of_secrets_others_reach(config: ServeConfig, web_config: WebConfig | None) -> None:
+    """Start-up warnings: secrets files others can read, password hashes cheap to crack."""
+    warn_if_others_can_read(config.web_config_file, "--web.config.file", "password hashes")
+    if web_config is not None and web_config.tls is not None:
+        warn_if_others_can_read(web_config.tls.key_file, "key_file", "the TLS private key")
+    for flag, path in (
+        ("--backend-bearer-token-file", config.backend_bearer_token_file),
+        ("--canary-bearer-token-file", config.canary_bearer_token_file),
+    ):
+        warn_if_others_can_read(path, flag, "a token")
+    for user, cost in (web_config.cheap_hashes() if web_config else {}).items():
+        log.warning(
+            "basic_auth_users.%s: bcrypt cost %d is below %d: a stolen hash is cheap to "
+            "crack; make one with htpasswd -nBC %d",
+            user,
+            cost,
+            MIN_BCRYPT_COST,
+            MIN_BCRYPT_COST,
+        )
+
+
+def log_uncalibrated(spec: Spec, config: ServeConfig) -> None:
+    """Say what still holds a default that `inferwatch calibrate` would measure."""
+    names = spec.uncalibrated()
+    if config.engine_step_seconds == DEFAULT_KNOWN_STEP:
+        names.append("engine_step_seconds")
+    if names:
+        log.warning(
+            "uncalibrated, at their defaults: %s; the alerts that fire on them are info, and "
+            "without NVML a long engine step may read as a stall, until `inferwatch "
+            "calibrate` measures them",
+            ", ".join(names),
+        )
+
+
 def run(config: ServeConfig, spec: Spec | None = None) -> None:
     """Serve until a signal; ``spec`` (default: the defaults) is the verdict's and sets the
     window of the canary's TTFT gap and of the latency quantiles."""
@@ -217,9 +270,12 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         capture=capture,
         canary=canary_settings,
         allowed_hosts=config.web_allowed_host or (),
+        listen_host=host,
     )
+    log_uncalibrated(spec, config)
     if config.web_config_file is not None:
         warn_if_others_can_write(config.web_config_file, "--web.config.file", "who is let in")
+    warn_of_secrets_others_reach(config, web_config)
     if capture is not None:
         log.info(
             "evidence capture into %s (on %s; %g s each, at most one per %g s)",

@@ -88,7 +88,7 @@ class ServeConfig:
                 and config.backend_header[0].lower() == "authorization",
             ),
         )
-        if config.canary == "on":  # its default URL keeps the backend URL's user:password@
+        if config.canary != "off":  # its default URL keeps the backend URL's user:password@
             _one_authorization(
                 "the canary's Authorization header",
                 (

@@ -114,7 +114,8 @@ OPTIONS = (
         host_names,
         None,
         "the only Host names (or addresses) answered, against DNS rebinding; /healthz answers "
-        "any (comma-separated, no port; default: any Host)",
+        "any (comma-separated, no port; default: addresses, localhost and the listen "
+        "address's name, on every interface this host's name)",
         metavar="NAME,...",
         many=True,
     ),

@@ -1,9 +1,10 @@
 """Request checks that guard the app against browsers (CSRF, DNS rebinding).
 
 A page on another site can make a browser send requests to the exporter: state-changing
-requests from another origin are refused (CSRF), and with ``--web.allowed-host`` only those
-Host names are answered (DNS rebinding: another name that resolves to the exporter). A
-refusal is a short text answer::
+requests from another origin are refused (CSRF), and only the exporter's own Host names are
+answered (DNS rebinding: another name that resolves to the exporter): those of
+``--web.allowed-host``, or without it the listen address's own (:func:`own_host`). A refusal
+is a short text answer::
 
     HTTP/1.1 403 Forbidden
 
@@ -12,6 +13,8 @@ refusal is a short text answer::
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Collection
 from urllib.parse import urlsplit
 
@@ -26,18 +29,28 @@ _SAFE_METHODS = frozenset({"GET", "HEAD"})
 _OWN_FETCH_SITES = frozenset({"same-origin", "none"})
 
 
-def request_checks(allowed_hosts: Collection[str] = ()) -> list[Middleware]:
+def request_checks(allowed_hosts: Collection[str] = (), listen_host: str = "") -> list[Middleware]:
     """Middlewares refusing what a browser may be made to send: a request whose Host is not
-    one of ``allowed_hosts`` (when given; ``/healthz`` excepted), and a state-changing
-    request (not GET or HEAD) from another origin or not a JSON one (a form or a simple
-    ``fetch`` cannot send ``Content-Type: application/json`` to another origin unasked: the
-    browser asks first, and the app answers no CORS)."""
+    one of ``allowed_hosts`` (``/healthz`` excepted), or without them not one of the listen
+    address's own (:func:`own_host`; ``listen_host`` as ``--web.listen-address`` names it),
+    and a state-changing request (not GET or HEAD) from another origin or not a JSON one (a
+    form or a simple ``fetch`` cannot send ``Content-Type: application/json`` to another
+    origin unasked: the browser asks first, and the app answers no CORS)."""
     allowed = frozenset(allowed_hosts)
+    own = own_names(listen_host)
 
     @web.middleware
     async def known_host(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in UNAUTHENTICATED_PATHS and _host_name(request.host) not in allowed:
-            return _refuse(403, "this Host is not one of --web.allowed-host")
+        if allowed:
+            if (
+                request.path not in UNAUTHENTICATED_PATHS
+                and _host_name(request.host) not in allowed
+            ):
+                return _refuse(403, "this Host is not one of --web.allowed-host")
+        elif not own_host(request, own):
+            return _refuse(
+                403, "this Host is not the listen address's own (see --web.allowed-host)"
+            )
         return await handler(request)
 
     @web.middleware
@@ -51,7 +64,34 @@ def request_checks(allowed_hosts: Collection[str] = ()) -> list[Middleware]:
                 return _refuse(415, f"{request.method} needs Content-Type: application/json")
         return await handler(request)
 
-    return [known_host, same_origin] if allowed else [same_origin]
+    return [known_host, same_origin]
+
+
+def own_names(listen_host: str) -> frozenset[str]:
+    """The names the listen address answers to besides addresses: ``localhost``, and the
+    name it was given or on every interface (no host, ``0.0.0.0`` or ``::``) this machine's
+    host name."""
+    try:
+        everywhere = not listen_host or ipaddress.ip_address(listen_host).is_unspecified
+    except ValueError:  # a name
+        everywhere = False
+    return frozenset({"localhost", (socket.gethostname() if everywhere else listen_host).lower()})
+
+
+def own_host(request: web.Request, names: Collection[str]) -> bool:
+    """Whether the request's Host is one of ``names`` or an address (a scrape by pod IP, a
+    port published by Docker). DNS rebinding needs a name that resolves to the exporter: an
+    address cannot be rebound, and the names here are not the attacker's to resolve."""
+    name = _host_name(request.host)
+    if name is None:
+        return False
+    if name in names:
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _cross_origin(request: web.Request) -> str | None:

@@ -2,7 +2,7 @@
 
 The very text ``inferwatch generate`` writes to ``alerts/runbooks/<Alert>.md``
 (:func:`~inferwatch.method.rules.runbook_markdown`), with the thresholds of the spec the
-exporter judges with, rendered as HTML (Python-Markdown): on-call opens it from the verdict
+exporter judges with, rendered as HTML (Python-Markdown, raw HTML escaped): on-call opens it from the verdict
 page, ``diagnose`` or an alert's ``runbook_url`` on a cluster without internet. Behind the
 web config's auth, as every page but ``/healthz``.
 """
@@ -49,6 +49,15 @@ class RunbookPages:
                 text = slo_runbook_markdown(self.spec, name)
             else:
                 return None
-            body = markdown.markdown(text, extensions=["tables", "fenced_code"])
+            body = _markdown().convert(text)
             self._pages[name] = _PAGE.format(title=html.escape(name), body=body)
         return self._pages[name]
+
+
+def _markdown() -> markdown.Markdown:
+    """Python-Markdown with raw HTML escaped, not passed through: a runbook quotes config
+    values (the exporter's selector), and no value may become markup."""
+    md = markdown.Markdown(extensions=["tables", "fenced_code"])
+    md.preprocessors.deregister("html_block")
+    md.inlinePatterns.deregister("html")
+    return md

@@ -41,6 +41,7 @@ def make_app(
     canary: CanarySettings | None = None,
     allowed_hosts: Collection[str] = (),
     head_timeout: float = HEAD_TIMEOUT,
+    listen_host: str = "",
 ) -> web.Application:
     """The exporter's app over ``poller``; with ``run_poller`` its lifetime owns the poll
     loop (and the verdict's, which records the polls; without it the verdict records on
@@ -52,6 +53,8 @@ def make_app(
     ``canary`` runs the canary's probe loop for the app's lifetime, on its own task.
     ``head_timeout``: the seconds a connection has to send a request's head
     (:func:`inferwatch.serve.web.http_app`).
+    ``allowed_hosts`` or, without them, the names of ``listen_host`` are the Host names
+    answered.
     """
     spec = spec_from_config({}) if spec is None else spec
     renderer = Renderer(lambda: poller.snapshot)
@@ -77,6 +80,7 @@ def make_app(
         web_config=web_config,
         allowed_hosts=allowed_hosts,
         head_timeout=head_timeout,
+        listen_host=listen_host,
     )
     if capturer is not None:
         app.cleanup_ctx.append(_capture_lifetime)

@@ -45,6 +45,12 @@ VERDICT = web.AppKey("verdict", VerdictHistory)
 CAPTURER = web.AppKey("capturer", Capturer)
 RUNBOOKS = web.AppKey("runbooks", RunbookPages)
 _NO_STORE = {"Cache-Control": "no-store"}
+# Every answer's: the pages run no script at all (inline, injected or fetched), load nothing,
+# style themselves only, submit no form and are never framed (clickjacking).
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
 _CHUNK = 1 << 20  # bytes of an archive read at a time
 
 _LANDING = """<!DOCTYPE html>
@@ -134,6 +140,12 @@ async def metrics(request: web.Request) -> web.Response:
         headers["Content-Encoding"] = "gzip"
         body = compressed
     return web.Response(body=body, headers=headers)
+
+
+async def _content_security_policy(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: :data:`CONTENT_SECURITY_POLICY` on every answer, beside a
+    policy the web config sets (a browser enforces both)."""
+    response.headers.add("Content-Security-Policy", CONTENT_SECURITY_POLICY)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -272,14 +284,16 @@ def http_app(
     web_config: WebConfig | None = None,
     allowed_hosts: Collection[str] = (),
     head_timeout: float = HEAD_TIMEOUT,
+    listen_host: str = "",
 ) -> web.Application:
     """The routes over the sidecar's parts (built by :func:`inferwatch.serve.sidecar.
     make_app`, the one place that wires them).
 
     ``web_config`` (from ``--web.config.file``) adds basic auth and response headers; TLS is
     the listener's business (``ssl_context`` in :func:`inferwatch.serve.command.run`).
-    ``allowed_hosts`` (``--web.allowed-host``): the Host names answered (any when empty);
-    state-changing requests from another origin are refused either way
+    ``allowed_hosts`` (``--web.allowed-host``): the Host names answered; without them, the
+    names of the listen address (``listen_host``, every interface when empty) are; requests
+    from another origin that change state are refused either way
     (:func:`inferwatch.serve.request_checks.request_checks`). Without ``capturer`` the capture
     routes answer 404 with why. A connection that takes longer than ``head_timeout`` seconds
     to send a request's head, counted from its accept or its last answer, is closed
@@ -288,11 +302,12 @@ def http_app(
     """
     security = web_config or WebConfig()
     app = web.Application(
-        middlewares=[*request_checks(allowed_hosts), *security.middlewares()],
+        middlewares=[*request_checks(allowed_hosts, listen_host), *security.middlewares()],
         handler_args={"logger": ServerLog(), "keepalive_timeout": head_timeout},
     )
     if security.headers:
         app.on_response_prepare.append(security.add_headers)
+    app.on_response_prepare.append(_content_security_policy)
     app[POLLER] = poller
     app[RENDERER] = renderer
     app[_GZIP_CACHE] = {}

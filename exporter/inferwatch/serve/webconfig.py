@@ -79,8 +79,10 @@ _HEADERS: dict[str, tuple[str, ...] | None] = {
     "Strict-Transport-Security": None,
 }
 _BCRYPT_HASH = re.compile(r"^\$2[aby]\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}$")
-# The costs (log2 of the key-expansion rounds) bcrypt accepts.
+# The costs (log2 of the key-expansion rounds) bcrypt accepts, and the least that is not
+# warned about (htpasswd's default is 5: a stolen hash of it is cheap to crack).
 _BCRYPT_COSTS = range(4, 32)
+MIN_BCRYPT_COST = 10
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,12 @@ class WebConfig:
         count = len(self.users.hashes) if self.users else 0
         parts.append(f"basic auth for {count} user(s)" if count else "no basic auth")
         return ", ".join(parts)
+
+    def cheap_hashes(self) -> dict[str, int]:
+        """Users whose hash costs less than :data:`MIN_BCRYPT_COST`, and its cost."""
+        hashes = self.users.hashes if self.users else {}
+        costs = {user: bcrypt_cost(hashed) for user, hashed in hashes.items()}
+        return {user: cost for user, cost in costs.items() if cost < MIN_BCRYPT_COST}
 
     def middlewares(self) -> list[Middleware]:
         """aiohttp middlewares enforcing basic auth (none without users)."""

@@ -1,55 +1,78 @@
 """``inferwatch calibrate``: measure the service, then write the config that judges it.
 
-Baseline first: a short load sweep (``inferwatch baseline``, see ``sweep/command.py``) against the
-server, and from what it measured a complete, commented inferwatch config (see
-:func:`inferwatch.baseline.thresholds_from`):
+Baseline first. Every threshold that a rule or ``diagnose`` compares with a figure that
+depends on the machine and the traffic is measured here, as the sidecar will read it:
 
-- latency thresholds: ``regression_factor`` x the TTFT p95, ITL p95 and ITL p99 at the
-  highest measured concurrency, from the server's own histograms (what the rules evaluate);
-- the minimum traffic under which latency quantiles are not judged, from the rate window and
-  the throughput measured at the lowest concurrency;
-- ``baseline:`` the baseline file it wrote, for ``serve`` (``inferwatch_baseline_*``);
-- ``slos:`` objectives users can be promised (see :func:`inferwatch.baseline.objectives_from`):
-  95 % of first tokens and of output tokens within the server's bucket bound above the
-  measured p99 (times ``regression_factor``), 99.9 % of requests without a server error.
+1. a short load sweep (``inferwatch baseline``, ``sweep/command.py``): the latency
+   thresholds (``regression_factor`` x the server's TTFT/ITL quantiles at the highest
+   concurrency), the minimum traffic, the ITL tail bound, objectives
+   (:mod:`inferwatch.calibration`);
+2. normal traffic (the sweep's highest concurrency, over its shapes; ``--normal-traffic
+   observe``: the server's own) read for ``--normal-windows`` rate windows by the sidecar's
+   own parts (``normal_traffic.py``): the CPU wait, the canary's gap through ``--canary-url``,
+   the ITL tail share, the frontend's CPU, and the latency of a window, each raised to a
+   margin above the largest window reading;
+3. the longest engine step at the server's biggest batch (``engine_steps.py``), for serve's
+   ``engine_step_seconds``;
+4. the capacity (``--search on``, the default): the highest rate at which the calibrated
+   TTFT threshold is met (``sweep/search.py``), into the baseline file.
 
-The other thresholds are ratios of the server to itself (queue share, KV use...) and keep
-their defaults; keys of ``--config`` (timing, exporter settings, thresholds set there) are
-carried over, and a threshold set there wins over the measured one. Each threshold's comment
-says where its number came from. ``inferwatch generate --config FILE`` then writes the rules
-for this service. Sample of the file::
-
-    # measured: 1.5 x 0.0523 s, the server's TTFT p95 at concurrency 4 (prompt 256, output 64)
-    ttft_p95_seconds: 0.07845
+Each value is written with where it came from (``calibrate_file.py``); what could not be
+measured says why, and a machine-dependent threshold left at its default keeps the alerts
+on it at info. Keys of ``--config`` are carried over, and a threshold set there wins.
+``inferwatch generate --config FILE`` then writes the rules for this service.
 
 Exit status: 0; 1 when the sweep cannot run; 2 for bad input.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import sys
-import textwrap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from inferwatch import __version__
 from inferwatch.baseline import Baseline, to_yaml
-from inferwatch.calibration import Derived, objectives_from, thresholds_from
-from inferwatch.collect.backends import BACKENDS
-from inferwatch.method.spec import spec_from_config
-from inferwatch.method.thresholds import THRESHOLDS
-from inferwatch.settings import ConfigError, Option, resolve
+from inferwatch.calibration import (
+    Derived,
+    NormalReadings,
+    objectives_from,
+    thresholds_from,
+    thresholds_from_readings,
+)
+from inferwatch.collect.stream import Client, SweepError
+from inferwatch.method.spec import Spec, spec_from_config
+from inferwatch.method.thresholds import MACHINE_DEPENDENT, THRESHOLDS
+from inferwatch.serve import options as serve_options
+from inferwatch.serve.config import ServeConfig
+from inferwatch.settings import ConfigError, Option, bounded_int, http_url, resolve
+from inferwatch.tools.calibrate_file import Measurements, config_text, holds_secret
+from inferwatch.tools.engine_steps import LongestStep, longest_step, max_model_len
+from inferwatch.tools.normal_traffic import EmbeddedSidecar, closed_loop, read_normal
 from inferwatch.tools.sweep import command as sweep
+from inferwatch.tools.sweep.prompts import Prompts
+from inferwatch.tools.sweep.prompts import calibrate as fit_prompts
+from inferwatch.tools.sweep.search import search_shape, summary
 
 # The sweep's options less those of the baseline file, with defaults for a short run: the
-# user names the concurrency and lengths of the traffic the service is for.
-_SHORT = {"--concurrency": "1,4", "--output-tokens": "64"}
+# user names the concurrency and lengths of the traffic the service is for. The capacity
+# search is on: the capacity is one of the figures the rules judge with.
+_SHORT = {
+    "--concurrency": "1,4",
+    "--output-tokens": "64",
+    "--search": "on",
+    "--search-seconds": "300",
+}
 SHORT_PROMPT_TOKENS = (256,)  # unless --prompts or --prompt-tokens say otherwise
 _LEFT_OUT = ("--out", "--previous", "--regression-factor")
+# The sidecar's poll while calibrate reads it: fine enough to time an engine step.
+STEP_POLL = 0.05
+# Prompt tags past the sweep's (its cells, its probe and its search steps).
+TAGS = 1_000_000
 OPTIONS = (
     Option("--out", sweep.new_file, None, "config file to write (required)", metavar="FILE"),
     Option(
@@ -68,107 +91,38 @@ OPTIONS = (
         for o in sweep.OPTIONS
         if o.flag not in _LEFT_OUT
     ),
+    Option(
+        "--normal-windows",
+        bounded_int(0, 100),
+        2,
+        "rate windows of normal traffic the sidecar's own parts read after the sweep (its CPU "
+        "wait, the canary's gap, the ITL tail, the frontend's CPU); 0: none",
+        metavar="N",
+    ),
+    Option(
+        "--normal-traffic",
+        str,
+        "sweep",
+        "normal traffic: the sweep's highest concurrency over its shapes, or the server's "
+        "own (observe: the service carries its usual traffic meanwhile)",
+        choices=("sweep", "observe"),
+    ),
+    Option(
+        "--canary-url",
+        http_url,
+        None,
+        "the path users take to the server, for the canary's gap (default: --url)",
+        metavar="URL",
+    ),
+    Option(
+        "--engine-step",
+        str,
+        "on",
+        "measure the longest engine step at the server's biggest batch (two bursts that "
+        "overflow its KV cache), for serve's engine_step_seconds",
+        choices=("on", "off"),
+    ),
 )
-
-CONFIG_HEADER = """\
-# inferwatch config written by `inferwatch calibrate` (inferwatch {version}) on {date}.
-# Measured: {backend} {server_version} serving {model!r} at {url} (gpu: {gpu}), {cells} cells:
-# concurrency {concurrency} x prompt tokens {prompts} x output tokens {outputs}; the
-# sweep is in {baseline}.
-# Each threshold says where its number comes from: measured (that sweep), set (in {given}),
-# or default. Run calibrate again after a change of model, hardware, server version or
-# traffic; `inferwatch generate --config` of this file writes the rules for this service.
-"""
-
-
-def _comment(text: str) -> str:
-    return textwrap.fill(text, 96, initial_indent="  # ", subsequent_indent="  # ")
-
-
-def config_text(
-    baseline: Baseline,
-    baseline_path: Path,
-    derived: Mapping[str, Derived],
-    given: Mapping[str, Any],
-    given_name: str,
-    objectives: Mapping[str, tuple[dict, str]] | None = None,
-) -> str:
-    """The config file: header, ``baseline:``, the carried-over settings, every threshold."""
-    meta = baseline.metadata
-    text = _header(baseline, baseline_path, given_name)
-    text += "\n# serve: expose the comparable cell of the sweep as inferwatch_baseline_* gauges.\n"
-    text += yaml.safe_dump({"baseline": str(baseline_path)})
-    sections = ("baseline", "thresholds", "alerting", "slos")
-    carried = {k: v for k, v in given.items() if k not in sections}
-    if carried:
-        text += _carried(carried, given_name)
-    if "backend" not in given and meta.get("backend") in BACKENDS:
-        # serve needs no detection, and generate checks objectives against its buckets
-        text += f"\n# measured: the server swept\nbackend: {meta['backend']}\n"
-    text += _thresholds(derived, given.get("thresholds") or {}, given_name)
-    if given.get("alerting"):
-        text += _carried({"alerting": given["alerting"]}, given_name)
-    if given.get("slos"):
-        text += _carried({"slos": given["slos"]}, given_name)
-    elif objectives:
-        text += _proposed_objectives(objectives)
-    return text
-
-
-def _header(baseline: Baseline, baseline_path: Path, given_name: str) -> str:
-    """:data:`CONFIG_HEADER` for this sweep: what was measured, where, and how."""
-    cells = baseline.cells
-    meta = baseline.metadata
-    return CONFIG_HEADER.format(
-        version=__version__,
-        date=meta.get("date", "?"),
-        backend=meta.get("backend", "unknown"),
-        server_version=meta.get("version") or "",
-        model=meta.get("model", "?"),
-        url=meta.get("url", "?"),
-        gpu=meta.get("gpu", "unknown"),
-        cells=len(cells),
-        concurrency=",".join(str(c) for c in sorted({c.concurrency for c in cells})),
-        prompts=",".join(str(c or "file") for c in sorted({c.prompt_tokens for c in cells})),
-        outputs=",".join(str(c) for c in sorted({c.output_tokens for c in cells})),
-        baseline=baseline_path,
-        given=given_name,
-    )
-
-
-def _carried(doc: dict[str, Any], given_name: str) -> str:
-    """Settings of ``--config`` written back as they were given."""
-    return f"\n# carried over from {given_name}\n" + yaml.safe_dump(doc, sort_keys=False)
-
-
-def _thresholds(
-    derived: Mapping[str, Derived], set_here: Mapping[str, Any], given_name: str
-) -> str:
-    """``thresholds:``, each with a comment saying where its number comes from: set in
-    ``--config``, measured (the module's sample), or the default and why."""
-    text = "\nthresholds:\n"
-    for name, threshold in THRESHOLDS.items():
-        if name in set_here:
-            value, why = float(set_here[name]), f"set in {given_name}"
-        elif name in derived:
-            value, why = derived[name].value, f"measured: {derived[name].source}"
-        else:
-            value, why = threshold.default, f"default: {threshold.why}"
-        text += f"{_comment(why)}\n  {name}: {value:g}\n"
-    return text
-
-
-def _proposed_objectives(objectives: Mapping[str, tuple[dict, str]]) -> str:
-    """``slos:`` proposed from the sweep, each objective with why it can be promised."""
-    text = (
-        "\n# Proposed objectives: what this service can promise its users, to agree on "
-        "before\n# relying on them (the burn-rate alerts page on them; see docs/slos.md).\n"
-        "slos:\n  window: 28d\n  objectives:\n"
-    )
-    for kind, (objective, why) in objectives.items():
-        text += f"{_comment(why)}\n".replace("  # ", "    # ")
-        text += f"    {kind}: {yaml.safe_dump(objective, default_flow_style=True).strip()}\n"
-    return text
 
 
 def main(flags: Mapping[str, Any], config: Mapping[str, Any], config_name: str) -> int:
@@ -184,21 +138,183 @@ def main(flags: Mapping[str, Any], config: Mapping[str, Any], config_name: str) 
     if values["prompts"] is None and values["prompt_tokens"] is None:
         values["prompt_tokens"] = SHORT_PROMPT_TOKENS
     plan = sweep.plan_from({**values, "out": baseline_path, "previous": None}, spec.slos)
+    sidecar = _sidecar_config(values, config)
     try:
-        measured, _ = sweep.measure(plan)
+        measured, _ = sweep.measure(dataclasses.replace(plan, search=None))
     except sweep.SweepFailed as failed:
         return failed.code
     baseline = measured.baseline()
     derived = thresholds_from(baseline, spec.threshold("regression_factor"), spec.window_seconds)
+    try:
+        measurements, baseline = asyncio.run(
+            _beyond_the_sweep(plan, values, sidecar, config, baseline, derived)
+        )
+    except SweepError as exc:
+        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        return sweep.EXIT_FAILED
     objectives = objectives_from(baseline, spec.threshold("regression_factor"))
-    text = config_text(baseline, baseline_path, derived, config, config_name, objectives)
+    text = config_text(baseline, baseline_path, measurements, config, config_name, objectives)
     spec_from_config(yaml.safe_load(text))  # what was written reads back under the same rules
     sweep.write_file(baseline_path, to_yaml(baseline))
-    sweep.write_file(out, text)
-    for name, found in derived.items():
+    sweep.write_file(out, text, private=holds_secret(config))
+    _report(measurements, config, objectives)
+    print(f"inferwatch: wrote {out} and {baseline_path}", file=sys.stderr)
+    return 0
+
+
+def _report(
+    measurements: Measurements, config: Mapping[str, Any], objectives: Mapping[str, Any]
+) -> None:
+    """What was measured and what was not, on stderr."""
+    for name, found in measurements.derived.items():
         print(f"inferwatch: {name} {found.value:g} ({found.source})", file=sys.stderr)
+    for name, why in measurements.not_measured.items():
+        print(f"inferwatch: {name} not measured: {why}", file=sys.stderr)
     if not config.get("slos"):
         for kind, (objective, why) in objectives.items():
             print(f"inferwatch: slo {kind} {objective} ({why})", file=sys.stderr)
-    print(f"inferwatch: wrote {out} and {baseline_path}", file=sys.stderr)
-    return 0
+    given = config.get("thresholds") or {}
+    left = [n for n in measurements.not_measured if n in MACHINE_DEPENDENT and n not in given]
+    if left:
+        print(
+            f"inferwatch: uncalibrated (the alerts on them stay at info): {', '.join(left)}",
+            file=sys.stderr,
+        )
+
+
+def _sidecar_config(values: Mapping[str, Any], config: Mapping[str, Any]) -> ServeConfig:
+    """The sidecar calibrate runs: serve's settings from the same config, against --url,
+    its canary on (unless the config turns it off) through --canary-url, polled often
+    enough to time an engine step."""
+    flags: dict[str, Any] = {"backend_url": values["url"], "capture_dir": None}
+    if values["canary_url"]:
+        flags["canary_url"] = values["canary_url"]
+    if config.get("canary", "on") != "off":
+        flags["canary"] = "on"
+    resolved = resolve(serve_options.OPTIONS, flags, config)
+    resolved["poll_interval"] = min(resolved["poll_interval"], STEP_POLL)
+    resolved["canary_model"] = resolved["canary_model"] or values["model"]
+    return ServeConfig.from_values(resolved)
+
+
+def _note(text: str) -> None:
+    print(f"inferwatch: {text}", file=sys.stderr)
+
+
+async def _beyond_the_sweep(
+    plan: sweep.Plan,
+    values: Mapping[str, Any],
+    sidecar_config: ServeConfig,
+    config: Mapping[str, Any],
+    baseline: Baseline,
+    derived: Mapping[str, Derived],
+) -> tuple[Measurements, Baseline]:
+    """Steps 2 to 4 of the module's docstring, with one client and the sidecar's parts."""
+    found = dict(derived)
+    not_measured: dict[str, str] = {}
+    spec = _spec(config, found)
+    client = Client(
+        plan.root,
+        plan.api,
+        plan.model,
+        timeout=plan.request_timeout,
+        connections=0,
+        api_key=plan.api_key,
+    )
+    try:
+        prompts = await _prompts(plan, client)
+        async with EmbeddedSidecar(sidecar_config, spec) as sidecar:
+            try:
+                await sidecar.wait_until_up(30.0)
+            except TimeoutError as exc:
+                raise SweepError(str(exc)) from None
+            readings = await _normal(sidecar, plan, values, client, prompts)
+            more, why_not = _from_readings(readings, spec, derived, values["normal_windows"])
+            found.update(more)
+            not_measured.update(why_not)
+            if values["engine_step"] == "on":
+                context = await max_model_len(plan.root, plan.model, plan.request_timeout)
+                step = await longest_step(
+                    sidecar, client, prompts, min(plan.prompt_tokens), TAGS + 2, context
+                )
+                if isinstance(step, LongestStep):
+                    seconds = max(step.seconds, sidecar.poller.settings.interval)
+                    found["engine_step_seconds"] = Derived(seconds, step.source)
+                else:
+                    not_measured["engine_step_seconds"] = step
+            else:
+                not_measured["engine_step_seconds"] = "--engine-step off"
+        if plan.search is not None:
+            baseline = await _capacity(plan, client, prompts, baseline, _spec(config, found))
+    finally:
+        await client.close()
+    return Measurements(found, not_measured), baseline
+
+
+def _spec(config: Mapping[str, Any], found: Mapping[str, Derived]) -> Spec:
+    """The spec with the thresholds measured so far."""
+    return spec_from_config(config, {n: d.value for n, d in found.items() if n in THRESHOLDS})
+
+
+async def _prompts(plan: sweep.Plan, client: Client) -> Prompts:
+    """The sweep's prompts again: the file's, or generated to length (fitted anew)."""
+    prompts = Prompts(plan.api, plan.seed, file=plan.file_prompts)
+    return prompts if plan.file_prompts else await fit_prompts(client, prompts, TAGS, _note)
+
+
+async def _normal(
+    sidecar: EmbeddedSidecar,
+    plan: sweep.Plan,
+    values: Mapping[str, Any],
+    client: Client,
+    prompts: Prompts,
+) -> NormalReadings | None:
+    """The sidecar's readings under normal traffic (None with --normal-windows 0)."""
+    if not values["normal_windows"]:
+        return None
+    traffic: Callable[[asyncio.Event], Any] | None = None
+    if values["normal_traffic"] == "sweep":
+
+        def traffic(stop: asyncio.Event) -> Any:
+            return closed_loop(
+                client, prompts, plan.shapes(), max(plan.concurrency), TAGS + 1, stop
+            )
+
+    return await read_normal(sidecar, values["normal_windows"], traffic, _note)
+
+
+def _from_readings(
+    readings: NormalReadings | None,
+    spec: Spec,
+    derived: Mapping[str, Derived],
+    windows: int,
+) -> tuple[dict[str, Derived], dict[str, str]]:
+    """The thresholds the readings set, and why the others were not measured."""
+    if readings is None:
+        return {}, {name: "--normal-windows 0" for name in MACHINE_DEPENDENT if name not in derived}
+    sources = {name: f"measured by the sweep: {d.source}" for name, d in derived.items()}
+    sources |= {n: f"the default {spec.threshold(n):g}" for n in THRESHOLDS if n not in derived}
+    found, why_not = thresholds_from_readings(readings, spec.threshold, sources)
+    return found, {n: why for n, why in why_not.items() if n not in derived}
+
+
+async def _capacity(
+    plan: sweep.Plan, client: Client, prompts: Prompts, baseline: Baseline, spec: Spec
+) -> Baseline:
+    """The baseline with the capacity at each shape: the highest rate whose goodput meets
+    its target, a good request's first token within the calibrated TTFT threshold (unless
+    an objective or --goodput-ttft gives one)."""
+    assert plan.search is not None
+    objectives = plan.objectives
+    if objectives.ttft is None:
+        objectives = dataclasses.replace(objectives, ttft=spec.threshold("ttft_p95_seconds"))
+    found = []
+    for index, shape in enumerate(plan.shapes()):
+        first_tag = TAGS + 10 + index * (plan.search.steps + 1)
+        capacity = await search_shape(
+            client, prompts, shape, plan.search, objectives, plan.seed, first_tag, _note
+        )
+        print(summary(capacity))
+        found.append(capacity)
+    metadata = {**baseline.metadata, "goodput_objectives": objectives.document()}
+    return dataclasses.replace(baseline, metadata=metadata, capacity=tuple(found))

@@ -3,11 +3,14 @@ for it and download the archive.
 
 Exit status: 0 the capture is complete; 1 it is partial or failed, or the exporter refused
 (one runs already, or the last was too recent: the message says when the next may start);
-5 the exporter cannot be reached, has captures off, or answers what no exporter would (an
-archive name that is not a plain file name, an archive over ``max_bytes``).
+5 the exporter cannot be reached, has captures off, or answers what no exporter would (a
+capture id or archive name not of a capture's pattern, an archive over ``max_bytes``), or
+the file to save exists already.
 
-No call follows a redirect. The archive is saved under ``out`` by its plain file name, and
-only once downloaded whole: a failed download leaves nothing behind.
+No call follows a redirect. The archive is saved under ``out`` as ``<id>.tar.gz``, a name
+the client makes from the capture's id (``capture-<time>-manual``), never the exporter's
+name, as a new file (an existing one is never replaced) and only once downloaded whole: a
+failed download leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import aiohttp
 
+from inferwatch.capture.store import CAPTURE_ID, SUFFIX, capture_of
+from inferwatch.logs import printable
 from inferwatch.tools.credentials import Credentials
 from inferwatch.urls import redact_url
 
@@ -58,10 +63,10 @@ async def capture(
         if status == 404:
             raise CaptureError(f"{redact_url(base)}: {doc.get('error', 'no /capture here')}")
         if status != 202:
-            print(f"inferwatch: capture refused: {doc.get('message', status)}", file=sys.stderr)
+            _say(f"inferwatch: capture refused: {doc.get('message', status)}")
             return EXIT_INCOMPLETE
-        name = doc["name"]
-        print(f"capturing at {redact_url(base)}: {doc['message']}", file=sys.stderr)
+        name = _capture_id(doc.get("name"))
+        _say(f"capturing at {redact_url(base)}: {doc['message']}")
         deadline = time.monotonic() + wait
         while True:
             _, listing = await _call(session, "GET", f"{base}/captures", {})
@@ -69,40 +74,48 @@ async def capture(
             if last.get("name") == name:
                 break
             if time.monotonic() > deadline:
-                print(f"inferwatch: {name} not complete after {wait:g} s", file=sys.stderr)
+                _say(f"inferwatch: {name} not complete after {wait:g} s")
                 return EXIT_INCOMPLETE
             await asyncio.sleep(1.0)
         if "archive" not in last:
-            print(f"inferwatch: capture {name} failed: {last.get('error', '')}", file=sys.stderr)
+            _say(f"inferwatch: capture {name} failed: {last.get('error', '')}")
             return EXIT_INCOMPLETE
-        archive = _plain_name(last["archive"])
-        path = out / archive
+        archive = _archive_of(name, last["archive"])
+        path = out / f"{name}{SUFFIX}"  # named here, never by the exporter
         await _download(session, f"{base}/captures/{archive}", path, max_bytes)
-    print(path)
+    _say(str(path), sys.stdout)
     for part in last["parts"]:
         detail = f": {part['detail']}" if part["detail"] else ""
-        print(f"  {part['name']}: {part['result']}{detail}")
+        _say(f"  {part['name']}: {part['result']}{detail}", sys.stdout)
     return 0 if last["result"] == "ok" else EXIT_INCOMPLETE
 
 
-def _plain_name(name: object) -> str:
-    """``name`` if it is a plain file name (no folder, nothing hidden in it); else
-    CaptureError."""
-    if (
-        not isinstance(name, str)
-        or name in ("", ".", "..")
-        or Path(name).name != name
-        or "\\" in name
-        or not name.isprintable()
-    ):
-        shown = repr(name[:80] if isinstance(name, str) else name)
-        raise CaptureError(f"the exporter named the archive {shown}: not a plain file name")
-    return name
+def _say(text: str, stream: TextIO | None = None) -> None:
+    """A line holding the exporter's words (stderr unless ``stream``), its control
+    characters escaped for the terminal."""
+    print(printable(text), file=stream or sys.stderr)
+
+
+def _capture_id(name: object) -> str:
+    """``name`` if it is a capture's id as the exporter makes them, else CaptureError: the
+    archive is saved under it."""
+    if isinstance(name, str) and CAPTURE_ID.fullmatch(name):
+        return name
+    shown = repr(name[:80] if isinstance(name, str) else name)
+    raise CaptureError(f"the exporter named its capture {shown}: not capture-<time>-<trigger>")
+
+
+def _archive_of(name: str, archive: object) -> str:
+    """``archive`` if it is the name of capture ``name``'s archive, else CaptureError."""
+    if isinstance(archive, str) and capture_of(archive) == name:
+        return archive
+    shown = repr(archive[:80] if isinstance(archive, str) else archive)
+    raise CaptureError(f"the exporter named the archive of {name} {shown}: not {name}{SUFFIX}")
 
 
 async def _download(session: aiohttp.ClientSession, url: str, path: Path, max_bytes: int) -> None:
-    """Save the body at ``url`` as ``path``, once whole and within ``max_bytes``; a failed
-    download leaves nothing behind."""
+    """Save the body at ``url`` as ``path`` (a new file, 0600), once whole and within
+    ``max_bytes``; a failed download leaves nothing behind."""
     fd, partial_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     partial = Path(partial_name)
     try:
@@ -118,9 +131,12 @@ async def _download(session: aiohttp.ClientSession, url: str, path: Path, max_by
                     if size > max_bytes:
                         raise _too_large(path.name, max_bytes)
                     file.write(chunk)
-        partial.replace(path)
+        try:
+            os.link(partial, path)  # unlike a rename, never replaces a file
+        except FileExistsError:
+            raise CaptureError(f"{path} exists already; it is not replaced") from None
     finally:
-        partial.unlink(missing_ok=True)  # gone already once in place
+        partial.unlink(missing_ok=True)
 
 
 def _too_large(name: str, max_bytes: int) -> CaptureError:

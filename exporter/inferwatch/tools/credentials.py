@@ -1,9 +1,10 @@
-"""How the tools reach a protected exporter: its web config's basic auth, a CA for its TLS.
+"""How the tools reach a protected exporter or Prometheus: its web config's basic auth, a CA
+for its TLS.
 
-``inferwatch capture`` and ``inferwatch diagnose --exporter`` take the same flags
-(:func:`add_flags`): ``--user`` with ``--password-file`` (basic auth, as the exporter's
-``--web.config.file`` asks), and ``--ca-file`` for an exporter whose certificate the system's
-trust store does not know.
+``inferwatch capture`` and ``inferwatch diagnose`` (``--exporter`` or ``--prometheus``) take
+the same flags (:func:`add_flags`): ``--user`` with ``--password-file`` (basic auth, as the
+``--web.config.file`` of the exporter or Prometheus asks), and ``--ca-file`` for a server
+whose certificate the system's trust store does not know.
 """
 
 from __future__ import annotations
@@ -34,14 +35,16 @@ class Credentials:
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--user", help="basic auth user (the exporter's web config)")
+    parser.add_argument(
+        "--user", help="basic auth user (the web config of the exporter or Prometheus)"
+    )
     parser.add_argument(
         "--password-file", type=flag_type(existing_file), help="file with the basic auth password"
     )
     parser.add_argument(
         "--ca-file",
         type=flag_type(existing_file),
-        help="CA certificate(s) (PEM) to verify an https exporter with",
+        help="CA certificate(s) (PEM) to verify an https exporter or Prometheus with",
     )
 
 

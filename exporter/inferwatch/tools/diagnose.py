@@ -93,6 +93,18 @@ class SourceError(Exception):
     """The source cannot be read or does not hold inferwatch data; str() is one line."""
 
 
+def _upstream(url: str, timeout: float, credentials: Credentials | None) -> Upstream:
+    """Reads of the source, with its basic auth and the CA to verify it with."""
+    access = credentials or Credentials()
+    return Upstream(
+        url,
+        timeout=timeout,
+        max_bytes=64 * 1024 * 1024,
+        headers=access.headers,
+        ssl_context=access.ssl,
+    )
+
+
 # --- from Prometheus -----------------------------------------------------------------------
 
 
@@ -101,7 +113,8 @@ async def _query(upstream: Upstream, expr: str) -> list[tuple[dict[str, str], fl
     try:
         doc = json.loads(await upstream.get_body(path))
     except UpstreamError as exc:
-        raise SourceError(str(exc)) from None
+        hint = " (give --user and --password-file)" if exc.status == 401 else ""
+        raise SourceError(f"{exc}{hint}") from None
     except ValueError:
         raise SourceError(f"{redact_url(upstream.base_url)} did not answer with JSON") from None
     if doc.get("status") != "success":
@@ -161,9 +174,15 @@ class _Signals:
 
 
 async def from_prometheus(
-    url: str, spec: Spec, timeout: float = 10.0, judged_with: str = "the built-in defaults"
+    url: str,
+    spec: Spec,
+    timeout: float = 10.0,
+    judged_with: str = "the built-in defaults",
+    credentials: Credentials | None = None,
 ) -> Report:
-    upstream = Upstream(url, timeout=timeout, max_bytes=64 * 1024 * 1024)
+    """The spec's alerts evaluated by the Prometheus at ``url`` (``credentials``: its web
+    config's basic auth, a CA for its TLS)."""
+    upstream = _upstream(url, timeout, credentials)
     values = placeholders(spec)
     try:
         rules = await _query(
@@ -257,14 +276,7 @@ async def from_exporter(
     """Two scrapes of the exporter ``interval`` apart, judged with the spec it serves
     (``/spec.json``, the one its verdict page judges with) unless ``given`` (a spec and where
     it came from, for the report)."""
-    access = credentials or Credentials()
-    upstream = Upstream(
-        url,
-        timeout=timeout,
-        max_bytes=64 * 1024 * 1024,
-        headers=access.headers,
-        ssl_context=access.ssl,
-    )
+    upstream = _upstream(url, timeout, credentials)
     try:
         spec, judged_with = given or await _served_spec(upstream)
         first = read_page(await upstream.get_exposition("/metrics"))

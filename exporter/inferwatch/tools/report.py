@@ -83,10 +83,22 @@ def _burn_lines(burn: Burn, report: Report) -> list[str]:
     ]
 
 
+def uncalibrated_lines(spec: Spec) -> list[str]:
+    """The thresholds still at their defaults, and what that means for the findings."""
+    names = spec.uncalibrated()
+    if not names:
+        return []
+    return [
+        f"uncalibrated (defaults; the findings on them are info until `inferwatch "
+        f"calibrate` measures them): {', '.join(names)}"
+    ]
+
+
 def render(report: Report) -> str:
     lines = [
         f"inferwatch diagnose: {report.source} (window {report.window})",
         f"judged with {report.judged_with}",
+        *uncalibrated_lines(report.spec),
         "",
     ]
     # What users feel first, then why: each model's burning objectives, its findings under them.
@@ -132,6 +144,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "source": report.source,
         "window": report.window,
         "judged_with": report.judged_with,
+        "uncalibrated": report.spec.uncalibrated(),
         "worst": report.worst(),
         "phase": dict(zip(("phase", "detail"), _phase(report), strict=True)),
         "phase_signals": report.phase_signals,

@@ -36,6 +36,10 @@ USERS_SEE = ("InferenceCanaryFailing", "InferenceClientGap", "InferenceLatencyRe
 STEP_SPAN = "`execute_context_<P>(<p tokens>)_generation_<D>(<d tokens>)`"
 
 
+# The units of the signals that measure how slow something is.
+LATENCY_UNITS = ("seconds", "factor")
+
+
 @dataclass(frozen=True)
 class Cond:
     """``signal op threshold``; the threshold is a name in THRESHOLDS or a number.
@@ -123,6 +127,11 @@ class Alert:
     # generated Alertmanager config inhibits them while it fires where its severity is at
     # least theirs (a ticket never silences a page).
     explains: tuple[str, ...] = ()
+    # A cause that slows the server by making it wait (the signal named: a share of its
+    # time spent waiting) stretches what it explains by 1 / (1 - share) at most: it explains
+    # a latency finding only up to that factor past the finding's threshold, and never
+    # inhibits one (Alertmanager cannot weigh the two).
+    stretch: str = ""
     # Says what users see, not why: the client's view (the canary's alerts), which the
     # server-side causes found with it explain; ranked after the causes when none holds.
     symptom: bool = False
@@ -138,15 +147,21 @@ class Alert:
     def conditions(self) -> tuple[Cond, ...]:
         return self.when + self.any_of + self.unless
 
-    def thresholds(self) -> list[str]:
+    def thresholds(self, firing_only: bool = False) -> list[str]:
         """Names of the thresholds the alert compares with or its signals count against
-        (a tail's bucket bound), in THRESHOLDS order."""
-        used = {c.threshold for c in self.conditions() if isinstance(c.threshold, str)}
-        for cond in self.conditions():
+        (a tail's bucket bound), in THRESHOLDS order; with ``firing_only``, those of the
+        conditions that make it fire (not its ``unless``)."""
+        conditions = self.when + self.any_of if firing_only else self.conditions()
+        used = {c.threshold for c in conditions if isinstance(c.threshold, str)}
+        for cond in conditions:
             recipe = SIGNALS[cond.signal].local
             if isinstance(recipe, ShareAbove):
                 used.add(recipe.bound)
         return [name for name in THRESHOLDS if name in used]
+
+    def slows(self) -> bool:
+        """Whether it fires on a latency (a duration, or a factor over the baseline's)."""
+        return any(SIGNALS[c.signal].unit in LATENCY_UNITS for c in self.when + self.any_of)
 
     def promql(self, values: Mapping[str, str]) -> str:
         """The alert expression, built from its conditions."""

@@ -30,7 +30,7 @@ from inferwatch.method.signals import INSTANCE, MODEL, QUEUE
 # stalled one).
 FLEET_QUEUEING = model_alert(
     "InferenceQueueingDelay",
-    "warning",
+    "info",
     "prefill",
     "scheduling",
     f"TTFT p95 of {SERVED_MODEL} across replicas is 7.375s (threshold 2s) and requests spend "
@@ -217,7 +217,7 @@ DEFERRED_NEAR_MISS = Scenario(
         "InferenceQueueingDelay": [
             model_alert(
                 "InferenceQueueingDelay",
-                "warning",
+                "info",
                 "prefill",
                 "scheduling",
                 f"TTFT p95 of {SERVED_MODEL} across replicas is 7.375s (threshold 2s) and "
@@ -286,7 +286,7 @@ PREFILL_STALLS = Scenario(
             instance_alert(
                 "InferencePrefillStallsDecode",
                 A,
-                "warning",
+                "info",
                 "decode",
                 "scheduling",
                 "3% of the gaps between tokens were longer than 0.5s over 5m (threshold 2 %; "

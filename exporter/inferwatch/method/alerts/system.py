@@ -34,7 +34,7 @@ FRONTEND_BUSY = Scenario(
             instance_alert(
                 "InferenceFrontendCPUSaturated",
                 A,
-                "warning",
+                "info",
                 "any",
                 "system",
                 "The server's frontend process used 0.98 CPU cores over 5m (threshold 0.9) "
@@ -94,7 +94,7 @@ SLOW_PATH = Scenario(
             instance_alert(
                 "InferenceClientGap",
                 A,
-                "warning",
+                "info",
                 "any",
                 "system",
                 f"The canary's first tokens from {SERVED_MODEL} arrive 250ms later than the "
@@ -154,7 +154,7 @@ CPU_STARVED = Scenario(
             instance_alert(
                 "InferenceServerCPUStarved",
                 A,
-                "warning",
+                "info",
                 "any",
                 "system",
                 "The server's threads waited for a CPU 50% of the time they were ready to run "
@@ -198,7 +198,10 @@ SERVER_CPU_STARVED = Alert(
     phase="any",
     layer="system",
     # A server that waits for its CPU steps, schedules, tokenizes and feeds its accelerator
-    # late: every latency cause downstream of the CPU is this one's.
+    # late: every latency cause downstream of the CPU is this one's, as far as the wait
+    # accounts for it (a thread that waits a share w of its ready time runs 1 / (1 - w) as
+    # long; the runbook has the arithmetic).
+    stretch="server_cpu_wait_share",
     explains=(
         "InferenceQueueingDelay",
         "InferencePrefillBottleneck",

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import sys
 import time
 from collections.abc import Mapping
@@ -71,6 +72,7 @@ from inferwatch.baseline import Baseline, to_yaml
 from inferwatch.baseline import load as load_baseline
 from inferwatch.capacity import Capacity
 from inferwatch.collect.stream import Client, SweepError
+from inferwatch.logs import printable
 from inferwatch.method.spec import spec_from_config
 from inferwatch.settings import resolve
 from inferwatch.tools.sweep.cells import CellResult, run_cell
@@ -254,7 +256,7 @@ def measure(
         sweep = asyncio.run(run(plan, progress))
     except SweepError as exc:
         progress.close()
-        print(f"inferwatch: error: {exc}", file=sys.stderr)
+        print(f"inferwatch: error: {printable(str(exc))}", file=sys.stderr)
         raise SweepFailed(EXIT_FAILED) from None
     except KeyboardInterrupt:
         progress.close()
@@ -268,16 +270,26 @@ def measure(
         print(summary(capacity))
     if not sweep.baseline().cells:
         first = next(s.error for r in sweep.results for s in r.errors)
-        print(f"inferwatch: error: every request failed (first: {first})", file=sys.stderr)
+        print(
+            f"inferwatch: error: every request failed (first: {printable(first)})", file=sys.stderr
+        )
         raise SweepFailed(EXIT_FAILED)
     return sweep, marks or {}
 
 
-def write_file(path: Path, text: str) -> None:
-    """Replace ``path`` only once the whole file is written."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
+def write_file(path: Path, text: str, private: bool = False) -> None:
+    """Replace ``path`` only once the whole file is written, through a file of a fresh name
+    that this call creates (never one planted under that name, nor a link's target);
+    ``private``: readable by this user only, for a file that holds a secret."""
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(8)}.partial")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    fd = os.open(partial, flags, 0o600 if private else 0o666)  # less the umask
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(text)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)  # gone already once in place
 
 
 def main(flags: Mapping[str, Any], config: Mapping[str, Any]) -> int:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from inferwatch.baseline import Baseline
+from inferwatch.logs import printable
 from inferwatch.method.quantile import sample_quantile
 from inferwatch.tools.sweep.cells import CellResult
 from inferwatch.tools.sweep.plan import Plan
@@ -60,7 +61,7 @@ class Progress:
     def note(self, message: str) -> None:
         if self.tty and self._drawn:
             self.stream.write("\r\x1b[K")
-        self.stream.write(f"inferwatch: {message}\n")
+        self.stream.write(f"inferwatch: {printable(message)}\n")  # it may quote the server
         if self.tty and self._drawn:
             self._draw(force=True)
         self.stream.flush()
