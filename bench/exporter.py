@@ -56,6 +56,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
+import yaml
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -72,6 +73,7 @@ from inferwatch.model import BackendSample  # noqa: E402
 from inferwatch.serve.exposition import Renderer, render  # noqa: E402
 from inferwatch.tools.measured import PERFORMANCE, this_machine, write_figures  # noqa: E402
 
+MANIFEST = REPO / "deploy" / "kubernetes" / "base" / "deployment.yaml"
 CAPTURES = sorted((REPO / "tests" / "fixtures").glob("vllm-0.32.0-cpu-*.prom"))
 # How many runs of `inferwatch serve` a CPU share is the median of: one run of this noisy a
 # figure (a few hundred milliseconds of CPU) moves with whatever else the machine does.
@@ -116,18 +118,34 @@ def big_page(series: int = 100_000) -> str:
     )
 
 
-def hostile_page(poll: int) -> str:
-    """The security issue's hostile page: :data:`HOSTILE_SERIES` series of a mapped family
-    whose model names, :data:`HOSTILE_CHARS` characters of noise, change at every poll."""
+def hostile_page(poll: int, series: int = HOSTILE_SERIES) -> str:
+    """The security issue's hostile page: ``series`` series of a mapped family whose model
+    names, :data:`HOSTILE_CHARS` characters of noise, change at every poll."""
     chars = HOSTILE_CHARS
-    noise = base64.b64encode(random.Random(poll).randbytes(HOSTILE_SERIES * chars)).decode()
+    noise = base64.b64encode(random.Random(poll).randbytes(series * chars)).decode()
     return 'vllm:num_requests_waiting{model_name="m"} 1\n' + "".join(
         f'vllm:num_requests_running{{engine="{i}",model_name="{noise[i * chars : i * chars + chars]}"}} 1\n'
-        for i in range(HOSTILE_SERIES)
+        for i in range(series)
     )
 
 
-def serve_capture(port: int, page: str = "capture") -> None:
+def manifest_max_bytes() -> int:
+    """The ``--backend-max-bytes`` the Kubernetes manifest gives the sidecar."""
+    deployment = yaml.safe_load(MANIFEST.read_text())
+    for container in deployment["spec"]["template"]["spec"]["containers"]:
+        for arg in container.get("args", []):
+            if arg.startswith("--backend-max-bytes="):
+                return int(arg.split("=", 1)[1])
+    raise SystemExit(f"{MANIFEST}: no --backend-max-bytes")
+
+
+def hostile_series_within(max_bytes: int) -> int:
+    """The most series of :func:`hostile_page` whose page fits ``max_bytes``."""
+    per_series = len(hostile_page(0, 100).encode()) / 100
+    return int(max_bytes / per_series * 0.98)
+
+
+def serve_capture(port: int, page: str = "capture", series: int = HOSTILE_SERIES) -> None:
     """The fake backend (run in a child process): the captures in turn on /metrics (and
     always the first on /unchanged, as an idle server's), always the same :func:`big_page`,
     or a new :func:`hostile_page` at each request."""
@@ -137,7 +155,7 @@ def serve_capture(port: int, page: str = "capture") -> None:
     async def metrics(_: web.Request) -> web.Response:
         nonlocal served
         served += 1
-        body = hostile_page(served) if page == "hostile" else bodies[served % len(bodies)]
+        body = hostile_page(served, series) if page == "hostile" else bodies[served % len(bodies)]
         return web.Response(text=body, content_type="text/plain")
 
     async def unchanged(_: web.Request) -> web.Response:
@@ -447,13 +465,21 @@ async def scraped_every_15_s(urls: list[str], pids: list[str], seconds: float) -
 
 def rss_under_a_hostile_page(workdir: Path, report: Report) -> None:
     """Figure 6: the RSS of `inferwatch serve` after polling :func:`hostile_page` next to
-    one polling the captures, at once, for :data:`HOSTILE_SECONDS`."""
-    ports = {"capture": free_port(), "hostile-page": free_port()}
+    one polling the captures, at once, for :data:`HOSTILE_SECONDS`; and of one run with the
+    Kubernetes manifest's ``--backend-max-bytes``, polling the same page cut to fit it."""
+    max_bytes = manifest_max_bytes()
+    cut = hostile_series_within(max_bytes)
+    ports = {"capture": free_port(), "hostile-page": free_port(), "manifest": free_port()}
     backends = [
-        Process(
-            name, [sys.executable, __file__, f"--serve-{name}", str(port)], workdir / f"{name}.log"
+        Process(name, [sys.executable, __file__, *argv], workdir / f"{name}.log")
+        for name, argv in (
+            ("capture", ["--serve-capture", str(ports["capture"])]),
+            ("hostile-page", ["--serve-hostile-page", str(ports["hostile-page"])]),
+            (
+                "manifest",
+                ["--serve-hostile-page", str(ports["manifest"]), "--hostile-series", str(cut)],
+            ),
         )
-        for name, port in ports.items()
     ]
     interval = ("--poll-interval", "0.5")  # the default: the page changes at every poll
     try:
@@ -463,19 +489,31 @@ def rss_under_a_hostile_page(workdir: Path, report: Report) -> None:
         with (
             exporter_polling(urls[0], workdir / "normal", *interval) as (normal, at_normal),
             exporter_polling(urls[1], workdir / "hostile", *interval) as (hostile, at_hostile),
+            exporter_polling(
+                urls[2], workdir / "manifest", *interval, f"--backend-max-bytes={max_bytes}"
+            ) as (manifest, at_manifest),
         ):
-            pids = [str(normal.pid), str(hostile.pid)]
-            metrics = [f"http://127.0.0.1:{at}/metrics" for at in (at_normal, at_hostile)]
+            pids = [str(normal.pid), str(hostile.pid), str(manifest.pid)]
+            metrics = [
+                f"http://127.0.0.1:{at}/metrics" for at in (at_normal, at_hostile, at_manifest)
+            ]
             sizes = asyncio.run(scraped_every_15_s(metrics, pids, HOSTILE_SECONDS))
             peaks = [rss_mib(pid, "VmHWM") for pid in pids]
         size = len(hostile_page(0).encode()) / 2**20
-        (normal_rss, hostile_rss), (normal_peak, hostile_peak) = sizes, peaks
+        cut_size = len(hostile_page(0, cut).encode()) / 2**20
+        (normal_rss, hostile_rss, manifest_rss) = sizes
+        (normal_peak, hostile_peak, manifest_peak) = peaks
         report(
             f"RSS of `inferwatch serve` after {HOSTILE_SECONDS:.0f} s polling every 0.5 s, "
             "scraped every 15 s: the hostile page",
             f"{hostile_rss[-1]:.1f} MiB (highest reading {max(hostile_rss):.1f} MiB, peak "
             f"VmHWM {hostile_peak:.1f} MiB; {HOSTILE_SERIES:,} series whose "
             f"{HOSTILE_CHARS:,}-character model names change at every poll, {size:.1f} MiB)",
+        )
+        report(
+            f"  the same with the Kubernetes manifest's --backend-max-bytes={max_bytes}",
+            f"{manifest_rss[-1]:.1f} MiB (highest reading {max(manifest_rss):.1f} MiB, peak "
+            f"VmHWM {manifest_peak:.1f} MiB; the page cut to {cut:,} series, {cut_size:.1f} MiB)",
         )
         report(
             "  the same, the rotating captures",
@@ -499,6 +537,9 @@ def main() -> None:
     parser.add_argument("--serve-capture", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-big-page", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve-hostile-page", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--hostile-series", type=int, default=HOSTILE_SERIES, help=argparse.SUPPRESS
+    )
     parser.add_argument("--loop-share", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.loop_share is not None:
@@ -506,7 +547,9 @@ def main() -> None:
         return
     for page in ("capture", "big_page", "hostile_page"):
         if getattr(args, f"serve_{page}"):
-            serve_capture(getattr(args, f"serve_{page}"), page.removesuffix("_page"))
+            serve_capture(
+                getattr(args, f"serve_{page}"), page.removesuffix("_page"), args.hostile_series
+            )
             return
     workdir = Path("/tmp/inferwatch-bench")
     report = Report()
