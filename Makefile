@@ -2,7 +2,7 @@
 #
 #   make test      install everything (venvs, vLLM on CPU, Prometheus, Alertmanager) and run
 #                  lint, the regenerate-and-diff check and the whole test suite
-#   make check     the quick lane (under a minute on 2 cores): lint, the regenerate-and-diff
+#   make check     the quick lane: lint, the regenerate-and-diff
 #                  check, the unit and promtool tests, on every core; no real inference
 #                  server, none of the tests marked slow
 #   make demo      a real vLLM on CPU + inferwatch + Prometheus + Alertmanager, driven through
@@ -118,7 +118,7 @@ demo: $(VENV)/.installed $(VLLM_VENV)/.installed debs
 bench: $(VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) bench/exporter.py --vllm --write-docs
 
-# The e2e on every core, then pinned to one (about 35 minutes): each writes its times from
+# The e2e on every core, then pinned to one: each writes its times from
 # every fault's onset into the README (tests/test_e2e.py, INFERWATCH_E2E_TIMES).
 e2e-times: $(VENV)/.installed $(VLLM_VENV)/.installed debs
 	INFERWATCH_E2E_TIMES=1 $(PY) -m pytest -m e2e -x -q -s
