@@ -12,9 +12,10 @@ import time
 
 import aiohttp
 import pytest
-from test_e2e import diagnose, diagnose_exporter, stack  # noqa: F401 (stack: the fixture)
 
 from demo.scenarios import LocalStack, normal_traffic, settle
+
+from test_e2e import diagnose, diagnose_exporter, stack  # noqa: F401 (stack: the fixture)
 
 pytestmark = pytest.mark.e2e
 
