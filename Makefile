@@ -2,7 +2,7 @@
 #
 #   make test      install everything (venvs, vLLM on CPU, Prometheus, Alertmanager) and run
 #                  lint, the regenerate-and-diff check and the whole test suite
-#   make check     the quick lane (under a minute on 2 cores): lint, the regenerate-and-diff
+#   make check     the quick lane: lint, the regenerate-and-diff
 #                  check, the unit and promtool tests, on every core; no real inference
 #                  server, none of the tests marked slow
 #   make demo      a real vLLM on CPU + inferwatch + Prometheus + Alertmanager, driven through
@@ -31,7 +31,8 @@ K8S_VALIDATOR := tests/k8s/node_modules/.package-lock.json
 # @grafana/schema and TypeScript (npm), for the dashboards' type check (tsc --strict).
 GRAFANA_SCHEMA := tests/grafana-schema/node_modules/.package-lock.json
 # What `make check` leaves to `make test`: the real inference servers and the slow tests.
-CHECK_MARKERS := not vllm and not e2e and not llamacpp and not triton and not slow
+SERVERLESS := not vllm and not e2e and not llamacpp and not triton
+CHECK_MARKERS := $(SERVERLESS) and not slow
 # Two pytest workers a core: many tests wait on a subprocess (promtool, Prometheus,
 # Alertmanager) more than they compute; idle workers steal queued tests.
 CHECK_WORKERS := $(shell echo $$(( 2 * $$(nproc) )))
@@ -94,9 +95,12 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
+# Those that run no real inference server on every core, as `make check` does (the slow ones
+# too); then the real servers and the e2e one at a time: their timings are the machine's own.
 test: $(VENV)/.installed $(VLLM_VENV)/.installed $(TRITON_VENV)/.installed $(LLAMA_SERVER) \
 		$(K8S_VALIDATOR) $(GRAFANA_SCHEMA) debs lint
-	$(PY) -m pytest
+	$(PY) -m pytest -q -n $(CHECK_WORKERS) --dist worksteal -m "$(SERVERLESS)"
+	$(PY) -m pytest -q -m "not ($(SERVERLESS))"
 
 # The regenerate-and-diff check is the suite's own (tests/test_alerts.py,
 # test_committed_artifacts_are_what_generate_writes); pytest-xdist runs it with the rest.
@@ -114,7 +118,7 @@ demo: $(VENV)/.installed $(VLLM_VENV)/.installed debs
 bench: $(VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) bench/exporter.py --vllm --write-docs
 
-# The e2e on every core, then pinned to one (about 35 minutes): each writes its times from
+# The e2e on every core, then pinned to one: each writes its times from
 # every fault's onset into the README (tests/test_e2e.py, INFERWATCH_E2E_TIMES).
 e2e-times: $(VENV)/.installed $(VLLM_VENV)/.installed debs
 	INFERWATCH_E2E_TIMES=1 $(PY) -m pytest -m e2e -x -q -s

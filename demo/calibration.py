@@ -31,7 +31,7 @@ import aiohttp
 import yaml
 
 from demo.stack import MODEL_NAME, VLLM_ARGS, StackError, VllmServer, http_get
-from demo.traffic import complete, complete_many, prompt
+from demo.traffic import Request, complete, complete_many, prompt
 from inferwatch.capacity import parse
 from inferwatch.collect.textparse import parse_labels, scan
 from inferwatch.method.quantile import histogram_quantile
@@ -207,9 +207,14 @@ async def tokens_per_word(url: str) -> float:
     return (counts[1] - counts[0]) / 100
 
 
-async def normal_load(url: str, stop: asyncio.Event, most_per_second: float | None = None) -> int:
+async def normal_load(
+    url: str,
+    stop: asyncio.Event,
+    most_per_second: float | None = None,
+    log: list[Request] | None = None,
+) -> int:
     """The demo's normal traffic until ``stop`` (at most ``most_per_second`` requests a
-    second, where given); returns the requests sent."""
+    second, where given; each request added to ``log``); returns the requests sent."""
     return await complete_many(
         url,
         stop,
@@ -217,6 +222,7 @@ async def normal_load(url: str, stop: asyncio.Event, most_per_second: float | No
         prompt_words=NORMAL_WORDS,
         max_tokens=NORMAL_OUTPUT,
         most_per_second=most_per_second,
+        log=log,
     )
 
 

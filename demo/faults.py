@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from demo.calibration import LONG_PROMPT_OUTPUT, NORMAL_OUTPUT, NORMAL_WORDS, normal_load
 from demo.local_stack import LocalStack
-from demo.traffic import Burst, burst, complete_many, open_loop
+from demo.traffic import Burst, Request, burst, complete_many, open_loop
 
 Fault = Callable[[LocalStack, asyncio.Event], Awaitable[None]]
 
@@ -25,13 +25,15 @@ RAMP_LOW = 0.6
 RAMP_HOLD = 2
 
 
-async def normal_traffic(stack: LocalStack, stop: asyncio.Event) -> None:
+async def normal_traffic(
+    stack: LocalStack, stop: asyncio.Event, log: list[Request] | None = None
+) -> None:
     """Two clients back to back, short prompts, short answers: the load calibrated for, at
     most the load ramp's first stair (:data:`RAMP_LOW` of the measured capacity). Where two
     clients back to back come near what the server carries with its first tokens in time
     (a slow machine: bursts of open-loop arrivals queue where two clients never do), the
-    normal traffic is not the capacity ticket's case."""
-    await normal_load(stack.vllm.url, stop, RAMP_LOW * stack.faults.capacity)
+    normal traffic is not the capacity ticket's case. Each request is added to ``log``."""
+    await normal_load(stack.vllm.url, stop, RAMP_LOW * stack.faults.capacity, log)
 
 
 async def overload(stack: LocalStack, stop: asyncio.Event) -> None:

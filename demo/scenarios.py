@@ -261,6 +261,7 @@ async def settle(stack: LocalStack, timeout: float) -> None:
     quiet_for = stack.spec.window_seconds + stack.evaluation_seconds()
     deadline = time.monotonic() + timeout
     quiet_since = time.monotonic()
+    seen: dict[str, str] = {}  # each alert that broke the quiet, and its state then
     try:
         while time.monotonic() < deadline:
             # An SLO alert says how much budget the past burned; it clears with its windows
@@ -269,16 +270,16 @@ async def settle(stack: LocalStack, timeout: float) -> None:
             # it did is the same notification to it, and is not sent again.
             held = await asyncio.to_thread(stack.prometheus_alerts)
             held += await asyncio.to_thread(stack.held_at_alertmanager)
-            if [a for a in held if not _is_slo(a)]:
+            held = [a for a in held if not _is_slo(a)]
+            if held:
                 quiet_since = time.monotonic()
+                seen |= {a["labels"]["alertname"]: a.get("state", "active") for a in held}
             elif time.monotonic() - quiet_since >= quiet_for:
                 return
             await asyncio.sleep(1)
-        held = stack.prometheus_alerts() + stack.held_at_alertmanager()
-        names = sorted({a["labels"]["alertname"] for a in held if not _is_slo(a)})
         raise StackError(
             f"alerts were not quiet for {quiet_for:g} s within {timeout:g} s: "
-            f"{', '.join(names) or 'flickering'}"
+            + ", ".join(f"{name} ({state})" for name, state in sorted(seen.items()))
         )
     finally:
         stop.set()

@@ -23,6 +23,19 @@ class Burst:
     max_tokens: int = 300
 
 
+@dataclass(frozen=True)
+class Request:
+    """One request as its client saw it: monotonic times, and the HTTP status (0: none)."""
+
+    sent: float
+    answered: float
+    status: int
+
+    @property
+    def seconds(self) -> float:
+        return self.answered - self.sent
+
+
 def prompt(words: int, salt: int = 0) -> str:
     """A prompt of about ``words`` tokens; ``salt`` defeats the prefix cache."""
     return f"{salt} " + " ".join(f"word{(salt * 31 + i) % 97}" for i in range(words))
@@ -72,12 +85,14 @@ async def complete_many(
     prompt_words: int,
     max_tokens: int,
     most_per_second: float | None = None,
+    log: list[Request] | None = None,
 ) -> int:
     """``clients`` concurrent clients sending completions back to back until ``stop``; with
     ``most_per_second``, together at most that many a second (each waits out its share).
 
     Every request has its own prompt (no prefix-cache hits); failed requests (a server
-    that died) are counted, not raised. Returns the number of requests sent.
+    that died) are counted, not raised, and each is added to ``log`` as the client saw it.
+    Returns the number of requests sent.
     """
     sent = 0
     timeout = aiohttp.ClientTimeout(total=120)
@@ -89,12 +104,15 @@ async def complete_many(
         while not stop.is_set():
             sent += 1
             started = time.monotonic()
+            status = 0
             try:
-                await complete(
+                status = await complete(
                     session, base_url, prompt(prompt_words, n * 1_000_000 + sent), max_tokens
                 )
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 await asyncio.sleep(0.5)  # the server is down: do not spin
+            if log is not None:
+                log.append(Request(started, time.monotonic(), status))
             wait = started + spacing - time.monotonic()
             if wait > 0:
                 with contextlib.suppress(asyncio.TimeoutError):

@@ -44,6 +44,8 @@ from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
 from inferwatch.method.slo import FAST as SLO_PAGE
 from inferwatch.tools.measured import E2E_TIMES, README, this_machine, write_figures
 
+import e2e_faults
+
 pytestmark = pytest.mark.e2e
 
 # What users see, never unexpected: the SLO alerts (a fault burns budget) and the canary's
@@ -63,7 +65,7 @@ def times_in_the_readme():
     """With INFERWATCH_E2E_TIMES=1, a run of every scenario writes its times into the
     README's region for the cores it ran on (every core, or pinned to one)."""
     yield
-    if os.environ.get("INFERWATCH_E2E_TIMES") == "1" and len(TIMES) == len(SCENARIOS):
+    if os.environ.get("INFERWATCH_E2E_TIMES") == "1" and len(TIMES) == len(FAULTS):
         pinned = len(os.sched_getaffinity(0)) == 1
         readme = Path(__file__).resolve().parents[1] / README
         write_figures(readme, TIMES, this_machine(), E2E_TIMES[pinned])
@@ -143,6 +145,15 @@ async def diagnose_exporter(stack: LocalStack) -> dict:
     )  # fmt: skip
     out, _ = await asyncio.wait_for(process.communicate(), timeout=60 + stack.spec.window_seconds)
     return json.loads(out)
+
+
+def ranked(scenario: Scenario, *judged: dict) -> str:
+    """What each judge (the verdict page, diagnose with the config, diagnose --exporter)
+    listed first, for the README's table."""
+    first = [doc["findings"][0]["alert"] if doc["findings"] else "nothing" for doc in judged]
+    if set(first) == {scenario.expect}:
+        return "; first for every judge"
+    return "; first: " + ", ".join(first) + " (verdict page, diagnose, diagnose --exporter)"
 
 
 def leads(names: list[str], scenario: Scenario) -> bool:
@@ -316,7 +327,11 @@ def check_page(stack: LocalStack, scenario: Scenario, outcome: Outcome) -> None:
     assert any(scenario.expect in d for d in described), described
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+# The demo's faults, then faults of the e2e's own that the demo never runs.
+FAULTS = SCENARIOS + e2e_faults.SCENARIOS
+
+
+@pytest.mark.parametrize("scenario", FAULTS, ids=[s.name for s in FAULTS])
 def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Scenario) -> None:
     assert stack.prometheus is not None
     prometheus = stack.prometheus
@@ -357,6 +372,10 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
         return outcome, await watch, skipped
 
     outcome, starts, missed = asyncio.run(run())
+    evidence = e2e_faults.EVIDENCE.get(scenario.name)
+    if evidence is not None:  # a fault whose condition did not happen proves nothing
+        print(f"\n{scenario.name}: the clients saw: {evidence.text}")
+        assert evidence.held, evidence.text
     received = outcome.received
     if scenario.expect not in received:
         why = stack.explain(scenario.expect, outcome.began_at, time.time())
@@ -392,7 +411,6 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
     )
     assert took <= budget
 
-    TIMES[scenario.name] = times(outcome)
     (code, report), shown, alone, page = outcome.on_alert
     # The sidecar's own verdict page names the cause too, from its polls alone.
     print(f"verdict page: {', '.join(findings_of(shown)) or shown.verdict['state']}")
@@ -407,6 +425,9 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
         names = [f["alert"] for f in doc["findings"]]
         print(f"{what}: {', '.join(names) or doc.get('state', 'nothing')}")
         assert leads(names, scenario), (what, names)
+    TIMES[scenario.name] = times(outcome) + ranked(scenario, shown.verdict, report, alone)
+    if evidence is not None:
+        TIMES[scenario.name] += f"; the clients saw: {evidence.text}"
     # What Alertmanager inhibits (a dead backend's last latency window, say) diagnose lists
     # as explained by its cause; anything else must be expected.
     unexplained = {f["alert"] for f in report["findings"] if f["explained_by"] is None}
