@@ -83,7 +83,11 @@ class LocalStack:
                 )
             )
         )
-        self.alertmanager = Alertmanager(self.workdir, am_config).start()
+        # Started once the rules are the calibrated ones: before, the base config's rules
+        # judge with defaults (an info alert may fire), and a rule changed by a reload is a
+        # new rule to Prometheus, which sends no resolution for the old one's alert:
+        # Alertmanager would hold it for minutes after.
+        self.alertmanager = Alertmanager(self.workdir, am_config)
         self.inferwatch = self._inferwatch(CONFIG).start()
         self.prometheus = Prometheus(
             self.workdir,
@@ -98,6 +102,7 @@ class LocalStack:
         self.spec = self.calibration.spec
         write(self.workdir, self.spec)
         self.prometheus.reload()
+        self.alertmanager.start()
         self.inferwatch.stop()  # serve again with the calibrated config (and its baseline)
         self.inferwatch = self._inferwatch(self.calibration.config, self.inferwatch.port).start()
         return self
