@@ -322,7 +322,7 @@ def test_the_sidecar_is_small_unprivileged_and_probed_on_healthz(rendered, name:
     assert "nvidia.com/gpu" not in limits  # it would get a GPU of its own, not the server's
     assert limits["memory"].endswith("Mi") and int(limits["memory"][:-2]) <= 256
     # The page bound bench/exporter.py measures the sidecar's memory under, in every rendering.
-    assert "--backend-max-bytes=4194304" in sidecar["args"]
+    assert "--backend-max-bytes=2097152" in sidecar["args"]
     server = containers(docs)["server"]
     assert server["resources"]["limits"].get("nvidia.com/gpu", 0) >= 1 or (
         server["resources"]["claims"] == sidecar["resources"]["claims"]  # overlays/dra
