@@ -20,9 +20,10 @@ from pathlib import Path
 
 from demo.faults import normal_traffic
 from demo.local_stack import LocalStack
-from demo.processes import StackError, children_of
+from demo.processes import StackError
 from demo.scenarios import CANARY, GAP, REGRESSION, Scenario
 from demo.traffic import Request
+from inferwatch.collect.processes import ThreadTimes, process_tree
 
 # Where the kernel's CPU controller is: cgroup v1's hierarchy, else the unified one.
 CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
@@ -48,33 +49,9 @@ class Evidence:
     text: str = "the fault did not run"
 
 
-def _threads(pids: list[int]) -> list[Path]:
-    tasks = []
-    for pid in pids:
-        with contextlib.suppress(FileNotFoundError):
-            tasks += list(Path(f"/proc/{pid}/task").iterdir())
-    return tasks
-
-
-def _cpu_demand(pids: list[int]) -> float:
+def _cpu_demand(times: ThreadTimes, pids: list[int]) -> float:
     """Seconds the processes' threads ran or waited to run, all together, so far."""
-    total = 0
-    for task in _threads(pids):
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            run, wait, _ = (task / "schedstat").read_text().split()
-            total += int(run) + int(wait)
-    return total / 1e9
-
-
-def _server_pids(stack: LocalStack) -> list[int]:
-    assert stack.vllm.process is not None
-    root = stack.vllm.process.pid
-    pids, todo = [root], [root]
-    while todo:
-        children = [pid for pid, _ in children_of(todo.pop())]
-        pids += children
-        todo += children
-    return pids
+    return sum(run + wait for run, wait in times.read(pids).values())
 
 
 class CpuLimit:
@@ -147,13 +124,15 @@ def cpu_limit(evidence: Evidence):
     async def fault(stack: LocalStack, stop: asyncio.Event) -> None:
         log: list[Request] = []
         traffic = asyncio.create_task(normal_traffic(stack, stop, log))
-        pids = _server_pids(stack)
+        assert stack.vllm.process is not None
+        pids = process_tree(stack.vllm.process.pid)
+        times = ThreadTimes()
         limit = CpuLimit(f"inferwatch-e2e-{os.getpid()}")
         try:
-            began, demand_before = time.monotonic(), _cpu_demand(pids)
+            began, demand_before = time.monotonic(), _cpu_demand(times, pids)
             while len(log) < BEFORE_REQUESTS and not stop.is_set():
                 await asyncio.sleep(0.05)
-            demand = (_cpu_demand(pids) - demand_before) / (time.monotonic() - began)
+            demand = (_cpu_demand(times, pids) - demand_before) / (time.monotonic() - began)
             before = [r.seconds for r in log if r.status == 200]
             cores = limited_cores(demand, stack.spec.threshold("server_cpu_wait_share"))
             limit.apply(pids, cores)
