@@ -6,10 +6,13 @@ only the functions that would call into the driver. Each :class:`FakeGpu` is a h
 
 from __future__ import annotations
 
+import functools
 import types
 from dataclasses import dataclass, field
 
 import pynvml as real
+
+from inferwatch.gpu_gauges import GPU_GAUGES
 
 
 def nvml_error(code: int) -> real.NVMLError:
@@ -25,15 +28,13 @@ class FakeGpu:
     memory_total: int = 80 * 1024**3
     bus_width: int = 5120  # bits
     max_memory_clock: int = 2619  # MHz
-    sm_clock: int = 1980  # MHz
-    power_mw: int = 350_000
-    temperature: int = 61
     throttle_mask: int = 0
     samples: list[tuple[int, int]] = field(default_factory=list)  # (timestamp us, percent)
     samples_supported: bool = True
     gpm_supported: bool = False
-    gpm_values: tuple[float, float, float] = (0.0, 0.0, 0.0)  # SM, tensor, DRAM percent
-    power_supported: bool = True
+    # The table's gauges (inferwatch.gpu_gauges) in NVML's unit, by name, over their
+    # examples; None: NOT_SUPPORTED.
+    readings: dict[str, float | None] = field(default_factory=dict)
     # Communication, defaults of an H100 SXM5: PCIe Gen5 x16 (NVIDIA H100 datasheet: "PCIe
     # Gen5: 128 GB/s", both directions), 18 NVLink4 links at 26562 MBps each (`nvidia-smi
     # nvlink --status` on an H100 80GB HBM3 prints "Link 0: 26.562 GB/s" ... "Link 17").
@@ -67,6 +68,9 @@ class FakeGpu:
     call_errors: dict[str, int] = field(default_factory=dict)  # function name: error it raises
     fail_with: int | None = None  # every call on this GPU raises this NVML error code
 
+    def __post_init__(self) -> None:
+        self.readings = {g.name: g.example for g in GPU_GAUGES} | self.readings
+
     @property
     def uuid(self) -> str:
         return f"GPU-00000000-0000-0000-0000-00000000000{self.index}"
@@ -94,12 +98,25 @@ class FakeNvml(types.ModuleType):
         self.gpm_gets = 0
         self.field_requests: list[list] = []  # nvmlDeviceGetFieldValues' requests, in order
         self.freed_event_sets = 0
+        for query in {g.query for g in GPU_GAUGES if g.query}:
+            setattr(self, query, functools.partial(self._gauge_query, query))
 
     def _gpu(self, handle: FakeGpu, function: str = "") -> FakeGpu:
         if function:
             self.calls.append(function)  # asked, whether or not it fails
         handle.check(function)
         return handle
+
+    def _gauge_query(self, query: str, h: FakeGpu, *args: int) -> float:
+        """A query of the gauge table: the GPU's reading of the row it serves."""
+        g = self._gpu(h, query)
+        for gauge in GPU_GAUGES:
+            if (gauge.query, tuple(getattr(real, a) for a in gauge.args)) == (query, args):
+                reading = g.readings[gauge.name]
+                if reading is None:
+                    raise nvml_error(real.NVML_ERROR_NOT_SUPPORTED)
+                return reading
+        raise AssertionError(f"{query}{args} reads no gauge of the table")
 
     def nvmlInit(self) -> None:
         if self.library_missing:
@@ -139,10 +156,6 @@ class FakeNvml(types.ModuleType):
         assert clock_type == real.NVML_CLOCK_MEM
         return self._gpu(h).max_memory_clock
 
-    def nvmlDeviceGetClockInfo(self, h: FakeGpu, clock_type: int) -> int:
-        assert clock_type == real.NVML_CLOCK_SM
-        return self._gpu(h).sm_clock
-
     def nvmlDeviceGetUtilizationRates(self, h: FakeGpu) -> types.SimpleNamespace:
         return types.SimpleNamespace(gpu=self._gpu(h).util, memory=0)
 
@@ -161,16 +174,6 @@ class FakeNvml(types.ModuleType):
             sample.sampleValue.uiVal = value
             out.append(sample)
         return real.NVML_VALUE_TYPE_UNSIGNED_INT, out
-
-    def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:
-        g = self._gpu(h)
-        if not g.power_supported:
-            raise nvml_error(real.NVML_ERROR_NOT_SUPPORTED)
-        return g.power_mw
-
-    def nvmlDeviceGetTemperature(self, h: FakeGpu, sensor: int) -> int:
-        assert sensor == real.NVML_TEMPERATURE_GPU
-        return self._gpu(h).temperature
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: FakeGpu) -> int:
         return self._gpu(h).throttle_mask
@@ -195,9 +198,9 @@ class FakeNvml(types.ModuleType):
     def nvmlGpmMetricsGet(self, request):
         gpu = self._gpm_source
         by_id = {
-            real.NVML_GPM_METRIC_SM_UTIL: gpu.gpm_values[0],
-            real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: gpu.gpm_values[1],
-            real.NVML_GPM_METRIC_DRAM_BW_UTIL: gpu.gpm_values[2],
+            getattr(real, g.gpm): reading
+            for g in GPU_GAUGES
+            if g.gpm and (reading := gpu.readings[g.name]) is not None
         }
         if gpu.gpm_pcie_supported:
             by_id[real.NVML_GPM_METRIC_PCIE_TX_PER_SEC] = gpu.gpm_pcie[0]

@@ -14,13 +14,13 @@ from inferwatch.dashboards.grafana import DATASOURCE, SCHEMA_VERSION, dashboard
 from inferwatch.dashboards.grafana_panel import runbook_url
 from inferwatch.dashboards.queries import GPU_ONLY_PANELS, MODEL, NODE, TARGET, PanelSpec, Query
 from inferwatch.dashboards.triage import triage_panels
-from inferwatch.method.panels import Panel
 from inferwatch.method.recording import recording_rules
 from inferwatch.method.runbooks import RUNBOOKS
 from inferwatch.method.slo import BURNS
 from inferwatch.method.slo import recording_rules as slo_rules
 from inferwatch.method.spec import spec_from_config
 from inferwatch.metrics import ALL, Kind
+from inferwatch.panels import Panel
 
 BOARDS = dashboards(spec_from_config({}))
 COMMITTED = Path(__file__).resolve().parents[1] / "dashboards"

@@ -27,8 +27,8 @@ from inferwatch.dashboards.queries import (
     SPEC_DECODE_PANELS,
     STEP_TIMED_PANELS,
 )
-from inferwatch.method.panels import Panel
 from inferwatch.method.spec import spec_from_config
+from inferwatch.panels import Panel
 from inferwatch.tools.generate import write
 
 from conftest import capacity_entry

@@ -8,8 +8,11 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 
 from inferwatch.collect.gpu import GpuSource, GpuUnavailable
 from inferwatch.collect.gpu_health import INTERVAL, MAX_EVENTS
+from inferwatch.dashboards.triage import triage_panels
+from inferwatch.gpu_gauges import GPU_GAUGES, GpuGauge
 from inferwatch.method.gpu_faults import GPU_XIDS_NEEDING_ATTENTION
-from inferwatch.model import CollectorStatus, Snapshot
+from inferwatch.method.spec import spec_from_config
+from inferwatch.model import CollectorStatus, GpuSample, Snapshot
 from inferwatch.serve.exposition import render, render_openmetrics
 
 from conftest import page_value
@@ -42,9 +45,6 @@ def test_reads_every_gauge_with_base_units() -> None:
     assert gpu.memory_total_bytes == 80 * 1024**3
     # H100 SXM: 5120-bit bus x 2619 MHz x 2 (DDR) = 3.352 TB/s
     assert gpu.memory_bandwidth_peak_bytes_per_second == 5120 / 8 * 2619e6 * 2
-    assert gpu.sm_clock_hertz == 1980e6
-    assert gpu.power_watts == 350.0
-    assert gpu.temperature_celsius == 61.0
     assert gpu.clock_throttled["sw_thermal_slowdown"] is True
     assert gpu.clock_throttled["sw_power_cap"] is True
     assert gpu.clock_throttled["hw_slowdown"] is False
@@ -81,11 +81,50 @@ def test_without_sample_support_utilization_times_interval_is_integrated() -> No
     assert sample.busy_seconds_total == pytest.approx(0.8)
 
 
-def test_unsupported_readings_are_absent_not_failures() -> None:
-    src, _ = source(FakeGpu(0, power_supported=False))
-    (gpu,), status = src.sample()
+GPU_LABELS = {
+    "gpu": "0",
+    "name": "NVIDIA H100 80GB HBM3",
+    "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+}
+
+
+def two_polls(gpu: FakeGpu) -> tuple[GpuSample, CollectorStatus, str]:
+    """The second poll (GPM's first interval) of ``gpu``, its status and its page."""
+    src, _ = source(gpu)
+    src.sample()
+    (sample,), status = src.sample()
+    page = render(Snapshot("vllm", False, 0.0, None, {"gpu": status}, gpus=(sample,))).decode()
+    return sample, status, page
+
+
+@pytest.mark.parametrize("gauge", GPU_GAUGES, ids=lambda g: g.name)
+def test_each_gauge_of_the_table_is_read_scaled_and_served(gauge: GpuGauge) -> None:
+    sample, status, page = two_polls(FakeGpu(0, gpm_supported=True))
     assert status.success
-    assert gpu.power_watts is None
+    assert sample.gauges[gauge.name] == gauge.scale.apply(gauge.example)
+    value = page_value(page, f"inferwatch_{gauge.name}", **GPU_LABELS)
+    assert value == gauge.scale.apply(gauge.example)
+
+
+@pytest.mark.parametrize("gauge", GPU_GAUGES, ids=lambda g: g.name)
+def test_a_gauge_the_gpu_cannot_read_is_absent_not_a_failure(gauge: GpuGauge) -> None:
+    sample, status, page = two_polls(FakeGpu(0, gpm_supported=True, readings={gauge.name: None}))
+    assert status.success
+    assert gauge.name not in sample.gauges
+    assert f"inferwatch_{gauge.name}{{" not in page
+    assert len(sample.gauges) == len(GPU_GAUGES) - 1
+
+
+@pytest.mark.parametrize("gauge", GPU_GAUGES, ids=lambda g: g.name)
+def test_each_gauge_is_plotted_on_its_panel(gauge: GpuGauge) -> None:
+    exprs = [
+        query.expr
+        for _, row in triage_panels(spec_from_config({}))
+        for panel in row
+        if panel.title == gauge.panel
+        for query in panel.queries
+    ]
+    assert any(f"inferwatch_{gauge.name}{{" in expr for expr in exprs), exprs
 
 
 def test_vanished_gpu_drops_its_series_and_reports_failure_then_recovers() -> None:
@@ -122,17 +161,15 @@ def test_no_library_means_unavailable_and_a_failed_collector() -> None:
     assert not src.started_once
 
 
+GPM_GAUGES = {g.name for g in GPU_GAUGES if g.gpm}
+
+
 def test_gpm_activity_from_two_samples_on_supported_gpus() -> None:
-    gpu = FakeGpu(0, gpm_supported=True, gpm_values=(62.5, 40.0, 85.0))
-    src, nv = source(gpu)
+    src, nv = source(FakeGpu(0, gpm_supported=True))
     (first,), _ = src.sample()
-    assert first.sm_active_ratio is None  # one GPM sample is not an interval yet
+    assert not GPM_GAUGES & first.gauges.keys()  # one GPM sample is not an interval yet
     (second,), _ = src.sample()
-    assert (second.sm_active_ratio, second.tensor_active_ratio, second.dram_active_ratio) == (
-        0.625,
-        0.4,
-        0.85,
-    )
+    assert second.gauges.keys() >= GPM_GAUGES
     assert nv.gpm_gets == 2
 
 
@@ -140,7 +177,7 @@ def test_gpm_absent_on_older_gpus() -> None:
     src, nv = source(FakeGpu(0, name="NVIDIA A10G", gpm_supported=False))
     src.sample()
     (gpu,), _ = src.sample()
-    assert gpu.sm_active_ratio is None and nv.gpm_gets == 0
+    assert not GPM_GAUGES & gpu.gauges.keys() and nv.gpm_gets == 0
 
 
 def test_exposition_of_gpu_series() -> None:
@@ -214,7 +251,7 @@ def test_gpm_without_pcie_metrics_falls_back_to_the_20ms_sample() -> None:
     src, _ = source(gpu)
     _, second = polls(src, 2)
     assert dict(second.pcie_bytes_per_second) == {"tx": 3 * 1024, "rx": 4 * 1024}
-    assert second.sm_active_ratio == 0.0  # the other GPM metrics are unaffected
+    assert second.gauges.keys() >= GPM_GAUGES  # the other GPM metrics are unaffected
 
 
 PCIE_COUNTERS = [197, 198]  # NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES (nvml.h, pynvml)

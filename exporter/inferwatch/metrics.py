@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from inferwatch.gpu_gauges import GPU_GAUGES
+
 PREFIX = "inferwatch_"
 
 
@@ -132,18 +134,13 @@ GPU: dict[str, MetricDef] = _defs(
         G,
         "Peak memory bandwidth: bus width x max memory clock x 2.",
     ),
-    MetricDef("gpu_sm_clock_hertz", G, "Current SM clock."),
-    MetricDef("gpu_power_watts", G, "Current power draw."),
-    MetricDef("gpu_temperature_celsius", G, "GPU core temperature."),
+    *(MetricDef(gauge.name, G, gauge.help) for gauge in GPU_GAUGES),
     MetricDef(
         "gpu_clock_throttled",
         G,
         "1 while clocks are held down for the labelled reason.",
         ("reason",),
     ),
-    MetricDef("gpu_sm_active_ratio", G, "GPM: fraction of SMs busy over the poll interval."),
-    MetricDef("gpu_tensor_active_ratio", G, "GPM: fraction of time tensor cores were active."),
-    MetricDef("gpu_dram_active_ratio", G, "GPM: fraction of peak DRAM bandwidth used."),
     MetricDef(
         "gpu_pcie_bytes_per_second",
         G,

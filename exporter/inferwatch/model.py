@@ -204,13 +204,10 @@ class GpuSample:
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
     memory_bandwidth_peak_bytes_per_second: float | None = None
-    sm_clock_hertz: float | None = None
-    power_watts: float | None = None
-    temperature_celsius: float | None = None
+    # The table's gauges (inferwatch.gpu_gauges) by name; one is absent where NVML could not
+    # provide it.
+    gauges: Mapping[str, float] = field(default_factory=lambda: EMPTY)
     clock_throttled: Mapping[str, bool] = field(default_factory=lambda: EMPTY)
-    sm_active_ratio: float | None = None
-    tensor_active_ratio: float | None = None
-    dram_active_ratio: float | None = None
     # Communication: by direction ("tx": from the GPU, "rx": to it); a direction is absent
     # when NVML could not provide it, the whole map is empty without the link.
     pcie_bytes_per_second: Mapping[str, float] = field(default_factory=lambda: EMPTY)

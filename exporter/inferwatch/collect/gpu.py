@@ -1,35 +1,23 @@
-"""The GPU source: NVML sampling per GPU (optional; absent on machines without a GPU).
+"""The GPU source: NVML read per poll and per GPU (absent on machines without a GPU).
 
-Per poll and per GPU it reads utilization, the driver's high-resolution utilization samples
-(integrated into busy seconds), memory, SM clock, power, temperature, clock-event
-(throttle) reasons, GPM SM/tensor/DRAM activity on GPUs that support it (Hopper+), and
-the communication layer (PCIe throughput, NVLink byte counters and their peaks: see
-:mod:`inferwatch.collect.links`) and the GPU's health (memory errors, row remapping, PCIe
-replays, XID events: :mod:`inferwatch.collect.gpu_health`). Static facts (name, UUID, peak memory) are read once.
-
-Sample of what the exporter renders from one :class:`GpuSample`::
+Each poll reads utilization (the driver's samples integrated into busy seconds), memory,
+the table's gauges (:mod:`inferwatch.gpu_gauges`), clock-event reasons, the links
+(:mod:`inferwatch.collect.links`) and the GPU's health (:mod:`inferwatch.collect.gpu_health`).
+From one :class:`GpuSample` the exporter renders::
 
     inferwatch_gpu_utilization_ratio{gpu="0",uuid="GPU-8e1...",name="NVIDIA H100 80GB HBM3"} 0.97
     inferwatch_gpu_busy_seconds_total{gpu="0",...} 1234.5
-    inferwatch_gpu_memory_bandwidth_peak_bytes_per_second{gpu="0",...} 3.35232e+12
     inferwatch_gpu_clock_throttled{gpu="0",...,reason="sw_thermal_slowdown"} 0.0
-    inferwatch_gpu_pcie_bytes_per_second{gpu="0",...,direction="rx"} 2.62144e+09
-    inferwatch_gpu_pcie_peak_bytes_per_second{gpu="0",...} 6.301538461538461e+10
-    inferwatch_gpu_nvlink_bytes_total{gpu="0",...,direction="tx"} 1.099511627776e+12
-    inferwatch_gpu_nvlink_peak_bytes_per_second{gpu="0",...} 4.78116e+11
 
-A GPU that errors is left out of that poll (its series go) and the collector reports
-failure; the exporter keeps serving. A communication reading that fails short of the GPU
-being lost leaves only its own series out (logged once per GPU, reading and error).
-Without NVML the source reports failure once per poll with the reason, and produces no
-series.
+A GPU that errors is left out of that poll and the collector reports failure; a reading the
+GPU does not support leaves out only its own series.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType, ModuleType
 from typing import Any
@@ -37,6 +25,7 @@ from typing import Any
 from inferwatch.collect.gpu_health import Health
 from inferwatch.collect.links import Links
 from inferwatch.collect.nvml_reading import is_error
+from inferwatch.gpu_gauges import GPU_GAUGES, GpuGauge
 from inferwatch.model import CollectorStatus, GpuSample
 
 log = logging.getLogger(__name__)
@@ -215,9 +204,6 @@ class GpuSource:
             )
         device.last_poll = now
         memory = nv.nvmlDeviceGetMemoryInfo(h)
-        sm_clock = self._optional(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
-        power_mw = self._optional(nv.nvmlDeviceGetPowerUsage, h)
-        temperature = self._optional(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
         reasons = self._optional(nv.nvmlDeviceGetCurrentClocksEventReasons, h)
         throttled = (
             MappingProxyType({name: bool(reasons & bit) for name, bit in THROTTLE_REASONS.items()})
@@ -226,14 +212,11 @@ class GpuSource:
         )
         gpm = self._gpm(device, h)
         links = device.links.sample(h, gpm)
-        sm_active, tensor_active, dram_active = (
-            _percent(gpm.get(metric))
-            for metric in (
-                nv.NVML_GPM_METRIC_SM_UTIL,
-                nv.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-                nv.NVML_GPM_METRIC_DRAM_BW_UTIL,
-            )
-        )
+        gauges = {
+            gauge.name: gauge.scale.apply(reading)
+            for gauge in GPU_GAUGES
+            if (reading := self._reading(gauge, h, gpm)) is not None
+        }
         return GpuSample(
             index=device.index,
             uuid=device.uuid,
@@ -244,19 +227,22 @@ class GpuSource:
             memory_used_bytes=float(memory.used),
             memory_total_bytes=device.memory_total_bytes or float(memory.total),
             memory_bandwidth_peak_bytes_per_second=device.bandwidth_peak,
-            sm_clock_hertz=sm_clock * 1e6 if sm_clock is not None else None,
-            power_watts=power_mw / 1000.0 if power_mw is not None else None,
-            temperature_celsius=float(temperature) if temperature is not None else None,
+            gauges=MappingProxyType(gauges),
             clock_throttled=throttled,
-            sm_active_ratio=sm_active,
-            tensor_active_ratio=tensor_active,
-            dram_active_ratio=dram_active,
             pcie_bytes_per_second=MappingProxyType(links.pcie_bytes_per_second),
             pcie_peak_bytes_per_second=links.pcie_peak_bytes_per_second,
             nvlink_bytes_total=MappingProxyType(links.nvlink_bytes_total),
             nvlink_peak_bytes_per_second=links.nvlink_peak_bytes_per_second,
             health=device.health.sample(h, now),
         )
+
+    def _reading(self, gauge: GpuGauge, h: Any, gpm: Mapping[int, float]) -> float | None:
+        """The table's ``gauge`` in NVML's unit: None where this GPU cannot provide it."""
+        nv = self.nvml
+        if gauge.gpm:
+            return gpm.get(getattr(nv, gauge.gpm))
+        args = (getattr(nv, name) for name in gauge.args)
+        return self._optional(getattr(nv, gauge.query), h, *args)
 
     def _integrate_busy(self, device: _Device, h: Any, utilization: float, now: float) -> None:
         """Add the seconds a kernel ran since the last poll.
@@ -292,9 +278,9 @@ class GpuSource:
             device.busy_seconds_total += utilization * (now - device.last_poll)
 
     def _gpm(self, device: _Device, h: Any) -> dict[int, float]:
-        """GPM metrics over the last poll interval from two GPM samples, by metric ID: SM,
-        tensor and DRAM activity (percent) and PCIe traffic (MiB/s); those the GPU could
-        not compute are left out, all of them on the first poll and without GPM."""
+        """GPM metrics over the last poll interval from two GPM samples, by metric ID: the
+        table's and PCIe traffic (MiB/s); those the GPU could not compute are left out, all
+        of them on the first poll and without GPM."""
         if not device.gpm_samples:
             return {}
         nv = self.nvml
@@ -305,9 +291,7 @@ class GpuSource:
             device.gpm_primed = True
             return {}
         ids = (
-            nv.NVML_GPM_METRIC_SM_UTIL,
-            nv.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-            nv.NVML_GPM_METRIC_DRAM_BW_UTIL,
+            *(getattr(nv, gauge.gpm) for gauge in GPU_GAUGES if gauge.gpm),
             nv.NVML_GPM_METRIC_PCIE_TX_PER_SEC,
             nv.NVML_GPM_METRIC_PCIE_RX_PER_SEC,
         )
@@ -342,10 +326,6 @@ class GpuSource:
             fn(*args)
         except self.nvml.NVMLError as exc:
             log.debug("NVML cleanup: %s", exc)
-
-
-def _percent(value: float | None) -> float | None:
-    return value / 100.0 if value is not None else None
 
 
 def _text(value: str | bytes) -> str:

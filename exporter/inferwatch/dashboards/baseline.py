@@ -12,8 +12,8 @@ from inferwatch.dashboards.queries import (
     quantile,
     series,
 )
-from inferwatch.method.panels import Panel
 from inferwatch.method.spec import Spec
+from inferwatch.panels import Panel
 
 # The baseline's p95, at the measured concurrency nearest the current load.
 _BASELINE_P95 = f'{TARGET}, percentile="95"'

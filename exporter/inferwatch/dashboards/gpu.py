@@ -16,9 +16,10 @@ from inferwatch.dashboards.queries import (
     Query,
     series,
 )
-from inferwatch.method.panels import Panel
+from inferwatch.gpu_gauges import GPU_GAUGES
 from inferwatch.method.spec import Spec
 from inferwatch.method.thresholds import THROTTLE_REASONS
+from inferwatch.panels import Panel
 
 
 def gpu_panels(spec: Spec) -> list[PanelSpec]:
@@ -47,20 +48,7 @@ def _gpu_use() -> list[PanelSpec]:
             "GPU-only, Hopper and newer (NVML GPM). Duty cycle says a kernel ran; these say how "
             "much of the GPU worked: SMs busy, tensor cores, and DRAM bandwidth used. Decode is "
             "memory-bound (DRAM high, tensor low); prefill compute-bound (tensor high).",
-            [
-                Query(
-                    f"avg by (instance) ({series('gpu_sm_active_ratio', NODE)})",
-                    "SM {{instance}}",
-                ),
-                Query(
-                    f"avg by (instance) ({series('gpu_tensor_active_ratio', NODE)})",
-                    "tensor {{instance}}",
-                ),
-                Query(
-                    f"avg by (instance) ({series('gpu_dram_active_ratio', NODE)})",
-                    "DRAM {{instance}}",
-                ),
-            ],
+            gauges(Panel.GPU_ACTIVITY, "percentunit"),
             unit="percentunit",
             no_value=GPU_ONLY,
         ),
@@ -90,7 +78,7 @@ def _gpu_limits(spec: Spec) -> list[PanelSpec]:
             "hardware slowdown makes every kernel slower (InferenceGPUThrottling); a power cap "
             "under full load is normal.",
             [
-                Query(series("gpu_sm_clock_hertz", NODE), "SM clock {{instance}} GPU {{gpu}}"),
+                *gauges(Panel.GPU_CLOCKS, "hertz"),
                 Query(
                     f"{throttled} == 1",
                     "throttled: {{reason}} {{instance}} GPU {{gpu}}",
@@ -104,14 +92,7 @@ def _gpu_limits(spec: Spec) -> list[PanelSpec]:
             Panel.GPU_POWER,
             "GPU-only. Power draw and core temperature per GPU. A temperature near the slowdown "
             "point with dropping clocks points at cooling.",
-            [
-                Query(series("gpu_power_watts", NODE), "power {{instance}} GPU {{gpu}}"),
-                Query(
-                    series("gpu_temperature_celsius", NODE),
-                    "temperature {{instance}} GPU {{gpu}}",
-                    unit="celsius",
-                ),
-            ],
+            gauges(Panel.GPU_POWER, "watt"),
             unit="watt",
             no_value=GPU_ONLY,
         ),
@@ -130,6 +111,20 @@ def _gpu_limits(spec: Spec) -> list[PanelSpec]:
             unit="percentunit",
             no_value=GPU_ONLY,
         ),
+    ]
+
+
+def gauges(panel: Panel, unit: str) -> list[Query]:
+    """The GPU gauges of the table (:mod:`inferwatch.gpu_gauges`) that ``panel`` plots, one
+    line per GPU; ``unit``: the panel's."""
+    return [
+        Query(
+            series(gauge.name, NODE),
+            f"{gauge.legend} {{{{instance}}}} GPU {{{{gpu}}}}",
+            unit=None if gauge.unit == unit else gauge.unit,
+        )
+        for gauge in GPU_GAUGES
+        if gauge.panel is panel
     ]
 
 

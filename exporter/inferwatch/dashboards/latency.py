@@ -19,8 +19,8 @@ from inferwatch.dashboards.queries import (
     quantiles,
     series,
 )
-from inferwatch.method.panels import Panel
 from inferwatch.method.spec import Spec
+from inferwatch.panels import Panel
 
 
 def latency_panels(spec: Spec) -> list[PanelSpec]:

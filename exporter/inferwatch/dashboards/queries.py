@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inferwatch.method.panels import Panel
 from inferwatch.metrics import ALL
+from inferwatch.panels import Panel
 
 # Series labels chosen by the variables.
 # namespace and cluster default to All (".*"), which also matches series without the label.

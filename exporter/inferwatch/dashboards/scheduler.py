@@ -7,8 +7,8 @@ bounds it (use and capacity per engine), and the time requests waited on an idle
 from __future__ import annotations
 
 from inferwatch.dashboards.queries import TARGET, TOKENS, PanelSpec, Query, limit, mean, series
-from inferwatch.method.panels import Panel
 from inferwatch.method.spec import Spec
+from inferwatch.panels import Panel
 
 
 def scheduler_panels(spec: Spec) -> list[PanelSpec]:

@@ -7,9 +7,9 @@ regex over the SLO recording rules, so they need no change when objectives are a
 from __future__ import annotations
 
 from inferwatch.dashboards.queries import MODEL, NO_SLO, TARGET, PanelSpec, Query
-from inferwatch.method.panels import Panel
 from inferwatch.method.slo import BURNS, WINDOWS, record
 from inferwatch.method.spec import Spec
+from inferwatch.panels import Panel
 
 
 def _slo_series(spec: Spec, operation: str, events: str = "") -> str:

@@ -18,8 +18,8 @@ from inferwatch.dashboards.queries import (
     quantiles,
     series,
 )
-from inferwatch.method.panels import Panel
 from inferwatch.method.spec import Spec
+from inferwatch.panels import Panel
 
 
 def system_panels(spec: Spec) -> list[PanelSpec]:

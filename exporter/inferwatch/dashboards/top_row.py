@@ -18,8 +18,8 @@ from inferwatch.dashboards.queries import (
     quantile,
     series,
 )
-from inferwatch.method.panels import Panel
 from inferwatch.method.spec import Spec
+from inferwatch.panels import Panel
 
 
 def top_row_panels(spec: Spec) -> list[PanelSpec]:

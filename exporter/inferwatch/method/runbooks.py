@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from importlib import resources
 
 from inferwatch.method.alerts import ALERTS
-from inferwatch.method.panels import Panel
 from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
+from inferwatch.panels import Panel
 
 SECTIONS = (
     "## What it means",

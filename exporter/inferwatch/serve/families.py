@@ -10,20 +10,15 @@ from operator import attrgetter
 from typing import Protocol
 
 from inferwatch import __version__
+from inferwatch.gpu_gauges import GPU_GAUGES
 from inferwatch.model import CanarySample, GpuSample, Histogram, Labels, ServerCpuSample, Snapshot
 
-# GpuSample fields exposed one-to-one as gauges (the busy counter and throttle map aside).
-_GPU_GAUGES = (
+# GpuSample fields exposed one-to-one as gauges, besides the table's (GPU_GAUGES).
+_GPU_FIELDS = (
     "utilization_ratio",
     "memory_used_bytes",
     "memory_total_bytes",
     "memory_bandwidth_peak_bytes_per_second",
-    "sm_clock_hertz",
-    "power_watts",
-    "temperature_celsius",
-    "sm_active_ratio",
-    "tensor_active_ratio",
-    "dram_active_ratio",
     "pcie_peak_bytes_per_second",
     "nvlink_peak_bytes_per_second",
 )
@@ -101,8 +96,10 @@ def _write_server_cpu(cpu: ServerCpuSample, sink: Sink) -> None:
 
 
 def _write_gpus(gpus: tuple[GpuSample, ...], sink: Sink) -> None:
-    for field in _GPU_GAUGES:
+    for field in _GPU_FIELDS:
         sink.scalars(f"gpu_{field}", _each(gpus, attrgetter(field)))
+    for gauge in GPU_GAUGES:
+        sink.scalars(gauge.name, _each(gpus, lambda g, name=gauge.name: g.gauges.get(name)))
     sink.scalars("gpu_busy_seconds", _each(gpus, attrgetter("busy_seconds_total")))
     sink.scalars(
         "gpu_clock_throttled",
