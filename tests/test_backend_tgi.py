@@ -13,13 +13,14 @@ from aiohttp import web
 from demo.stack import Prometheus
 from inferwatch.collect.backends import TGI, detect
 from inferwatch.collect.backends.mapping import Mapper
+from inferwatch.collect.canary import CanarySample
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.textparse import read_page
 from inferwatch.collect.upstream import Upstream
 from inferwatch.method.findings import exporter_report, fmt, phase_of
 from inferwatch.method.rules import dump_yaml, rules_document
 from inferwatch.method.spec import spec_from_config
-from inferwatch.model import CanarySample, CollectorStatus, Histogram, Snapshot
+from inferwatch.model import CollectorStatus, Histogram, Snapshot
 from inferwatch.serve.exposition import render
 from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.web import VERDICT
@@ -176,7 +177,7 @@ def _exporter_page(tgi_page: str, canary: CanarySample | None = None) -> str:
         backend_scrape_seconds=0.003,
         backend=TGI.normalize(tgi_page, model_hint="m"),
         collectors={"backend": CollectorStatus(True, 0.003)},
-        canary=canary,
+        sources={"canary": canary} if canary is not None else {},
     )
     return render(snap).decode()
 

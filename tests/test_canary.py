@@ -217,7 +217,7 @@ async def test_server_down_backs_off_and_metrics_stay_served(
     assert probes["connect_error"] == len(sleeps.delays) and probes["ok"] == 0
 
     poller = poller_for(fake.url)  # the backend's /metrics is up, its API is not reached
-    poller.register_canary(canary)
+    poller.register("canary", canary)
     client = await aiohttp_client(make_app(poller, run_poller=False))
     await poller.poll_once()
     page = await (await client.get("/metrics")).text()
@@ -309,14 +309,16 @@ async def test_model_comes_from_the_backend_and_series_render(fake: Fake, canary
     assert sample is not None and sample.ok and fake.bodies[0]["model"] == "tiny"
     counted = canary.sample(1.0, ttft_backend(12, 12, 12))  # two first tokens under 10 ms
     assert counted.ttft_gap_seconds == pytest.approx(sample.ttft - 0.005)
-    snap = replace(full_snapshot("vllm-0.32.0-cpu-loaded-kv-full.prom"), canary=counted)
+    snap = replace(
+        full_snapshot("vllm-0.32.0-cpu-loaded-kv-full.prom"), sources={"canary": counted}
+    )
     page = render(snap).decode()
     gap = page_value(page, "inferwatch_canary_ttft_gap_seconds", **TINY)
     assert gap == counted.ttft_gap_seconds
     names = {f.name for f in parse_openmetrics(render_openmetrics(snap).decode())}
     assert "inferwatch_canary_time_to_first_token_seconds" in names
     assert "inferwatch_canary_probes" in names
-    without = render(replace(snap, canary=None)).decode()
+    without = render(replace(snap, sources={})).decode()
     assert "inferwatch_canary" not in without  # rendered only when the canary is on
 
 
@@ -350,7 +352,7 @@ async def test_canary_auto_probes_a_server_without_ttft_only(
         await asyncio.sleep(0.3)  # a canary that was to stay off has had its chance
         await poller.poll_once()
         assert bool(fake.bodies) is probes
-        assert (poller.snapshot.canary is not None) is probes
+        assert ("canary" in poller.snapshot.sources) is probes
         assert task.done() is not probes  # off: it has returned, nothing left running
     finally:
         task.cancel()

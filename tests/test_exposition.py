@@ -26,10 +26,12 @@ from test_hostile_pages import hostile_pages, poll_and_render
 
 from inferwatch.baseline import parse as parse_baseline
 from inferwatch.baseline import series as baseline_series
+from inferwatch.capture.capturer import CaptureSample
 from inferwatch.collect.backends import VLLM
-from inferwatch.collect.canary import Counts
+from inferwatch.collect.canary import CanarySample, Counts
 from inferwatch.collect.derive import derived
 from inferwatch.collect.gpu import GpuSource
+from inferwatch.collect.server_cpu import ServerCpuSample
 from inferwatch.metrics import (
     ALL,
     CANARY_E2E_BOUNDS,
@@ -40,11 +42,8 @@ from inferwatch.metrics import (
 )
 from inferwatch.model import (
     BackendSample,
-    CanarySample,
-    CaptureSample,
     CollectorStatus,
     Histogram,
-    ServerCpuSample,
     Snapshot,
 )
 from inferwatch.serve.exposition import Renderer, render, render_openmetrics
@@ -121,11 +120,13 @@ def full_snapshot(fixture: str) -> Snapshot:
         gpus=gpus,
         derived=derived(({KEY: True}, {KEY: 2.5}), {KEY: 0.0048}, WINDOW),
         baseline=baseline_series(BASELINE, sample, sample.total("requests_running") or 0.0),
-        canary=canary_sample(),
-        captures=CaptureSample(
-            {("manual", "ok"): 1.0, ("InferenceQueuedWhileIdle", "too_soon"): 2.0}, 1.8e9
-        ),
-        server_cpu=ServerCpuSample(1834.2, 97.4, 131, 412.9, 3.2, 41.0),
+        sources={
+            "canary": canary_sample(),
+            "capture": CaptureSample(
+                {("manual", "ok"): 1.0, ("InferenceQueuedWhileIdle", "too_soon"): 2.0}, 1.8e9
+            ),
+            "server_cpu": ServerCpuSample(1834.2, 97.4, 131, 412.9, 3.2, 41.0),
+        },
         series_dropped={"label_bytes": 3.0},
     )
 

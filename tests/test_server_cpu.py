@@ -226,7 +226,7 @@ async def test_a_server_this_sidecar_cannot_see_is_said_once_and_its_series_are_
     # process on a port nobody listens on.
     upstream = Upstream(backend_url, timeout=2.0, max_bytes=1 << 24)
     poller = Poller(upstream, VLLM, None, PollSettings())
-    poller.register_server_cpu(ServerCpu(f"http://127.0.0.1:{free_port()}"))
+    poller.register("server_cpu", ServerCpu(f"http://127.0.0.1:{free_port()}"))
     try:
         for _ in range(3):
             snapshot = await poller.poll_once()
@@ -234,11 +234,21 @@ async def test_a_server_this_sidecar_cannot_see_is_said_once_and_its_series_are_
         await upstream.close()
     status = snapshot.collectors["server_cpu"]
     assert not status.success and "no process listens on 127.0.0.1 port" in status.error
-    assert snapshot.server_cpu.cpu_seconds is None
-    assert snapshot.server_cpu.pressure_seconds is not None  # the node's PSI still reads
+    assert snapshot.sources["server_cpu"].cpu_seconds is None
+    assert snapshot.sources["server_cpu"].pressure_seconds is not None  # the node's PSI still reads
     text = render(snapshot).decode()
     assert "inferwatch_server_cpu_seconds_total" not in text
     assert page_value(text, "inferwatch_collector_success", collector="server_cpu") == 0.0
     assert page_value(text, "inferwatch_node_cpu_pressure_seconds_total") > 0
     said = [r for r in caplog.records if "server_cpu" in r.getMessage()]
     assert len(said) == 1, [r.getMessage() for r in said]
+
+
+def test_a_collector_name_is_registered_once() -> None:
+    poller = Poller(
+        Upstream("http://127.0.0.1:1", timeout=1.0, max_bytes=1 << 10), VLLM, None, PollSettings()
+    )
+    poller.register("server_cpu", ServerCpu("http://127.0.0.1:1"))
+    for name in ("server_cpu", "backend", "gpu"):
+        with pytest.raises(ValueError, match=f"a collector named '{name}' is registered already"):
+            poller.register(name, ServerCpu("http://127.0.0.1:1"))

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from inferwatch.collect.canary import CanarySample
+from inferwatch.collect.server_cpu import ServerCpuSample
 from inferwatch.collect.textparse import read_page
 from inferwatch.collect.window import SUMMARIZED, LatencyWindow
 from inferwatch.method.local import Samples, Window
@@ -35,14 +37,12 @@ from inferwatch.method.spec import spec_from_config
 from inferwatch.metrics import WINDOW_QUANTILES
 from inferwatch.model import (
     BackendSample,
-    CanarySample,
     CollectorStatus,
     Derived,
     GpuHealth,
     GpuSample,
     Histogram,
     Labels,
-    ServerCpuSample,
     Snapshot,
 )
 from inferwatch.serve.exposition import render
@@ -290,22 +290,24 @@ def snapshot(step: int) -> Snapshot:
             **{f"baseline_{name}": {baseline_cell: value} for name, value in BASELINE.items()},
             "baseline_capacity_requests_per_second": {CAPACITY_SHAPE: CAPACITY},
         },
-        server_cpu=ServerCpuSample(
-            cpu_seconds=_counter(SERVER_CPU[0], step),
-            wait_seconds=_counter(SERVER_CPU[1], step),
-            threads=40,
-            pressure_seconds=_counter(0.3, step),
-            throttled_seconds=_counter(0.1, step),
-            throttled_periods=_counter(2.0, step),
-        ),
-        canary=CanarySample(
-            model=MODEL,
-            ttft=_histogram(("0.1", "+Inf"), (0.2, 0.0), 0.05, step),
-            itl=_histogram(("0.01", "+Inf"), (2.0, 0.0), 0.008, step),
-            e2e=_histogram(("0.5", "+Inf"), (0.2, 0.0), 0.2, step),
-            probes={result: _counter(rate, step) for result, rate in CANARY_PROBES.items()},
-            ttft_gap_seconds=_line(CANARY_GAP, step),
-        ),
+        sources={
+            "server_cpu": ServerCpuSample(
+                cpu_seconds=_counter(SERVER_CPU[0], step),
+                wait_seconds=_counter(SERVER_CPU[1], step),
+                threads=40,
+                pressure_seconds=_counter(0.3, step),
+                throttled_seconds=_counter(0.1, step),
+                throttled_periods=_counter(2.0, step),
+            ),
+            "canary": CanarySample(
+                model=MODEL,
+                ttft=_histogram(("0.1", "+Inf"), (0.2, 0.0), 0.05, step),
+                itl=_histogram(("0.01", "+Inf"), (2.0, 0.0), 0.008, step),
+                e2e=_histogram(("0.5", "+Inf"), (0.2, 0.0), 0.2, step),
+                probes={result: _counter(rate, step) for result, rate in CANARY_PROBES.items()},
+                ttft_gap_seconds=_line(CANARY_GAP, step),
+            ),
+        },
     )
 
 

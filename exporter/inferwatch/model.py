@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from types import MappingProxyType
+from typing import Protocol
 
 # Label pairs in a fixed order, e.g. (("model", "llama"), ("engine", "0")).
 Labels = tuple[tuple[str, str], ...]
@@ -242,44 +243,25 @@ class Derived:
     latency_window: Mapping[str, Mapping[Labels, float]] = field(default_factory=lambda: EMPTY)
 
 
-@dataclass(frozen=True)
-class CanarySample:
-    """What the canary measured so far (``serve --canary on``), cumulative since start.
+class Sink(Protocol):
+    """Where a snapshot's families go: the page writer (serve/families.py), or another
+    encoder (``bench/exposition.py`` feeds prometheus_client's families the same way)."""
 
-    Histograms of its successful probes (client side, fixed bounds), probe counts by
-    result, and the gap between its median TTFT and the server's own over a recent window
-    (None unless both observed a first token in it).
-    """
+    def scalars(self, key: str, series: Mapping[Labels, float], prefix: Labels = ()) -> None: ...
 
-    model: str
-    ttft: Histogram
-    itl: Histogram
-    e2e: Histogram
-    probes: Mapping[str, float]
-    ttft_gap_seconds: float | None = None
+    def histograms(self, key: str, series: Mapping[Labels, Histogram], prefix: Labels) -> None: ...
 
 
-@dataclass(frozen=True)
-class CaptureSample:
-    """Evidence captures so far (``serve --capture-dir``): triggers by (trigger, result),
-    and the wall-clock time the last capture was complete (None: none yet)."""
+class SourceSample(Protocol):
+    """A registered source's state in a snapshot; ``problem``: what it could not read
+    (empty when it read everything)."""
 
-    counts: Mapping[tuple[str, str], float]
-    last_timestamp: float | None = None
+    @property
+    def problem(self) -> str: ...
 
-
-@dataclass(frozen=True)
-class ServerCpuSample:
-    """The CPU under the server at one read (None: not readable); ``problem``: what could
-    not be read, and why (empty when everything could)."""
-
-    cpu_seconds: float | None  # its threads' on-CPU time, summed
-    wait_seconds: float | None  # their run-queue wait, summed
-    threads: int | None
-    pressure_seconds: float | None  # the node's PSI "some" total
-    throttled_seconds: float | None  # its cgroup's
-    throttled_periods: float | None
-    problem: str = ""
+    def write(self, sink: Sink, backend: str) -> None:
+        """Its series (``backend``: the backend's kind, for series that name it)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -294,8 +276,7 @@ class Snapshot:
     gpus: tuple[GpuSample, ...] = ()
     derived: Derived = field(default_factory=Derived)
     baseline: Mapping[str, Mapping[Labels, float]] = field(default_factory=lambda: EMPTY)
-    canary: CanarySample | None = None
-    captures: CaptureSample | None = None
-    server_cpu: ServerCpuSample | None = None
+    # The registered sources' states by collector name (collect/poller.py's Source).
+    sources: Mapping[str, SourceSample] = field(default_factory=lambda: EMPTY)
     # Backend series left out since start, by reason (metrics.SERIES_DROPPED_REASONS).
     series_dropped: Mapping[str, float] = field(default_factory=lambda: EMPTY)

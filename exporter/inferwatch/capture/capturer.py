@@ -36,7 +36,7 @@ from inferwatch.collect.upstream import Upstream
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Finding
 from inferwatch.method.spec import Spec, seconds
-from inferwatch.model import BackendSample, CaptureSample
+from inferwatch.model import BackendSample, Sink
 from inferwatch.urls import redact_url
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,24 @@ log = logging.getLogger(__name__)
 MANUAL = "manual"
 # Stop calls may take long: the server writes its trace inside them.
 STOP_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class CaptureSample:
+    """Evidence captures so far (``serve --capture-dir``): triggers by (trigger, result),
+    and the wall-clock time the last capture was complete (None: none yet)."""
+
+    counts: Mapping[tuple[str, str], float]
+    last_timestamp: float | None = None
+    problem: str = ""
+
+    def write(self, sink: Sink, backend: str) -> None:
+        """``inferwatch_captures_total{trigger="InferenceQueuedWhileIdle",result="ok"} 1.0``
+        and the time the last one was complete."""
+        counts = {(("trigger", t), ("result", r)): n for (t, r), n in self.counts.items()}
+        sink.scalars("captures", counts)
+        if self.last_timestamp is not None:
+            sink.scalars("last_capture_timestamp_seconds", {(): self.last_timestamp})
 
 
 @dataclass(frozen=True)

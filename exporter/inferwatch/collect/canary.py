@@ -30,7 +30,7 @@ import logging
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -44,12 +44,42 @@ from inferwatch.metrics import (
     CANARY_RESULTS,
     CANARY_TTFT_BOUNDS,
 )
-from inferwatch.model import BackendSample, CanarySample, Histogram
+from inferwatch.model import BackendSample, Histogram, Sink
 
 log = logging.getLogger("inferwatch.canary")
 
 MARKER_USER = "inferwatch-canary"
 MARKER_HEADERS = MappingProxyType({"X-Inferwatch-Canary": "1"})
+
+
+@dataclass(frozen=True)
+class CanarySample:
+    """What the canary measured so far (``serve --canary on``), cumulative since start.
+
+    Histograms of its successful probes (client side, fixed bounds), probe counts by
+    result, and the gap between its median TTFT and the server's own over a recent window
+    (None unless both observed a first token in it).
+    """
+
+    model: str
+    ttft: Histogram
+    itl: Histogram
+    e2e: Histogram
+    probes: Mapping[str, float]
+    ttft_gap_seconds: float | None = None
+    problem: str = ""  # a probe that fails is counted, not a problem of the reading
+
+    def write(self, sink: Sink, backend: str) -> None:
+        """``inferwatch_canary_time_to_first_token_seconds_bucket{backend="vllm",model=
+        "tiny",le="0.1"} 12.0`` and the other histograms, probes by result, the TTFT gap."""
+        labels = (("backend", backend), ("model", self.model))
+        sink.histograms("canary_time_to_first_token_seconds", {labels: self.ttft}, ())
+        sink.histograms("canary_inter_token_latency_seconds", {labels: self.itl}, ())
+        sink.histograms("canary_request_duration_seconds", {labels: self.e2e}, ())
+        probes = {(*labels, ("result", r)): n for r, n in self.probes.items()}
+        sink.scalars("canary_probes", probes)
+        if self.ttft_gap_seconds is not None:
+            sink.scalars("canary_ttft_gap_seconds", {labels: self.ttft_gap_seconds})
 
 
 @dataclass(frozen=True)

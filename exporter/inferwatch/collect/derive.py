@@ -282,13 +282,13 @@ def decode_floor(
 
 
 def derived(
-    qwi: tuple[dict[Labels, bool], dict[Labels, float]],
+    queued_while_idle: tuple[dict[Labels, bool], dict[Labels, float]],
     floor: dict[Labels, float],
     latency_window: Mapping[str, Mapping[Labels, float]],
 ) -> Derived:
     """The poll's derived signals; ``latency_window`` read-only already (the window's
     quantiles are computed when first read: :class:`~inferwatch.collect.window.Quantiles`)."""
-    state, seconds = qwi
+    state, seconds = queued_while_idle
     return Derived(
         queued_while_idle=MappingProxyType(state),
         queued_while_idle_seconds_total=MappingProxyType(seconds),

@@ -1,11 +1,10 @@
 """The poll loop: samples backend and GPUs together and publishes immutable snapshots.
 
-Every ``poll_interval`` seconds it reads the backend's ``/metrics`` (bounded, with a
-timeout) and samples NVML, derives the queued-while-idle state, the decode floor and the
-latency quantiles over the rate window, and swaps in a new :class:`Snapshot`. A dead, slow
-or garbage-spewing backend only flips
-``backend_up`` to 0 (and logs the cause once, then at most once a minute); GPU data keeps
-flowing. The HTTP app never waits on any of this: it serves the latest snapshot.
+Every ``poll_interval`` seconds it reads the backend's page (bounded, with a timeout) and
+NVML, reads each registered :class:`Source`, derives the queued-while-idle state, the decode
+floor and the latency quantiles over the rate window, and swaps in a new :class:`Snapshot`.
+A dead, slow or garbage-spewing backend only flips ``backend_up`` to 0; the HTTP app never
+waits on any of this: it serves the latest snapshot.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol
 
 from inferwatch.baseline import Baseline
 from inferwatch.baseline import series as baseline_series
@@ -32,14 +31,12 @@ from inferwatch.logs import CauseLog, LogLimiter
 from inferwatch.metrics import SERIES_DROPPED_REASONS
 from inferwatch.model import (
     BackendSample,
-    CanarySample,
-    CaptureSample,
     CollectorStatus,
     Dropped,
     GpuSample,
     Labels,
-    ServerCpuSample,
     Snapshot,
+    SourceSample,
 )
 
 log = logging.getLogger("inferwatch.poller")
@@ -58,32 +55,31 @@ DEFAULT_MAX_SERIES = 10_000
 DEFAULT_MAX_LABEL_BYTES = 4096
 
 
+# The collectors every poll reports, besides the registered sources'.
+CORE_COLLECTORS = ("backend", "gpu")
+
 # The largest page mapped on the event loop: about four times the biggest real capture in
 # tests/fixtures. A thread hop costs more than mapping a page of a usual size; a bigger page
 # is mapped in a worker thread (bench/exporter.py measures both).
 INLINE_PAGE_CHARS = 256 * 1024
 
-SampleT = TypeVar("SampleT", covariant=True)
 
+class Source(Protocol):
+    """What a poll reads besides the backend and NVML: a part of the sidecar whose state
+    each snapshot carries (the canary's probes, evidence captures, the server's CPU), under
+    the collector name it is registered with (:meth:`Poller.register`). A sample with a
+    ``problem`` makes its collector report failure with that cause, logged once per cause."""
 
-class Source(Protocol[SampleT]):
-    """What a poll reads besides the backend and NVML: a part of the sidecar that works on
-    its own task (the canary's probes, evidence captures) and whose state each snapshot
-    carries. Registered on the poller (:meth:`Poller.register_canary`,
-    :meth:`Poller.register_captures`, :meth:`Poller.register_server_cpu`); the poller knows
-    them only by this interface. A sample with a ``problem`` (what it could not read) makes
-    its collector report failure with that cause, logged once per cause."""
-
-    def sample(self, now: float, server: BackendSample | None) -> SampleT:
+    def sample(self, now: float, server: BackendSample | None) -> SourceSample:
         """The source's state for the snapshot of this poll (``server``: its page, or None
         when the backend is down)."""
         ...
 
 
 @dataclass
-class _Registered(Generic[SampleT]):
+class _Registered:
     name: str  # its collector label
-    source: Source[SampleT]
+    source: Source
 
 
 @dataclass(frozen=True)
@@ -115,9 +111,7 @@ class Poller:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.upstream = upstream
-        self._canary: _Registered[CanarySample] | None = None
-        self._captures: _Registered[CaptureSample] | None = None
-        self._server_cpu: _Registered[ServerCpuSample] | None = None
+        self._sources: list[_Registered] = []
         self._source_logs: dict[str, CauseLog] = {}
         self.backend = backend  # None until --backend auto has recognised the server
         self._mapper: Mapper | None = None  # this poller's, for the recognised backend
@@ -126,7 +120,7 @@ class Poller:
         self.settings = settings
         self._clock = clock
         self._layout = EngineLayout(settings.tensor_parallel_size)
-        self._qwi = QueuedWhileIdle(
+        self._queued_while_idle = QueuedWhileIdle(
             settings.idle_threshold, self._layout, StepRecord(settings.engine_step_seconds)
         )
         self._latency = LatencyWindow(settings.latency_window)
@@ -151,17 +145,11 @@ class Poller:
             series_dropped=MappingProxyType(dict(self._series_dropped)),
         )
 
-    def register_canary(self, canary: Source[CanarySample]) -> None:
-        """Each snapshot carries the canary's probes (collector ``canary``)."""
-        self._canary = _Registered("canary", canary)
-
-    def register_captures(self, captures: Source[CaptureSample]) -> None:
-        """Each snapshot carries the evidence captures' counts (collector ``capture``)."""
-        self._captures = _Registered("capture", captures)
-
-    def register_server_cpu(self, server_cpu: Source[ServerCpuSample]) -> None:
-        """Each snapshot carries the CPU under the server (collector ``server_cpu``)."""
-        self._server_cpu = _Registered("server_cpu", server_cpu)
+    def register(self, name: str, source: Source) -> None:
+        """Each snapshot carries ``source``'s state, and its collector status as ``name``."""
+        if name in (*CORE_COLLECTORS, *(r.name for r in self._sources)):
+            raise ValueError(f"a collector named {name!r} is registered already")
+        self._sources.append(_Registered(name, source))
 
     async def recognised(self) -> Backend:
         """The backend, once known (``--backend auto``: once a poll has recognised it)."""
@@ -189,7 +177,7 @@ class Poller:
             gpus, gpu_status = await gpu_task
             collectors["gpu"] = gpu_status
         now = self._clock()
-        qwi = self._qwi.update(now, sample, gpus or None)
+        queued_while_idle = self._queued_while_idle.update(now, sample, gpus or None)
         floor = decode_floor(
             sample,
             gpus,
@@ -201,9 +189,11 @@ class Poller:
         baseline = self.settings.baseline
         load = self._load.update(now, sample) if baseline is not None else None
         shape = self._shape.update(now, sample) if baseline and baseline.capacity else None
-        canary = self._read(self._canary, now, sample, collectors)
-        captures = self._read(self._captures, now, sample, collectors)
-        server_cpu = self._read(self._server_cpu, now, sample, collectors)
+        sources = {
+            registered.name: value
+            for registered in self._sources
+            if (value := self._read(registered, now, sample, collectors)) is not None
+        }
         if sample is not None and sample.oversized:
             self._series_dropped["label_bytes"] += sample.oversized
         self.snapshot = Snapshot(
@@ -213,13 +203,11 @@ class Poller:
             backend=sample,
             collectors=collectors,
             gpus=gpus,
-            derived=derived(qwi, floor, self._latency_window(now, sample)),
+            derived=derived(queued_while_idle, floor, self._latency_window(now, sample)),
             baseline=baseline_series(baseline, sample, load or 0.0, shape)
             if baseline is not None and sample is not None
             else {},
-            canary=canary,
-            captures=captures,
-            server_cpu=server_cpu,
+            sources=MappingProxyType(sources),
             series_dropped=MappingProxyType(dict(self._series_dropped)),
         )
         self.last_poll_at = now
@@ -238,15 +226,13 @@ class Poller:
 
     def _read(
         self,
-        registered: _Registered[SampleT] | None,
+        registered: _Registered,
         now: float,
         sample: BackendSample | None,
         collectors: dict[str, CollectorStatus],
-    ) -> SampleT | None:
+    ) -> SourceSample | None:
         """A registered source's state for this snapshot, its collector status added to
         ``collectors``; a bug there leaves its series out, nothing else."""
-        if registered is None:
-            return None
         started = time.perf_counter()
         try:
             value = registered.source.sample(now, sample)
@@ -258,7 +244,7 @@ class Poller:
                 False, time.perf_counter() - started, error
             )
             return None
-        problem = getattr(value, "problem", "")
+        problem = value.problem
         if problem:
             cause_log = self._source_logs.setdefault(
                 registered.name, CauseLog(f"reading the {registered.name}", log)

@@ -41,11 +41,38 @@ from inferwatch.collect.processes import (
     read_small,
     server_pid,
 )
-from inferwatch.model import BackendSample, ServerCpuSample
+from inferwatch.model import BackendSample, Sink
 
 MIN_INTERVAL = 1.0
 REDISCOVER = 30.0
 CGROUP = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class ServerCpuSample:
+    """The CPU under the server at one read (None: not readable); ``problem``: what could
+    not be read, and why (empty when everything could)."""
+
+    cpu_seconds: float | None  # its threads' on-CPU time, summed
+    wait_seconds: float | None  # their run-queue wait, summed
+    threads: int | None
+    pressure_seconds: float | None  # the node's PSI "some" total
+    throttled_seconds: float | None  # its cgroup's
+    throttled_periods: float | None
+    problem: str = ""
+
+    def write(self, sink: Sink, backend: str) -> None:
+        """``inferwatch_server_cpu_wait_seconds_total 97.4`` and the others it could read."""
+        for key, value in (
+            ("server_cpu_seconds", self.cpu_seconds),
+            ("server_cpu_wait_seconds", self.wait_seconds),
+            ("server_threads", self.threads),
+            ("node_cpu_pressure_seconds", self.pressure_seconds),
+            ("server_cpu_throttled_seconds", self.throttled_seconds),
+            ("server_cpu_throttled_periods", self.throttled_periods),
+        ):
+            if value is not None:
+                sink.scalars(key, {(): float(value)})
 
 
 @dataclass

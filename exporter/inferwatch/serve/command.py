@@ -116,7 +116,7 @@ def build_poller(config: ServeConfig, latency_window: float = 300.0) -> Poller:
     )
     poller = Poller(upstream, backend, gpu, settings)
     if config.server_cpu == "on":
-        poller.register_server_cpu(ServerCpu(config.backend_url))
+        poller.register("server_cpu", ServerCpu(config.backend_url))
     return poller
 
 

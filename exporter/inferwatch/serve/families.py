@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from operator import attrgetter
-from typing import Protocol
 
 from inferwatch import __version__
 from inferwatch.gpu_gauges import GPU_GAUGES
-from inferwatch.model import CanarySample, GpuSample, Histogram, Labels, ServerCpuSample, Snapshot
+from inferwatch.model import GpuSample, Labels, Sink, Snapshot
 
 # GpuSample fields exposed one-to-one as gauges, besides the table's (GPU_GAUGES).
 _GPU_FIELDS = (
@@ -22,15 +21,6 @@ _GPU_FIELDS = (
     "pcie_peak_bytes_per_second",
     "nvlink_peak_bytes_per_second",
 )
-
-
-class Sink(Protocol):
-    """Where :func:`write_snapshot` puts each family: the page writer, or another encoder
-    (``bench/exposition.py`` feeds prometheus_client's families the same way)."""
-
-    def scalars(self, key: str, series: Mapping[Labels, float], prefix: Labels = ()) -> None: ...
-
-    def histograms(self, key: str, series: Mapping[Labels, Histogram], prefix: Labels) -> None: ...
 
 
 def write_snapshot(snap: Snapshot, sink: Sink) -> None:
@@ -68,31 +58,8 @@ def write_snapshot(snap: Snapshot, sink: Sink) -> None:
         sink.scalars(key, series)
     for key, series in snap.baseline.items():
         sink.scalars(key, series)
-    if snap.canary is not None:
-        labels = (("backend", snap.backend_kind), ("model", snap.canary.model))
-        _write_canary(snap.canary, labels, sink)
-    if snap.server_cpu is not None:
-        _write_server_cpu(snap.server_cpu, sink)
-    if snap.captures is not None:
-        counts = snap.captures.counts
-        sink.scalars(
-            "captures", {(("trigger", t), ("result", r)): n for (t, r), n in counts.items()}
-        )
-        if snap.captures.last_timestamp is not None:
-            sink.scalars("last_capture_timestamp_seconds", {(): snap.captures.last_timestamp})
-
-
-def _write_server_cpu(cpu: ServerCpuSample, sink: Sink) -> None:
-    for key, value in (
-        ("server_cpu_seconds", cpu.cpu_seconds),
-        ("server_cpu_wait_seconds", cpu.wait_seconds),
-        ("server_threads", cpu.threads),
-        ("node_cpu_pressure_seconds", cpu.pressure_seconds),
-        ("server_cpu_throttled_seconds", cpu.throttled_seconds),
-        ("server_cpu_throttled_periods", cpu.throttled_periods),
-    ):
-        if value is not None:
-            sink.scalars(key, {(): float(value)})
+    for name in sorted(snap.sources):
+        snap.sources[name].write(sink, snap.backend_kind)
 
 
 def _write_gpus(gpus: tuple[GpuSample, ...], sink: Sink) -> None:
@@ -136,13 +103,3 @@ def _each_by(
 ) -> dict[Labels, float]:
     """Each GPU's values by ``label`` (its directions, its throttle reasons...)."""
     return {(*g.labels, (label, k)): v for g in gpus for k, v in values(g).items()}
-
-
-def _write_canary(canary: CanarySample, labels: Labels, sink: Sink) -> None:
-    sink.histograms("canary_time_to_first_token_seconds", {labels: canary.ttft}, ())
-    sink.histograms("canary_inter_token_latency_seconds", {labels: canary.itl}, ())
-    sink.histograms("canary_request_duration_seconds", {labels: canary.e2e}, ())
-    probes = {(*labels, ("result", r)): n for r, n in canary.probes.items()}
-    sink.scalars("canary_probes", probes)
-    if canary.ttft_gap_seconds is not None:
-        sink.scalars("canary_ttft_gap_seconds", {labels: canary.ttft_gap_seconds})

@@ -70,7 +70,7 @@ def make_app(
             spec,
             capture_upstream(upstream.base_url, upstream.headers, upstream.max_bytes),
         )
-        poller.register_captures(capturer)
+        poller.register("capture", capturer)
         verdict.listeners.append(capturer.observe)
     app = http_app(
         poller,
@@ -111,7 +111,7 @@ async def run_canary(settings: CanarySettings, poller: Poller) -> None:
             return
         log.info("canary on (--canary auto): %s has no TTFT histogram", backend.name)
     canary = Canary(settings)  # made in the app's loop: its client session belongs there
-    poller.register_canary(canary)
+    poller.register("canary", canary)
     try:
         await canary.run()
     finally:

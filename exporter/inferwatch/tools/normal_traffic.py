@@ -157,6 +157,6 @@ def _why_absent(snapshot: Snapshot, signal: str) -> str:
     status = snapshot.collectors.get(_COLLECTOR_OF.get(signal, "backend"))
     if status is not None and not status.success and status.error:
         return f"the sidecar could not read it: {status.error}"
-    if signal == "canary_ttft_gap" and snapshot.canary is None:
+    if signal == "canary_ttft_gap" and "canary" not in snapshot.sources:
         return "no canary ran (the config's canary: off)"
     return "the sidecar's page had no series for it under normal traffic"
