@@ -1,4 +1,5 @@
-"""The generated rules: promtool checks and unit tests, contract, config, regenerate-and-diff."""
+"""The generated rules: promtool checks and unit tests, contract, config, regenerate-and-diff,
+the generated files marked in .gitattributes."""
 
 from __future__ import annotations
 
@@ -78,15 +79,35 @@ def test_promtool_unit_tests(name: str) -> None:
     assert out.stdout.count("SUCCESS") == 1
 
 
+def generated() -> dict[str, str]:
+    """Relative path -> content of every file `make generate` writes whole (the docs' regions
+    are parts of hand-written pages)."""
+    tests = {f"alerts/tests/{name}": text for name, text in alert_scenarios().render().items()}
+    return {**artifacts(spec_from_config({})), **tests}
+
+
 def test_committed_artifacts_are_what_generate_writes() -> None:
-    for relative, content in artifacts(spec_from_config({})).items():
+    for relative, content in generated().items():
         assert (REPO / relative).read_text() == content, f"{relative} is stale: run `make generate`"
-    for name, content in alert_scenarios().render().items():
-        assert (ALERTS_DIR / "tests" / name).read_text() == content, f"alerts/tests/{name} is stale"
     runbooks = {p.name for p in (ALERTS_DIR / "runbooks").glob("*.md")}
     assert runbooks == {f"{a}.md" for a in CONTRACT | set(SLO_ALERTS)}, (
         "a runbook without an alert (or the reverse)"
     )
+
+
+def test_every_generated_file_is_marked_generated_in_gitattributes() -> None:
+    """linguist-generated (GitHub folds the diff), never -diff: reviewers still read it."""
+    out = subprocess.run(
+        ["git", "check-attr", "linguist-generated", "diff", "--", *generated()],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    attributes = {tuple(line.rsplit(": ", 2)) for line in out.stdout.splitlines()}
+    unmarked = sorted(
+        p for p, name, value in attributes if name == "linguist-generated" and value != "true"
+    )
+    assert not unmarked, f"mark them linguist-generated in .gitattributes: {unmarked}"
+    hidden = sorted(p for p, name, value in attributes if name == "diff" and value != "unspecified")
+    assert not hidden, f"-diff hides them from reviewers: {hidden}"
 
 
 def test_the_contract_is_the_alert_table() -> None:

@@ -2,8 +2,9 @@
 schema and against itself (mounts, profiles, the sidecar's shared network namespace), the
 kustomizations rendered by kustomize (``kubectl kustomize``), core objects against the
 Kubernetes schemas (kubernetes-validate, strict), Prometheus Operator objects against their
-CRD schemas (npm @kubernetes-models/prometheus-operator), and the generated PrometheusRule
-and dashboard ConfigMaps equal to alerts/ and dashboards/."""
+CRD schemas (npm @kubernetes-models/prometheus-operator), the generated PrometheusRule equal
+to alerts/, and the dashboards' ConfigMaps, which kustomize builds from dashboards/, holding
+exactly dashboards/*.json."""
 
 from __future__ import annotations
 
@@ -294,12 +295,16 @@ def test_rules_and_dashboards_equal_the_generated_files(rendered, name: str) -> 
     assert one(docs, "PrometheusRule")["spec"] == rules
     data = {}
     for config_map in objects(docs, "ConfigMap"):
-        if config_map["metadata"]["name"].startswith("inferwatch-baseline"):
+        metadata = config_map["metadata"]
+        if metadata["name"].startswith("inferwatch-baseline"):
             continue  # the autoscaling overlays' baseline file
-        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        # What Grafana's dashboard sidecar looks for; one dashboard a ConfigMap, named after it.
+        assert metadata["labels"]["grafana_dashboard"] == "1"
+        assert metadata["annotations"]["grafana_folder"] == "inferwatch"
+        assert list(config_map["data"]) == [metadata["name"] + ".json"]
         data.update(config_map["data"])
     boards = {p.name: p.read_text() for p in (REPO / "dashboards").glob("*.json")}
-    assert data == boards
+    assert data == boards, "list each dashboard in dashboards/kustomization.yaml"
 
 
 @pytest.mark.parametrize("name", RENDERINGS)

@@ -146,8 +146,8 @@ def thresholds_from(baseline: Baseline, factor: float, window_seconds: float) ->
 
 # Objectives calibrate proposes: this share of events within a bound above what the service
 # measured at its busiest (the thresholds' factor). Not 99 %: a sweep's p99 under-samples the
-# tail (vLLM on CPU here: 1-4 % of first tokens past 1.5 x the sweep's p99), and a 99 % promise
-# there spends the budget in normal operation; tighten it once the tail is known.
+# tail, and a 99 % promise there spends the budget in normal operation; tighten it once the
+# tail is known.
 PROPOSED_TARGET = 0.95
 PROPOSED_ERRORS_TARGET = 0.999
 

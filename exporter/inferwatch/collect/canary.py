@@ -1,26 +1,12 @@
 """The canary (``serve --canary on``): one small streamed request at a time, timed client side.
 
-Every ``interval`` seconds it streams one completion (``prompt_tokens`` words of prompt,
-``output_tokens`` tokens asked for exactly where the server allows) through the sweep's
-client (:class:`inferwatch.collect.stream.Client`) to the server's OpenAI API, or to any
-URL the user's traffic goes through (an ingress, a gateway), and keeps what it measured:
-TTFT, the gaps between tokens and the end-to-end time of each successful probe in
-histograms with fixed bounds, and every probe's result.
-
-Cost is bounded: the probes run one after the other on their own task (never two in
-flight), each under a hard timeout, and after a failure the next waits twice as long as the
-last, up to ``max_backoff``, or until a poll sees the server up again after it was down.
-Failures are logged one line per kind (``http_error``,
-``timeout``...), then at most once a minute per kind. Nothing here runs on the scrape path:
-a poll only reads the counts (:meth:`Canary.sample`), and a canary that fails, hangs or
-raises leaves the backend's series as they are.
-
-Each probe is marked: its body carries ``"user": "inferwatch-canary"`` (the OpenAI API's
-end-user field) and its request the header ``X-Inferwatch-Canary: 1``. None of the
-supported servers (vLLM, SGLang, TGI, llama.cpp, Triton) leaves a request out of its own
-metrics for either, as of their 2026 releases, so the server's TTFT histogram counts the
-probes too; the marker lets what sits in front of it (an ingress, a gateway, an access log
-or a usage report) recognise them and leave them out of its accounting.
+Every ``interval`` seconds it streams one completion through the sweep's client
+(:class:`inferwatch.collect.stream.Client`) to the server, or to any URL the user's traffic
+goes through, and keeps each probe's TTFT, inter-token gaps and end-to-end time in
+fixed-bound histograms. Never two probes in flight, each under a timeout, backing off after
+failures up to ``max_backoff``; nothing runs on the scrape path. Probes are marked (``"user":
+"inferwatch-canary"``, header ``X-Inferwatch-Canary: 1``) so that what sits in front of the
+server can leave them out of its accounting; the server's own histograms count them.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """A GPU that is failing, not slow, through NVML: memory errors, row remapping, PCIe replays
 and XID events.
 
-Opened once per GPU (:class:`Health`, by the GPU source when it opens the GPU), it registers
-an event set for the GPU's critical XID errors; at most once a second (:meth:`Health.sample`,
-whatever the poll interval) it reads the counters and drains the events that arrived since
-(at most :data:`MAX_EVENTS`; the rest wait for the next reading). Sample of the series it feeds
-(through :class:`inferwatch.model.GpuHealth`)::
+Opened once per GPU (:class:`Health`), it registers an event set for the critical XID errors;
+at most once a second it reads the counters and drains up to :data:`MAX_EVENTS` events. What
+a GPU does not support (ECC off, row remapping before Ampere) is absent, never zero; the XIDs
+that need attention (:data:`inferwatch.method.gpu_faults.GPU_XIDS_NEEDING_ATTENTION`) show
+from 0. Sample of the series it feeds (through :class:`inferwatch.model.GpuHealth`)::
 
     inferwatch_gpu_ecc_errors_total{gpu="0",...,error="uncorrected",counter="volatile"} 0
     inferwatch_gpu_remapped_rows{gpu="0",...,kind="uncorrectable"} 1
@@ -13,25 +13,6 @@ whatever the poll interval) it reads the counters and drains the events that arr
     inferwatch_gpu_row_remap_failed{gpu="0",...} 0
     inferwatch_gpu_pcie_replays_total{gpu="0",...} 12
     inferwatch_gpu_xid_errors_total{gpu="0",...,xid="79"} 1
-
-What NVML says each is (nvml.h, and NVIDIA's "GPU Memory Error Management" and "XID Errors"
-documents):
-
-- ECC errors (``nvmlDeviceGetTotalEccErrors``): ``corrected`` (single-bit, fixed by ECC) and
-  ``uncorrected`` (double-bit: the data read was wrong), each ``volatile`` (since the driver
-  loaded) and ``aggregate`` (over the GPU's life). NOT_SUPPORTED on a GPU without ECC (or
-  with ECC off): the series are absent, never zero.
-- Row remapping (``nvmlDeviceGetRemappedRows``, Ampere and later): rows remapped for
-  correctable and uncorrectable errors; a remap *pending* takes effect only at the next GPU
-  reset, and until then the bad row is in use; a remap *failure* means the GPU ran out of
-  spare rows.
-- Retired pages pending (``nvmlDeviceGetRetiredPagesPendingStatus``, before Ampere): pages
-  retired for errors that take effect at the next reset (``inferwatch_gpu_retired_pages_pending``).
-- PCIe replays (``nvmlDeviceGetPcieReplayCounter``): link-level retransmissions; a growing
-  count is a marginal link (riser, slot, cable).
-- XID errors (``nvmlEventTypeXidCriticalError`` events): the driver's error codes, counted by
-  code from the exporter's start; those that need attention
-  (:data:`inferwatch.method.gpu_faults.GPU_XIDS_NEEDING_ATTENTION`) show from 0.
 """
 
 from __future__ import annotations

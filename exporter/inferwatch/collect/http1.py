@@ -1,24 +1,13 @@
 """GETs of one URL over one kept-alive HTTP/1.1 connection: the poll's fetch.
 
-A poll every 0.1 s on a machine that idles between polls runs its fetch cold, and aiohttp's
-client runs a few hundred Python calls a request (its URL, cookie, tracing, request and
-response objects): ``bench/exporter.py`` measured that cold path as most of a poll. A poll
-only ever asks one URL the same question, so this keeps one connection open, writes the
-request's bytes made once, and parses the answer as it arrives with llhttp (``httptools``,
-the parser uvicorn and aiohttp build on), read into one buffer kept for the connection's
-life: a read allocates nothing, and the GET waiting is woken once, with its answer. What an
-answer must be to be taken (status, media type) is the caller's policy
-(:mod:`inferwatch.collect.upstream`); here is the transport, bounded:
-
-- the whole exchange, connect included, within ``timeout`` seconds;
-- at most ``max_bytes`` of body (a ``Content-Length`` above it is refused before any body is
-  read; a gzip or deflate body, sent although ``identity`` was asked for, is bounded
-  decompressed), and at most :data:`MAX_HEAD_BYTES` of status line and headers;
-- an answer that is not a 200 is not read further, and its connection is closed;
-- credentials in the URL (``http://user:password@host``) are sent as basic auth, unless an
-  ``Authorization`` header is given; a header with a line break is refused.
-
-A kept-alive connection the server closed between polls is opened again once, at once.
+A poll asks one URL the same question each time, so this keeps one connection, writes the
+request's bytes made once and parses the answer with llhttp (``httptools``) into one buffer
+kept for the connection's life, where aiohttp's client builds objects for every request.
+What an answer must be is the caller's policy (:mod:`inferwatch.collect.upstream`); here is
+the transport, bounded: the whole exchange within ``timeout``, at most ``max_bytes`` of body
+(decompressed too) and :data:`MAX_HEAD_BYTES` of head, an answer other than 200 not read
+further. Credentials in the URL are sent as basic auth unless an ``Authorization`` header is
+given. A connection the server closed between polls is opened again once.
 """
 
 from __future__ import annotations

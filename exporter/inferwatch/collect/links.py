@@ -1,41 +1,17 @@
 """The communication layer of one GPU through NVML: PCIe throughput and NVLink counters.
 
-Opened once per GPU (:class:`Links`, by the GPU source when it opens the GPU), it reads the
-static facts then: the PCIe peak (max link generation x max link width) and the NVLink
-links present, active and their common speed. Per poll (:meth:`Links.sample`) it makes one
-batched field-value call carrying the NVLink byte counters of all links and the PCIe byte
-counters (either part left out where the GPU has none; no call when it has neither), then
-takes PCIe throughput per direction from the first of:
-
-1. the PCIe byte counters: their delta over the time between this poll's reading and the
-   previous one (the field values' own timestamps), i.e. the average over the poll interval;
-2. GPM's average over the poll interval where the GPU computed it (no extra call);
-3. NVML's 20 ms sample (one call per direction), the noisiest.
-
-The counters need two readings: on the first poll (and the poll after a failed reading) the
-direction falls back to 2 or 3. A counter that went backwards (reset, or wrapped, which
-nvml.h allows) gives that direction no value for that poll, and is the next poll's start.
-
-Sample of the series it feeds (through :class:`inferwatch.model.GpuSample`)::
+Opened once per GPU (:class:`Links`), it reads the PCIe peak and the NVLink links then; per
+poll it makes one batched field-value call for the NVLink and PCIe byte counters and takes
+PCIe throughput per direction from the first of: the byte counters' delta over their own
+timestamps, GPM's average over the poll interval, NVML's 20 ms sample. Units follow nvml.h
+(PCIe counters in bytes, NVLink counters in KiB, link speed in decimal MB/s); a reading that
+fails is taken as :mod:`inferwatch.collect.nvml_reading` says. Sample of the series it feeds
+(through :class:`inferwatch.model.GpuSample`)::
 
     inferwatch_gpu_pcie_bytes_per_second{gpu="0",...,direction="rx"} 2.62144e+09
     inferwatch_gpu_pcie_peak_bytes_per_second{gpu="0",...} 6.301538461538461e+10
     inferwatch_gpu_nvlink_bytes_total{gpu="0",...,direction="tx"} 1.099511627776e+12
     inferwatch_gpu_nvlink_peak_bytes_per_second{gpu="0",...} 4.78116e+11
-
-Units, with their sources:
-
-- PCIe peak: usable bytes/s per lane and direction by generation (transfer rate x encoding
-  / 8, PCI Express Base Specification) times the lanes.
-- PCIe throughput: NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES (field IDs 197, 198) in bytes
-  ("PCIe transmit/receive bytes", nvml.h; IDs as in nvidia-ml-py's pynvml), over the field
-  values' timestamps in microseconds (nvml.h); nvmlDeviceGetPcieThroughput in KB/s, taken as
-  KiB/s; GPM's PCIe metrics in MiB/s (nvml.h).
-- NVLink counters: KiB (nvml.h), summed over all links; the peak is the common link speed
-  in decimal MB/s (nvml.h) times the active links.
-
-A reading that fails is taken as :mod:`inferwatch.collect.nvml_reading` says: only its own
-series go, the GPU's only when it is lost.
 """
 
 from __future__ import annotations

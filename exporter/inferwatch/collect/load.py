@@ -1,19 +1,12 @@
 """The backend's load over the rate window: what the baseline cell is chosen by, and the
 shape of its requests: what the capacity is scaled to.
 
-``inferwatch_baseline_*`` hold the baseline cell comparable to the live load, and the rules,
-the verdict page and ``diagnose`` divide the window's latency p95 by them. The load is the
-backend's running requests averaged over the same window (time-weighted, poll to poll), not
-the last poll's count: under light load that count flickers between concurrencies (0, 1,
-2...), and the latency of a window of mixed load was held to the cell of one instant
-(a healthy service read as a regression in one 15 s round in two).
-
-Sample: polls one second apart that see 1, 1, 2 and 2 running: :meth:`WindowedLoad.update`
-gives 1, 1, 1 and then 4/3 (each count holds until the next poll).
-
-The shape (:class:`WindowedShape`) is the mean prompt and output length of the requests that
-finished over the window, from the prompt and output token histograms' sums and counts: 10
-requests of 1,280 prompt and 640 output tokens in all give (128.0, 64.0).
+The load is the backend's running requests averaged over the window (time-weighted, poll to
+poll), not the last poll's count, which flickers between concurrencies under light load.
+Polls one second apart that see 1, 1, 2 and 2 running: :meth:`WindowedLoad.update` gives
+1, 1, 1 and then 4/3. The shape (:class:`WindowedShape`) is the mean prompt and output length
+of the requests finished over the window: 10 requests of 1,280 prompt and 640 output tokens
+in all give (128.0, 64.0).
 """
 
 from __future__ import annotations

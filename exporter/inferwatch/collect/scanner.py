@@ -1,14 +1,10 @@
 """Successive pages of one server, read for what changed: the poll's scanner.
 
-The page is cut at its ``# TYPE`` lines and only the wanted families' lines are read (the
-format requires all lines of a family to form one group after its TYPE line). A family's
-lines are read again only when its text differs from the last page's; a family whose
-lines keep their names and labels while its values move (every poll of a busy server) is
-read by where its values sit (:class:`Layout`): the lines are checked to start as they
-did, and only the values are parsed. A page whose every wanted family was known leaves a
-layout of the whole page, and the next page that fits it is cut into the texts of its
-values in a few passes in C over its lines (:meth:`PageScanner.by_layout`), parsed where
-they are read. The lines themselves are read with :mod:`inferwatch.collect.textparse`.
+The page is cut at its ``# TYPE`` lines and only the wanted families are read, each again
+only when its text changed. A family whose names and labels stay while its values move is
+read by where its values sit (:class:`Layout`); a page that fits the whole last page's layout
+is cut into its values in a few passes (:meth:`PageScanner.by_layout`). Lines are parsed with
+:mod:`inferwatch.collect.textparse`.
 """
 
 from __future__ import annotations

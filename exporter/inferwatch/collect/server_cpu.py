@@ -1,23 +1,11 @@
 """The CPU under the server: is it starved? (the method's system layer).
 
-A noisy neighbour, a CPU limit or too few cores for the API server and its tokenizer slow
-every request while no GPU metric moves (on a GPU server, it shows as idle gaps between
-steps). Measured directly, from ``/proc`` and the cgroup filesystem:
-
-- the server's processes (the one listening on the backend URL's port and its descendants,
-  :mod:`inferwatch.collect.processes`; in Kubernetes, the pod needs
-  ``shareProcessNamespace: true``): each thread's on-CPU time and its **run-queue wait**
-  (runnable, but waiting for a CPU), summed; a thread that ends keeps what it counted;
-- the node's CPU pressure (``/proc/pressure/cpu``, PSI ``some``: time at least one task
-  waited for a CPU);
-- the server's cgroup throttling (``cpu.stat``: ``nr_throttled`` and v2's ``throttled_usec``
-  or v1's ``throttled_time``):
-  a CPU limit the server hits.
-
-Read at most once per :data:`MIN_INTERVAL` seconds whatever the poll interval; the server's
-process tree is looked up again every :data:`REDISCOVER` seconds (or once its process is
-gone). What cannot be read (another PID namespace, no permission, no PSI, cgroup v1) is left
-out, and ``inferwatch_collector_success{collector="server_cpu"}`` is 0 with why. Sample::
+A noisy neighbour, a CPU limit or too few cores slow every request while no GPU metric moves.
+Read from ``/proc`` and the cgroup filesystem at most once per :data:`MIN_INTERVAL`: the
+server's threads' on-CPU time and run-queue wait (its processes:
+:mod:`inferwatch.collect.processes`; in Kubernetes ``shareProcessNamespace: true``), the
+node's CPU pressure (PSI ``some``) and the server cgroup's throttling. What cannot be read is
+left out, with ``inferwatch_collector_success{collector="server_cpu"} 0`` and why. Sample::
 
     inferwatch_server_cpu_seconds_total 1834.2
     inferwatch_server_cpu_wait_seconds_total 97.4

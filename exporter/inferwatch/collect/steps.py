@@ -1,19 +1,12 @@
 """How long an engine's own steps take, to tell a long step from a stall without NVML.
 
-Judged from engine progress alone, an engine that made no step since the last poll may be
-stalled, or busy with one long step: a big prefill batch, or the recompute of requests the
-scheduler preempted (measured on vLLM on CPU: 1.2-1.9 s per such step on 2 cores, where its
-decode steps take a few ms). How long a step may take depends on the hardware and the
-load. The operator may say (``--engine-step-seconds``: the longest step at the server's
-biggest batch), and the engine's own record says: every stretch without progress while it
-had work (requests running or waiting) that ended with progress, and outlasted the floor
-:data:`STEP_FLOOR`, is remembered for :data:`STEP_MEMORY` seconds. A stall is then a stretch
-without progress longer than :data:`STEP_MARGIN` x the longer of the step given and the
-:data:`RECURRENCE`-th longest remembered stretch, and at least the floor.
-
-The rank, not the longest: a load's long steps recur, a stall is one stretch. A single
-stall, however long, never raises the bar for the next; the first long steps of a new load
-count as stalls until they have recurred (:data:`RECURRENCE` - 1 of them).
+An engine that made no step since the last poll may be stalled, or busy with one long step (a
+big prefill batch, recomputing preempted requests). Every stretch without progress while it
+had work that ended with progress and outlasted :data:`STEP_FLOOR` is remembered for
+:data:`STEP_MEMORY` seconds; a stall is a stretch longer than :data:`STEP_MARGIN` x the longer
+of ``--engine-step-seconds`` and the :data:`RECURRENCE`-th longest remembered stretch. The
+rank, not the longest: a load's long steps recur, a stall is one stretch and never raises the
+bar for the next.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """Prometheus text exposition, read line by line: the samples of the wanted names.
 
-prometheus_client's ``text_string_to_metric_families`` parses every line of a ~50 KB vLLM
-page into objects; this reads only the lines of the names asked for, and leaves each label
-text for :func:`parse_labels` so that callers can cache per text (``bench/exporter.py``
-measures it against prometheus_client in the same run). A poll reads successive pages of
-one server with :class:`~inferwatch.collect.scanner.PageScanner`, which reads with this
-only what changed.
-
-It follows the text format: ``name{label="value",...} value [timestamp]``, label values with
-``\\\\``, ``\\"`` and ``\\n`` escapes, ``NaN``/``+Inf``/``-Inf`` values (and the
-``-nan(ind)`` some C++ servers print), comments ignored. OpenMetrics pages (what
-prometheus_client servers may negotiate) read the same: ``# EOF`` and ``# UNIT`` are
-comments, ``_created`` samples are names nobody maps, and an exemplar after the value
-(``foo_total 5 # {trace_id="abc"} 1.0``) is skipped.
-
-A malformed line of a wanted name does not stop the scan: the name is reported in
-:attr:`Scan.malformed` and its samples are left out, so one broken family does not cost the
-rest of the page. A sample whose label set is longer than the caller's bound is left out
-and counted (:attr:`Scan.oversized`): nothing after the scan holds it. A page cut short, or
-one with more samples of the wanted names than the caller's budget, raises
-:class:`ExpositionError`.
+Only the lines of the names asked for are read, and each label text is left for
+:func:`parse_labels` so that callers can cache per text (``bench/exporter.py`` compares it
+with prometheus_client's parser). The text format: ``name{label="value",...} value
+[timestamp]``, label values with ``\\\\``, ``\\"`` and ``\\n`` escapes, ``NaN``/``+Inf``/``-Inf``
+(and ``-nan(ind)``); OpenMetrics pages read the same, exemplars skipped. A malformed line of a
+wanted name is reported in :attr:`Scan.malformed` and its samples left out; an oversized label
+set is counted in :attr:`Scan.oversized`; a page cut short, or over the caller's sample
+budget, raises :class:`ExpositionError`.
 """
 
 from __future__ import annotations

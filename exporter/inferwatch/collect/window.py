@@ -1,35 +1,17 @@
 """Each pod's TTFT and inter-token latency quantiles over the rate window, computed here.
 
-A Prometheus summary for the pod beside the histogram for the fleet: the alerts judge one
-pod by its TTFT p95 and its inter-token latency p50/p95/p99 over the rules' rate window
-(``5m``). Computed by Prometheus from the raw buckets (each reads all ~20 buckets of every
-replica at every evaluation), those four quantiles took 1.2 s of the 3.0 s the recording rules
-took at 1,000 replicas (``bench/fleet.py``). The exporter has every poll of its backend at
-hand, so it publishes them as summaries (quantiles only), and the rules copy them:
+The rules copy these summaries rather than run ``histogram_quantile`` over every replica's
+buckets, the costliest part of the recording rules at fleet size (``bench/fleet.py``)::
 
     inferwatch_time_to_first_token_window_seconds{backend="vllm",model="m",quantile="0.95"} 0.41
     inferwatch_inter_token_latency_window_seconds{backend="vllm",model="m",quantile="0.5"} 0.021
 
 Each value is what ``histogram_quantile(q, sum without (engine) (rate(h_bucket[window])))``
-gives over the polls folded in (:func:`~inferwatch.method.quantile.histogram_quantile`):
-each engine's buckets grow by their increase over the window, a counter reset counted from
-zero as Prometheus' ``rate`` counts it; the engines of a model are added up. NaN when
-nothing was observed in the window (PromQL's NaN). A series younger than the window counts
-from the first fold that sees it, as PromQL counts from a series' first scrape. The
-exporter's own history starts with it, so the quantiles are absent until it has polled for
-:data:`MIN_SPAN` seconds (or the whole window, if shorter): a restarted sidecar does not
-judge a pod by its first few requests. The window's start moves in steps of 1/:data:`STEPS`
-of it, so the history is bounded whatever the poll interval.
-
-A poll pays only for what moved, and the histograms are folded in at most once a second
-(:data:`FOLD_SECONDS`, or once a step of a window shorter than 100 s), whatever the poll
-interval: the polls in between are not read for the window, so a poll every 0.1 s maps and
-folds the two histograms once in ten (a counter reset between two folds is told as
-Prometheus tells one between two scrapes). A histogram the mapping reused unchanged (the
-same object as the last fold's) is not folded again, and while no total and no window start
-moved the last quantiles are returned as they are. The quantiles themselves are computed
-when first read (a scrape, the verdict), not at every poll: a poll every 0.1 s is read every
-few seconds at most.
+gives over the polls folded in, counter resets counted as ``rate`` counts them; NaN when
+nothing was observed. Absent until the exporter has polled for :data:`MIN_SPAN` seconds. The
+window's start moves in steps of 1/:data:`STEPS`, histograms are folded at most once per
+:data:`FOLD_SECONDS`, and the quantiles are computed when first read, whatever the poll
+interval.
 """
 
 from __future__ import annotations

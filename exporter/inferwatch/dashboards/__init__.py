@@ -1,21 +1,10 @@
 """Grafana dashboards (grafanalib), built from the method's spec and recording rules.
 
-Two dashboards:
-
-- **Inference triage** (``triage.py`` lists its rows, one module each: ``top_row.py``,
-  ``slo.py``, ``latency.py``, ``scheduler.py``, ``gpu.py``, ``system.py``, ``baseline.py``):
-  the top row answers "prefill or decode, and which layer?" at a glance; the service level
-  objectives below it say what users feel (error budget, burn rates, SLI); the rows below
-  follow the method (latency by phase, scheduler, GPU, system, baseline).
-- **Fleet** (``fleet.py``): per-model and per-instance drill-down across replicas.
-
-Panels are ``PanelSpec``s built from the selectors and helpers of ``queries.py``;
-``grafana.py`` lays them out and turns them into Grafana's JSON model (each panel in
-``grafana_panel.py``, the variables in ``variables.py``, the JSON cleaned of what Grafana no
-longer reads in ``grafana_cleanup.py``). Panels that need NVML say so in their description
-and show "GPU-only: no NVML data" when empty; panels a backend cannot fill show "not
-provided by this backend". Panels an alert's runbook cites link to that runbook
-(``spec.runbook_url_base``), and the two dashboards link to each other.
+**Inference triage** (``triage.py`` puts its rows in order, one module each): the top row
+answers "prefill or decode, and which layer?", the SLO row what users feel, the rows below
+follow the method. **Fleet** (``fleet.py``): per-model and per-instance drill-down. Panels
+are ``PanelSpec``s (``queries.py``) that ``grafana.py`` lays out as Grafana's JSON model;
+panels an alert's runbook cites link to it.
 """
 
 from __future__ import annotations

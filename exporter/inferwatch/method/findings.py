@@ -1,13 +1,10 @@
 """Findings: the alerts whose conditions hold, ranked as on-call should read them.
 
-The report model shared by ``inferwatch diagnose`` (over Prometheus or two scrapes of an
-exporter) and the exporter's own verdict page: a :class:`Finding` per alert that holds with
-its evidence, a :class:`Burn` per burning objective, and a :class:`Report` that orders them
-by the method's causal graph (:data:`~inferwatch.method.alerts.RELATIONS`): a finding another
-one explains (where that one's evidence accounts for it: :func:`accounts_for`) is listed
-right under it, never above; findings no relation orders go by severity, then by how far
-past its threshold their evidence is (:func:`strength`).
-Also the phase verdict (prefill or decode) and how a signal's value is written.
+The report model of ``inferwatch diagnose`` and the verdict page: a :class:`Finding` per alert
+that holds, a :class:`Burn` per burning objective, and a :class:`Report` ordered by the
+method's causal graph (:data:`~inferwatch.method.alerts.RELATIONS`, :func:`accounts_for`:
+an explained finding goes right under its cause), then by severity and :func:`strength`.
+Also the phase verdict and how a signal's value is written.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Quantiles: Prometheus' ``histogram_quantile`` on scraped histograms, and sample quantiles.
 
-:func:`histogram_quantile` follows PromQL's classic-histogram semantics (Prometheus 2.x,
-``promql/quantile.go``), so a quantile computed here from two scrapes equals what Prometheus
-reports for ``histogram_quantile(q, increase(..._bucket[window]))`` over the same window:
-
-- buckets are sorted by bound, buckets with the same bound are added up, and a count lower
-  than the one before it is raised to it (scrapes of separate processes are not atomic);
-- NaN when the highest bound is not ``+Inf``, when there are fewer than two buckets, or when
-  there is no observation; ``q < 0`` gives ``-Inf``, ``q > 1`` gives ``+Inf``;
-- the rank ``q x count`` is located in the first bucket whose cumulative count reaches it and
-  interpolated linearly inside that bucket, from its lower bound (0 for the first bucket
-  when its bound is positive) to its upper bound;
-- a rank in the ``+Inf`` bucket gives the highest finite bound; a rank in a first bucket
-  whose bound is 0 or negative gives that bound.
-
+:func:`histogram_quantile` follows PromQL's classic-histogram semantics (``promql/quantile.go``:
+buckets sorted and made monotonic, NaN without a ``+Inf`` bucket or observations, linear
+interpolation inside the bucket that holds the rank), so a quantile computed here from two
+scrapes equals Prometheus' ``histogram_quantile(q, increase(..._bucket[window]))``.
 :func:`increase` gives the histogram of a window from its scrapes at both ends.
 """
 

@@ -1,13 +1,9 @@
 """Basic auth of ``--web.config.file``'s ``basic_auth_users``: bcrypt on a bounded pool.
 
-Basic auth protects every path but ``/healthz``, which carries no metric data, so kubelet
-and container health checks work without a credential in the pod spec. Passwords are
-checked with bcrypt on a small pool of its own (never the threads that render ``/metrics``),
-at most :data:`CHECK_SLOTS` at once: a request that finds every slot taken is answered 503 at
-once instead of queueing. Each outcome is cached under a SHA-256 digest of (user, password,
-hash), passes and failures apart (a flood of wrong passwords cannot push a scraper's pass
-out), so a scraper pays the bcrypt cost once, not on every scrape. Neither passwords nor
-hashes are ever logged.
+Every path but ``/healthz`` is protected. Passwords are checked with bcrypt on a pool of its
+own, at most :data:`CHECK_SLOTS` at once (a request that finds none free is answered 503),
+and each outcome is cached under a digest of (user, password, hash), passes apart from
+failures, so a scraper pays bcrypt once. Neither passwords nor hashes are ever logged.
 """
 
 from __future__ import annotations

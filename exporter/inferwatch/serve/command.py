@@ -66,7 +66,7 @@ def settle_process() -> None:
     """Set the serving process up for a long life of short polls, once it is built."""
     # A big page is mapped, and the verdict computed, in worker threads that hold the GIL;
     # the event loop answering scrapes takes it back at every switch, each time after up
-    # to the interval (5 ms by default): a scrape that needs a few took tens of ms.
+    # to the interval (5 ms by default), and a scrape that needs a few waits for each.
     sys.setswitchinterval(SWITCH_INTERVAL)
     hand_big_buffers_back()
     # What was made to start (modules, the app, its settings) lives as long as the process:

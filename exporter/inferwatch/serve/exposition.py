@@ -1,36 +1,16 @@
 """Renders a :class:`Snapshot` as Prometheus text (format 0.0.4) or OpenMetrics 1.0.0.
 
-Every render builds the page fresh from the immutable snapshot (no instrumented objects
-updated in place). Sample of a text page::
+Every render builds the page fresh from the immutable snapshot. Sample of a text page::
 
     # HELP inferwatch_requests_waiting Requests waiting to be scheduled (queue depth).
     # TYPE inferwatch_requests_waiting gauge
     inferwatch_requests_waiting{backend="vllm",model="tiny",engine="0"} 20.0
-    # TYPE inferwatch_engine_step_tokens histogram
-    inferwatch_engine_step_tokens_bucket{backend="vllm",model="tiny",engine="0",le="16.0"} 41.0
 
-The OpenMetrics page carries the same samples; counter families are named without
-``_total`` in ``# HELP``/``# TYPE`` (their samples keep it) and the page ends with ``# EOF``.
-Every histogram of a snapshot is one Prometheus takes (:meth:`Histogram.defect`);
-OpenMetrics is stricter still (whole counts): what of a histogram it cannot carry is left
-out of that page only (:meth:`_Page.openmetrics_histograms`).
-
-The pages are written here rather than by prometheus_client. Measured on the four vLLM
-0.32 captures (two GPUs and a baseline besides, 261 samples, 33 KiB a page) by
-``bench/exposition.py``, which also checks that all the pages carry the same samples, over
-five runs on a shared 2-core machine: a median render took 0.18-0.20 ms here
-(:func:`render`) against 2.0-2.3 ms for a custom collector building fresh
-``*MetricFamily`` objects from the snapshot, encoded by prometheus_client's
-``generate_latest`` (11x), and 0.24-0.29 ms here (:func:`render_openmetrics`) against
-3.5-5.1 ms for its OpenMetrics encoder (14-21x). Building the families alone (0.28-0.32 ms)
-costs more than a whole page here: prometheus_client builds a dict per sample and sorts and
-escapes its labels on every call, where label sets repeat from poll to poll and their
-escaped text is cached here. The tests read every page back with prometheus_client's text
-and OpenMetrics parsers and lint the text page with ``promtool check metrics``.
-
-:class:`Renderer` renders each format at most once per poll and appends the exporter's own
-``process_*``/``python_*`` series (:class:`~inferwatch.serve.selfmetrics.SelfMetrics`, from
-prometheus_client's collectors).
+The OpenMetrics page carries the same samples, counter families named without ``_total``,
+and leaves out of that page only what of a histogram it cannot carry. Written here rather
+than by prometheus_client: label sets repeat from poll to poll, so their escaped text is
+cached (``bench/exposition.py`` compares the two). :class:`Renderer` renders each format at
+most once per poll and appends the exporter's own ``process_*``/``python_*`` series.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The listening sockets: connections held under a cap below the open-file limit.
 
-aiohttp waits for a request's head as long as a client takes to send it, and asyncio's
-accept loop logs a traceback each time the open-file limit refuses a connection: a client
-holding connections open half-sent takes every file the process may open, and every scrape
-times out meanwhile. Here:
-
-- a connection has :data:`HEAD_TIMEOUT` seconds from its accept, or from its last answer
-  (an idle kept-alive connection), to send a request's head whole, and a TLS handshake has as
-  long: aiohttp's keep-alive timeout closes a connection that waits for a head, half-sent
-  or not (:func:`inferwatch.serve.web.http_app` sets it);
-- at most :func:`connection_cap` connections are open at once, half the open-file limit read
-  at start; the other half is the reserve of the sidecar's own files and connections (the
-  poll's, captures, logs). A connection past the cap closes the oldest one that has not
-  sent a whole request head yet (else the oldest of all), so that a new one (a scrape) is
-  answered however many others are held open, and a scraper's kept-alive connection is
-  not closed for them;
-- a refused accept is one log line a minute per kind, not a traceback, and accepting waits
-  a little longer after each (as Go's ``net/http`` does).
+A client holding connections open half-sent could take every file the process may open, and
+every scrape would time out. Here a connection has :data:`HEAD_TIMEOUT` seconds to send a
+request's head; at most :func:`connection_cap` connections (half the open-file limit) are
+open, and one past the cap closes the oldest that has not sent a whole head (else the oldest
+of all); a refused accept is one log line a minute per kind, with a growing wait, as Go's
+``net/http`` does.
 """
 
 from __future__ import annotations

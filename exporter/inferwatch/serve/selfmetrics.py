@@ -1,17 +1,11 @@
 """The exporter's own ``process_*`` and ``python_*`` series, for the end of ``/metrics``.
 
 prometheus_client's collectors measure this process and its encoders write them, in the
-format of the page they end (sample of the text format)::
+format of the page they end. Sample::
 
     # HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.
     # TYPE process_cpu_seconds_total counter
     process_cpu_seconds_total 0.11
-    # HELP python_info Python platform information
-    # TYPE python_info gauge
-    python_info{implementation="CPython",major="3",minor="11",patchlevel="7",version="3.11.7"} 1.0
-    # HELP python_gc_objects_collected_total Objects collected during gc
-    # TYPE python_gc_objects_collected_total counter
-    python_gc_objects_collected_total{generation="0"} 512.0
 """
 
 from __future__ import annotations

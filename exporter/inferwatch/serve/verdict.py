@@ -1,25 +1,12 @@
 """The live verdict: the method evaluated by the exporter over its own recent polls.
 
-:class:`VerdictHistory` keeps the pages the exporter serves (the very bytes of
-``/metrics``, compressed) over the rate window, at most :data:`PAGE_BYTES` of them, one per
-new snapshot at most every ``step`` seconds, read back exactly as ``diagnose --exporter``
-reads them, and a bounded ring of points (the last 15 minutes, at most ``max_points``).
-Pages past the bytes are dropped where they lie closest together, so that the window keeps
-its reach with coarser steps; a page bigger than them all is not kept, and the verdict is
-then over the last step. Each new page yields:
-
-- the verdict, over the spec's rate window (the rules' ``5m`` unless the config says
-  otherwise; less while the exporter has not polled that long): every signal of
-  :data:`~inferwatch.method.signals.SIGNALS` over the window from the oldest page inside it
-  to the newest (:class:`~inferwatch.method.local.Window`), the alerts whose conditions hold
-  (:func:`~inferwatch.method.findings.exporter_report`, the report ``diagnose --exporter``
-  builds, so inhibitions and ranking are diagnose's), and the phase from TTFT and ITL p95;
-- one point of each sparkline series: the signal over the window from the previous page.
-
-No number here has a recipe of its own: they all come from :mod:`inferwatch.method.local`.
-The work runs once per recorded page, on the event loop for a snapshot of a usual size (a
-thread hop costs more than its verdict: ``bench/exporter.py``) and off it for a bigger one
-(:data:`INLINE_SERIES`); requests only format the result (:mod:`inferwatch.serve.verdict_page`).
+:class:`VerdictHistory` keeps the pages the exporter serves (``/metrics``' bytes, compressed,
+at most :data:`PAGE_BYTES`, thinned where they lie closest together) over the rate window,
+and a bounded ring of sparkline points. Each new page yields the verdict over the window, the
+report ``diagnose --exporter`` builds (:func:`~inferwatch.method.findings.exporter_report`),
+and one point of each sparkline. Every number comes from :mod:`inferwatch.method.local`;
+pages of more than :data:`INLINE_SERIES` series are judged off the event loop; requests only
+format the result (:mod:`inferwatch.serve.verdict_page`).
 """
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ def _usable_hash(hashed: bytes, where: str) -> bytes:
         raise ConfigError(
             f"{where}: bcrypt cost {cost} is outside {_BCRYPT_COSTS.start}-{_BCRYPT_COSTS.stop - 1}"
         )
-    # bcrypt's own parser decides whether the salt is valid; at the lowest cost it takes ~1 ms.
+    # bcrypt's own parser decides whether the salt is valid; the lowest cost keeps that cheap.
     cheapest = b"%s%02d%s" % (hashed[:4], _BCRYPT_COSTS.start, hashed[6:])
     try:
         bcrypt.checkpw(b"", cheapest)

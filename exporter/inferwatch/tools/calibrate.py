@@ -1,26 +1,11 @@
 """``inferwatch calibrate``: measure the service, then write the config that judges it.
 
-Baseline first. Every threshold that a rule or ``diagnose`` compares with a figure that
-depends on the machine and the traffic is measured here, as the sidecar will read it:
-
-1. a short load sweep (``inferwatch baseline``, ``sweep/command.py``): the latency
-   thresholds (``regression_factor`` x the server's TTFT/ITL quantiles at the highest
-   concurrency), the minimum traffic, the ITL tail bound, objectives
-   (:mod:`inferwatch.calibration`);
-2. normal traffic (the sweep's highest concurrency, over its shapes; ``--normal-traffic
-   observe``: the server's own) read for ``--normal-windows`` rate windows by the sidecar's
-   own parts (``normal_traffic.py``): the CPU wait, the canary's gap through ``--canary-url``,
-   the ITL tail share, the frontend's CPU, and the latency of a window, each raised to a
-   margin above the largest window reading;
-3. the longest engine step at the server's biggest batch (``engine_steps.py``), for serve's
-   ``engine_step_seconds``;
-4. the capacity (``--search on``, the default): the highest rate at which the calibrated
-   TTFT threshold is met (``sweep/search.py``), into the baseline file.
-
-Each value is written with where it came from (``calibrate_file.py``); what could not be
-measured says why, and a machine-dependent threshold left at its default keeps the alerts
-on it at info. Keys of ``--config`` are carried over, and a threshold set there wins.
-``inferwatch generate --config FILE`` then writes the rules for this service.
+Every threshold that depends on the machine and the traffic is measured as the sidecar will
+read it: a short load sweep (the latency thresholds, :mod:`inferwatch.calibration`), normal
+traffic read by the sidecar's own parts (``normal_traffic.py``), the longest engine step
+(``engine_steps.py``) and the capacity (``--search on``, ``sweep/search.py``). Each value is
+written with its source (``calibrate_file.py``); what could not be measured says why, and
+keys of ``--config`` are carried over, a threshold set there winning.
 
 Exit status: 0; 1 when the sweep cannot run; 2 for bad input.
 """

@@ -1,16 +1,10 @@
 """``inferwatch capture --exporter URL``: ask a running exporter for an evidence capture, wait
-for it and download the archive.
+for it and download the archive, as ``<out>/<id>.tar.gz``: a new file, written only once
+downloaded whole. No call follows a redirect.
 
 Exit status: 0 the capture is complete; 1 it is partial or failed, or the exporter refused
-(one runs already, or the last was too recent: the message says when the next may start);
-5 the exporter cannot be reached, has captures off, or answers what no exporter would (a
-capture id or archive name not of a capture's pattern, an archive over ``max_bytes``), or
-the file to save exists already.
-
-No call follows a redirect. The archive is saved under ``out`` as ``<id>.tar.gz``, a name
-the client makes from the capture's id (``capture-<time>-manual``), never the exporter's
-name, as a new file (an existing one is never replaced) and only once downloaded whole: a
-failed download leaves nothing behind.
+(one runs already, or the last was too recent); 5 the exporter cannot be reached, has
+captures off or answers what no exporter would, or the file exists already.
 """
 
 from __future__ import annotations

@@ -1,43 +1,11 @@
 """``inferwatch diagnose``: walks the method over live data with the rules' own spec.
 
-Phase first (is TTFT or per-token latency the one that is high?), then layer (which alert
-conditions hold: scheduling, compute, memory, system...), then the evidence (each condition's
-measured value against its threshold), in the method's causal order, with the runbook to
-open: a finding another one explains (a stall the queueing it causes, a dead backend its
-pod's latency) is listed right under it, and says whether Alertmanager inhibits it. The
-text and JSON are written by :mod:`inferwatch.tools.report`.
-
-With ``--prometheus``, an SLO whose burn-rate alert fires (``InferenceSLOFastBurn``,
-``InferenceSLOSlowBurn``) comes first: per model, the burning objectives (what users feel:
-the burn rate over each burn condition's long window, the error budget left), then the
-findings of that model under them, most likely first (why). Findings of other models
-follow as without SLOs.
-
-Two sources:
-
-- ``--prometheus URL``: a Prometheus that scrapes inferwatch and runs its recording rules.
-  Each alert's expression from the heuristics spec is evaluated as it stands (an alert whose
-  condition holds now is reported even before its ``for`` has elapsed), and every inferwatch
-  alert Prometheus holds as firing (its ``ALERTS`` series) is reported too, with the
-  evidence at this instant, even when its condition has just stopped holding: on-call never
-  reads "nothing holds" next to a page.
-- ``--exporter URL``: one inferwatch, scraped twice ``--interval`` seconds apart; every
-  signal is computed from the two pages (the window is the interval) and the same
-  conditions are checked, with the spec the exporter judges with (its ``/spec.json``:
-  a ``--config`` given overrides it).
-
-Sample::
-
-    inferwatch diagnose: http://prometheus:9090 (window 5m)
-    judged with --config inferwatch.yaml
-
-    SLO burning: backend=vllm model=llama-3-8b namespace=prod
-    CRITICAL InferenceSLOFastBurn  ttft (time to first token)
-             burn rate 15x over 1h, 6x over 6h, 2x over 1d, 0.8x over 3d; error budget remaining 72 %
-             runbook: alerts/runbooks/InferenceSLOFastBurn.md
-      causes, most likely first:
-      WARNING  InferencePrefillBottleneck  prefill / compute  backend=vllm model=llama-3-8b ...
-               ...
+Phase, then layer, then each condition's value against its threshold, in the method's causal
+order, with the runbook to open; a finding another one explains is listed under it.
+``--prometheus URL`` evaluates every alert's expression now, adds the alerts Prometheus holds
+firing, and puts a burning SLO first with its model's findings under it; ``--exporter URL``
+computes the signals from two pages ``--interval`` seconds apart, judged with the exporter's
+``/spec.json``. Text and JSON: :mod:`inferwatch.tools.report`. Sample::
 
     phase: prefill  (TTFT p95 4.88 s > 2 s; ITL p95 48.8 ms <= 100 ms)
     layer: compute

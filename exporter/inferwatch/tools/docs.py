@@ -1,21 +1,10 @@
 """Keeps the generated regions of the docs pages equal to what they are generated from.
 
 ``make generate`` runs ``python -m inferwatch.tools.docs``. Each region sits between two HTML
-comments and is rewritten from its definition, so no page restates by hand what the code
-says:
-
-- ``docs/exporter.md``: the flags of ``inferwatch serve`` (:data:`inferwatch.serve.options.OPTIONS`);
-- ``docs/metrics.md``: the metric contract (:func:`metric_table`, from :mod:`inferwatch.metrics`);
-- ``docs/alerts.md``: the cause alerts with their default thresholds (:func:`alert_table`);
-- ``docs/backends.md``: which family of each server feeds each contract series, read off the
-  backends' feed tables (:func:`backends_matrix`);
-- ``docs/slos.md``: the example SLO config (``alerts/slos.example.yaml``), the burn-rate
-  conditions (:data:`inferwatch.method.slo.burns.BURNS`) and the SLO alerts' promtool
-  scenarios by name.
-
-The regions a run writes (a bench's figures, the e2e's times) are
-:mod:`inferwatch.tools.measured`'s. tests/test_docs.py fails while a committed page differs
-from what this module writes.
+comments and is rewritten from its definition: the flags of ``docs/exporter.md``, the metric
+table of ``docs/metrics.md``, the alert table of ``docs/alerts.md``, the backend matrix of
+``docs/backends.md``, the example config and burn table of ``docs/slos.md``. The regions a run
+writes are :mod:`inferwatch.tools.measured`'s.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The engine's biggest batch and its longest step, measured with two bursts: what
-``inferwatch calibrate`` writes as ``engine_step_seconds``.
+``inferwatch calibrate`` writes as ``engine_step_seconds`` (``collect/steps.py`` reads it).
 
-Without NVML the sidecar tells a stalled engine from one busy with a long step by how long
-its steps take (``collect/steps.py``). The longest steps come with the biggest batch, once its
-KV cache overflows and the scheduler preempts requests and recomputes them. So: a burst of
-many short requests with long answers, counting the most the server runs at once (its
-batch cap, or what its KV cache holds); then one and a half of those batches whose tokens
-fill the server's KV cache (``inferwatch_kv_cache_capacity_tokens``) twice over, while the
-sidecar's polls time the longest stretch without a step with requests running or
-waiting. Sample of what calibrate prints::
+A burst of short requests with long answers finds the most the server runs at once; then one
+and a half such batches that fill its KV cache twice over make it preempt and recompute,
+while the sidecar's polls time the longest stretch without a step. Sample of what calibrate
+prints::
 
     inferwatch: engine_step_seconds 1.62 (the longest stretch without an engine step while
     24 requests of 640 tokens ran on a batch of 16 and a KV cache of 5120 tokens)

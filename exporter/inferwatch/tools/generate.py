@@ -8,7 +8,6 @@ Layout written (relative to ``--out``)::
     alerts/runbooks/<Alert>.md          one runbook per alert
     dashboards/inferwatch-*.json        Grafana dashboards (triage, fleet)
     deploy/kubernetes/base/prometheusrule.yaml   the rules as a Prometheus Operator object
-    deploy/kubernetes/base/dashboards.yaml       the dashboards as ConfigMaps for Grafana's sidecar
 
 Output is deterministic, so CI can regenerate and diff it against the committed files.
 """
@@ -45,7 +44,7 @@ def artifacts(spec: Spec) -> dict[str, str]:
         files[f"alerts/runbooks/{name}.md"] = slo_runbook_markdown(spec, name)
     for name, board in dashboards(spec).items():
         files[f"dashboards/{name}"] = json.dumps(board, indent=2, sort_keys=True) + "\n"
-    files.update(kubernetes_artifacts(spec, files))
+    files["deploy/kubernetes/base/prometheusrule.yaml"] = prometheus_rule(spec)
     return files
 
 
@@ -57,14 +56,12 @@ def contract() -> str:
     return GENERATED + "".join(f"{name}\n" for name in (*ALERTS, *SLO_ALERTS))
 
 
-def kubernetes_artifacts(spec: Spec, files: dict[str, str]) -> dict[str, str]:
-    """The same rules and dashboards as Kubernetes objects, for deploy/kubernetes/base.
+def prometheus_rule(spec: Spec) -> str:
+    """The rules as a Prometheus Operator object, for deploy/kubernetes/base.
 
-    The PrometheusRule's ``spec`` is the rules document itself and each ConfigMap holds one
-    dashboard file verbatim, so neither can drift from alerts/ and dashboards/. The
-    ConfigMaps carry the label and folder annotation Grafana's dashboard sidecar
-    (kube-prometheus-stack, grafana chart) looks for; one per dashboard keeps each well under
-    the size limit of client-side ``kubectl apply``.
+    Its ``spec`` is the rules document itself, so it cannot drift from alerts/. Kustomize
+    cannot build it from the rules file (a generator makes only ConfigMaps and Secrets), unlike
+    the dashboards' ConfigMaps (dashboards/kustomization.yaml).
     """
     rule = {
         "apiVersion": "monitoring.coreos.com/v1",
@@ -72,30 +69,7 @@ def kubernetes_artifacts(spec: Spec, files: dict[str, str]) -> dict[str, str]:
         "metadata": {"name": "inferwatch", "labels": {"app.kubernetes.io/name": "inferwatch"}},
         "spec": rules_document(spec),
     }
-    maps = []
-    for path, content in files.items():
-        if path.startswith("dashboards/") and path.endswith(".json"):
-            name = path.removeprefix("dashboards/")
-            maps.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "ConfigMap",
-                    "metadata": {
-                        "name": name.removesuffix(".json"),
-                        "labels": {
-                            "app.kubernetes.io/name": "inferwatch",
-                            "grafana_dashboard": "1",
-                        },
-                        "annotations": {"grafana_folder": "inferwatch"},
-                    },
-                    "data": {name: content},
-                }
-            )
-    return {
-        "deploy/kubernetes/base/prometheusrule.yaml": GENERATED + dump_yaml(rule),
-        "deploy/kubernetes/base/dashboards.yaml": GENERATED
-        + "---\n".join(dump_yaml(m) for m in maps),
-    }
+    return GENERATED + dump_yaml(rule)
 
 
 def write(out: Path, spec: Spec) -> list[Path]:

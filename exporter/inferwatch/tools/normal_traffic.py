@@ -1,13 +1,10 @@
 """Normal traffic as the sidecar reads it: what ``inferwatch calibrate`` measures besides the
 sweep.
 
-The rules judge one rate window at a time, with the sidecar's series: its CPU wait share,
-the canary's gap, the share of token gaps in the tail, the frontend's CPU, the window's
-latency quantiles. So calibrate runs the sidecar's own parts (:class:`EmbeddedSidecar`:
-the poller with its server-CPU reader and the canary, as ``serve`` builds them from the same
-config) under normal traffic, and evaluates each signal exactly as ``diagnose`` and the
-verdict do (:class:`~inferwatch.method.local.Window`) over every whole rate window, one
-reading a second. Sample of what it returns (``calibration.NormalReadings``)::
+The sidecar's own parts (:class:`EmbeddedSidecar`, as ``serve`` builds them) run under normal
+traffic, and each signal is evaluated as ``diagnose`` does
+(:class:`~inferwatch.method.local.Window`) over every whole rate window, one reading a
+second. Sample of what it returns (``calibration.NormalReadings``)::
 
     values: {server_cpu_wait_share: (0.31, 0.29, ...), canary_ttft_gap: (0.012, ...), ...}
     absent: {frontend_cpu: "the server's page has no frontend CPU series"}

@@ -1,37 +1,21 @@
 """Service level objectives: what users feel, as error budgets and multi-window burn-rate alerts.
 
-An objective says which share of events must be good over a compliance window: "99 % of
-requests get their first token within 0.5 s over 28 days". Its SLI comes from the server's
-own series: good events are a histogram's bucket at the objective's bound (``le``), all
-events its count; for ``errors``, finished requests less those that ended in a server error
-(an abort is the client's choice and counts as neither good nor bad). The config section
-(parsed strictly, :mod:`.config`)::
+An objective is the share of events that must be good over a compliance window; good events
+are a histogram's bucket at the objective's bound, all events its count (``errors``: finished
+requests less server errors). The config section (:mod:`.config`)::
 
     slos:
-      window: 28d              # compliance window
-      scope: model             # judge a model across its replicas; `instance`: each pod
-      objectives:              # every model...
-        errors: {target: 0.999}
-        ttft: {target: 0.99, seconds: 0.5}
-      models:                  # ...unless it has its own
-        llama-3-70b:
-          ttft: {target: 0.99, seconds: 2.5}
+      window: 28d
+      objectives: {errors: {target: 0.999}, ttft: {target: 0.99, seconds: 0.5}}
 
-The generated recording rules (``model:`` or ``instance:`` level, by objective kind;
-:mod:`.recording`)::
+Some of the recording rules (:mod:`.recording`)::
 
-    model:inferwatch_slo_ttft_events:rate5m        all events per second
-    model:inferwatch_slo_ttft_bad_events:rate5m    events that missed the objective
-    model:inferwatch_slo_errors_finished:rate1h    errors only: finished requests per second
-                                                   by reason (5m, 30m and 1h)
     model:inferwatch_slo_ttft:burnrate1h           bad share over 1h / (1 - target)
     model:inferwatch_slo_ttft:error_budget_remaining   over the compliance window
-    model:inferwatch_slo_ttft:objective            the target, on the model's labels
 
-Alerts (:data:`BURNS` says when; :mod:`.alerting`): ``InferenceSLOFastBurn`` pages,
+Alerts (:data:`BURNS`, :mod:`.alerting`): ``InferenceSLOFastBurn`` pages,
 ``InferenceSLOSlowBurn`` files a ticket, ``InferenceSLOUnmeasured`` says an objective's bound
-is not a bucket of the server's histogram (:mod:`.buckets` has the known ones). Their
-descriptions list the cause alerts of the same model: the method's alerts explain the page.
+is not a bucket of the server's histogram.
 """
 
 from __future__ import annotations

@@ -1,57 +1,19 @@
 """``inferwatch baseline``: a load sweep against an OpenAI-compatible server.
 
-For every cell of concurrency x prompt tokens x output tokens, ``N`` streamed requests
-(``--requests-per-cell``, default ``max(8, 2 x concurrency)``) are sent by ``concurrency``
-workers, each starting its next request the moment its last one ends, so the load is
-constant. Per request, on the client (``time.perf_counter``):
+Every cell of concurrency x prompt tokens x output tokens sends ``--requests-per-cell``
+streamed requests from ``concurrency`` closed-loop workers, and times each on the client:
+TTFT (to the first SSE event that delivers a token), ITL (the gaps between token events; events
+of one network read share a timestamp, so their gap is 0) and e2e (to ``[DONE]``). A failed
+request is an error of its cell and never stops the sweep. Prompts are built to a token target,
+no two sharing a KV-cache block (:mod:`.prompts`), or read from ``--prompts FILE.jsonl``. The
+server's TTFT and ITL histograms (``--metrics-url``) are read around each cell
+(:mod:`.histograms`); ``gap`` = client TTFT p50 - server TTFT p50 is what the server does not
+see (network, HTTP, tokenization, SSE). A row per cell: TTFT p50/p95, server TTFT p50 and gap,
+ITL p50/p95, e2e p95, requests and tokens per second, errors, and what regressed against
+``--previous``.
 
-- **TTFT**: from sending the request to the arrival of the first SSE event that delivers a
-  token (completions ``text``, chat ``delta.content`` or reasoning text, possibly empty: a
-  token that ends inside a multi-byte character streams as ""; a chat stream's role
-  announcement and a bare ``finish_reason`` event do not count);
-- **ITL**: the gaps between successive token events, pooled over the cell's requests
-  (events that arrive in one network read share a timestamp; their gap is 0, as the client
-  saw it: a server that streams faster than its API process or the client keeps up with,
-  such as a tiny model on a busy CPU, delivers bursts, and ITL p50 reads 0);
-- **e2e**: from sending to the end of the stream (``[DONE]``).
-
-A request that fails (HTTP status, connection, timeout, an error event, a stream without a
-token) counts as an error of its cell and never stops the sweep.
-
-**Prompt length.** Prompts are built locally from a word list, each a different shuffle of
-it repeated, behind a tag unique to the run, cell and request (``{seed}.{cell}.{request}``):
-any two prompts part within their first few tokens, inside the first KV-cache block, so
-the server's prefix cache cannot serve one prompt from another's blocks; the default seed
-is fresh each run, so a rerun does not hit the cache the last one left. A word-level
-tokenizer never merges across words, so a
-full pass of the word list costs a fixed number of tokens: two probe requests of one and
-two passes, read from the server's ``usage.prompt_tokens``, give the tokens per pass and
-the fixed tokens the API adds (BOS, chat template), and every prompt gets the word count
-that hits its token target. ``--prompts FILE.jsonl`` sends real prompts instead (cell
-``prompt_tokens`` 0 then marks "not controlled"). ``ignore_eos`` and ``min_tokens`` ask for
-exactly ``--output-tokens`` tokens; a server that rejects them is asked without.
-
-**Server-side TTFT and ITL** for the same window: the TTFT and inter-token latency
-histograms of ``--metrics-url`` (the server's own ``/metrics``, or inferwatch's) are scraped
-before and after each cell; after a cell they are re-read for up to
-:data:`.histograms.SETTLE_SECONDS` until the TTFT histogram has counted every request that
-streamed a token (a sidecar's page lags by one poll). The window's p50/p95/p99 follow
-PromQL's ``histogram_quantile``, exactly as the alert rules read the same histograms
-(``inferwatch calibrate`` derives the rules' thresholds from them); ``gap`` = client TTFT
-p50 - server TTFT p50 is what the server's histogram does not see: network, HTTP,
-tokenization, detokenization, SSE. Other traffic to the server during the sweep lands in
-the windows too.
-
-The table it prints has a row per cell: TTFT p50 and p95, the server's TTFT p50 over the
-cell's window and the gap, ITL p50 and p95, e2e p95 (all in ms), requests and output tokens
-per second, errors, and with ``--previous`` what regressed (``tests/test_sweep_real.py``
-prints one from a real vLLM). A negative gap is the histogram's resolution: the server p50
-is interpolated inside a bucket (vLLM's run 0.06-0.08-0.1-0.25 s), the client p50 is exact.
-
-Exit status: 0, or 3 when ``--previous`` is given and a cell regressed (TTFT p95 or ITL
-p95 above ``--regression-factor`` x the previous, or every request of a cell failed); the
-file is written either way. 1 when the sweep cannot run (the probe fails) or no cell got a
-single answer; 2 for bad input.
+Exit status: 0; 3 when a cell regressed against ``--previous`` (the file is written either
+way); 1 when the sweep cannot run or no cell got an answer; 2 for bad input.
 """
 
 from __future__ import annotations

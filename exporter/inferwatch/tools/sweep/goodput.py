@@ -1,14 +1,9 @@
 """Goodput: the requests of a cell that met every objective jointly, and their rate.
 
-The objectives are the config's ``slos:`` for the swept model (its group, else the default
-group), their latency bounds replaced by ``--goodput-ttft`` / ``--goodput-itl`` /
-``--goodput-e2e`` where given. A request is good when it did not fail and, for each latency
-objective: its TTFT (end to end: its duration) is within the bound, and at least the ITL
-objective's target share of its inter-token gaps is (the objective counts output tokens:
-a request meets it when its own tokens do). Without a latency objective a good request is
-one that did not fail. Per cell: the good share of all requests sent, and goodput in
-requests and output tokens per second over the cell's wall time, as the baseline file
-keeps them (the objectives in its metadata's ``goodput_objectives``)::
+The objectives are the config's ``slos:`` for the swept model, their bounds replaced by
+``--goodput-ttft`` / ``--goodput-itl`` / ``--goodput-e2e`` where given. A request is good when
+it did not fail and met each latency objective (ITL: at least the objective's share of its
+own gaps). Per cell, as the baseline file keeps them::
 
     goodput_share: 0.875
     goodput_requests_per_second: 3.1

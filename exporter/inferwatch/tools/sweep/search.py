@@ -1,30 +1,13 @@
 """The load search (``inferwatch baseline --search on``): per prompt/output shape, the highest
 request rate at which goodput stays at its target share, and the throughput knee.
 
-**Arrivals.** A step sends its requests open loop at one rate, each at its own time whether
-or not the earlier ones have finished, as users do: ``constant`` (evenly spaced) or
-``poisson`` (exponential gaps, drawn from a generator seeded by the run's seed, the shape
-and the step: a rerun with ``--seed`` sends the same arrivals). A step sends 15 seconds of
-arrivals, at least :data:`MIN_REQUESTS` requests, more where ``--requests-per-cell`` asks.
-A request is good when it meets every objective (:mod:`.goodput`); a step is good when its
-good share reaches ``--goodput-target``. A step ends early once more
-of its requests failed their objectives than the target allows: its verdict is certain,
-and the rest are cancelled (counted as not good); one request sent alone then returns once
-the server has worked off what they left, before the next step starts.
-
-**The search.** From ``--search-start`` (default: what one request at a time sustains, 1 /
-the duration of one request of the shape sent alone), the rate doubles while steps are good
-(halves while the first ones are not), then bisects between the highest good rate below the
-lowest bad one and that bad rate, until they are within ``--search-tolerance`` of the good
-one. The capacity is that good rate, and the mean requests in flight at it (Little's law:
-the summed durations over the step's wall time). Bounded by ``--search-steps`` steps and
-``--search-seconds`` seconds per shape; a line per step on stderr.
-
-**The knee** (:func:`knee`): the achieved rate of the last step before the first one where
-end-to-end p95 grows faster than the throughput (elasticity d ln p95 / d ln rate above 1, or
-the throughput no longer grows): below it more load costs little latency, past it queueing
-makes latency grow faster than the load. Read over the steps in order of offered rate; it
-needs three steps with answers, else it is left out.
+A step sends its requests open loop at one rate (``constant`` or seeded ``poisson``
+arrivals); it is good when its share of good requests (:mod:`.goodput`) reaches
+``--goodput-target``, and ends early once its verdict is certain. From ``--search-start`` the
+rate doubles while steps are good, then bisects between the highest good and lowest bad rate
+until within ``--search-tolerance``; the capacity is that good rate, with its mean requests
+in flight (Little's law). :func:`knee` is the last step before end-to-end p95 grows faster
+than the throughput.
 """
 
 from __future__ import annotations
