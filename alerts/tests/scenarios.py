@@ -1,6 +1,6 @@
 """Writes the promtool unit tests in this folder from the alerts' scenarios.
 
-Each alert holds its scenarios (``scenarios=`` in its layer module under
+Each alert holds its scenarios (``scenarios=`` in its module under
 exporter/inferwatch/method/alerts/): replicas described by what they serve, the alerts
 expected to fire with their labels and annotations, the ones that must stay silent.
 :mod:`inferwatch.method.scenario` turns them into realistic input series; this script

@@ -15,7 +15,7 @@ from inferwatch.method.alerts.annotations import (
     value_of,
     window_mean,
 )
-from inferwatch.method.alerts.memory import kv_pressure_on_a
+from inferwatch.method.alerts.memory.kv_cache_pressure import kv_pressure_on_a
 from inferwatch.method.scenario import (
     TGI_DECODE,
     TGI_LE,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from inferwatch.method.alerts.alert import USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import PLAIN_NUMBER, value_of, window_mean
-from inferwatch.method.alerts.scheduling import queued_while_idle_on_a
+from inferwatch.method.alerts.scheduling.queued_while_idle import queued_while_idle_on_a
 from inferwatch.method.scenario import (
     CANARY_OK,
     SERVED_MODEL,

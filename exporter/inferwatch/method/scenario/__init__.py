@@ -1,6 +1,6 @@
 """The alerts' promtool scenarios: readable workloads, written as promtool unit tests.
 
-Each alert holds its scenarios (``Alert.scenarios``, in the layer modules of
+Each alert holds its scenarios (``Alert.scenarios``, in the modules of
 :mod:`inferwatch.method.alerts`): where it fires, its near misses, its cross-checks.
 ``alerts/tests/scenarios.py`` (run by ``make generate``) writes them to alerts/tests/*.yaml.
 :mod:`~inferwatch.method.scenario.workload` describes replicas, :mod:`~inferwatch.method.scenario.series` turns them into series,
