@@ -7,6 +7,7 @@ from inferwatch.method.alerts.annotations import value_of
 from inferwatch.method.scenario import (
     A,
     B,
+    Expected,
     Scenario,
     healthy,
     instance_alert,
@@ -14,21 +15,10 @@ from inferwatch.method.scenario import (
 from inferwatch.method.signals import INSTANCE
 
 
-def backend_down(instance: str, took: str) -> dict:
-    """InferenceBackendDown for ``instance``, its last scrape attempt having taken ``took``."""
-    return instance_alert(
-        "InferenceBackendDown",
-        instance,
-        "critical",
-        "any",
-        "availability",
-        f"inferwatch on {instance} has not been able to read the vllm server's /metrics (or the "
-        f"sidecar itself is down) for 1m; its last scrape attempt took {took} (the sidecar's log "
-        "names the cause). Latency alerts of this pod are inhibited meanwhile.",
-        f"Inference backend on {instance} cannot be scraped",
-        no_model="",
-        backend="vllm",
-    )
+def backend_down(instance: str, *, took: float) -> Expected:
+    """InferenceBackendDown for ``instance``, its last scrape attempt having taken ``took``
+    seconds."""
+    return instance_alert(instance, model=None, queries=(took,))
 
 
 DOWN = Scenario(
@@ -40,7 +30,7 @@ DOWN = Scenario(
     ),
     file="availability.yaml",
     place=1,
-    fires={"InferenceBackendDown": [backend_down(A, "2s")]},
+    fires={"InferenceBackendDown": [backend_down(A, took=2)]},
 )
 
 BACKEND_DOWN = Alert(

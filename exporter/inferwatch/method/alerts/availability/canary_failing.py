@@ -6,7 +6,6 @@ from inferwatch.method.alerts.alert import Alert, Cond
 from inferwatch.method.alerts.annotations import PLAIN_NUMBER, canary_probes, value_of
 from inferwatch.method.alerts.availability.backend_down import backend_down
 from inferwatch.method.scenario import (
-    SERVED_MODEL,
     A,
     B,
     C,
@@ -29,22 +28,9 @@ CANARY_FAILS = Scenario(
     file="availability.yaml",
     place=9,
     fires={
-        "InferenceCanaryFailing": [
-            instance_alert(
-                "InferenceCanaryFailing",
-                A,
-                "critical",
-                "any",
-                "availability",
-                f"60% of the canary's probes of {SERVED_MODEL} failed over the last 5m (threshold "
-                "25 %) while the server's /metrics answers: 10 timed out, 5 got an HTTP "
-                "error, 0 could not connect. Users on the same path (ingress, gateway, "
-                "authentication, the API server) fail too; the sidecar's log names each kind "
-                "of failure.",
-                f"The canary's requests to {A} fail while the server reports up",
-            )
-        ],
-        "InferenceBackendDown": [backend_down(C, "4ms")],
+        # 60 % failing: 10 timed out, 5 got an HTTP error, none could not connect.
+        "InferenceCanaryFailing": [instance_alert(A, value=0.6, queries=(10, 5, 0))],
+        "InferenceBackendDown": [backend_down(C, took=0.004)],
     },
     silent=("InferenceClientGap",),
 )

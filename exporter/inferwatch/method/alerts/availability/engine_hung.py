@@ -5,7 +5,6 @@ from __future__ import annotations
 from inferwatch.method.alerts.alert import Alert, Cond
 from inferwatch.method.alerts.scheduling.queued_while_idle import queued_while_idle_on_a
 from inferwatch.method.scenario import (
-    SERVED_MODEL,
     A,
     B,
     C,
@@ -29,21 +28,8 @@ ENGINE_HUNG = Scenario(
     file="availability.yaml",
     place=11,
     fires={
-        "InferenceEngineHung": [
-            instance_alert(
-                "InferenceEngineHung",
-                B,
-                "critical",
-                "any",
-                "availability",
-                f"{SERVED_MODEL} on {B} had 6 requests running over the last 5m and generated "
-                "no token nor read a prompt: its engine has died or hung while its API server "
-                "still answers. Its running and waiting gauges are the engine's last report, "
-                "not the present.",
-                f"The engine of {B} is hung while its API server answers",
-            )
-        ],
-        "InferenceQueuedWhileIdle": [queued_while_idle_on_a(90, 9)],
+        "InferenceEngineHung": [instance_alert(B, value=6)],  # requests running
+        "InferenceQueuedWhileIdle": [queued_while_idle_on_a(idle=0.9, waiting=9)],
     },
 )
 

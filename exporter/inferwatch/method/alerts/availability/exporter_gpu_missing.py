@@ -28,20 +28,9 @@ GPUS_LOST = Scenario(
     file="availability.yaml",
     place=8,
     fires={
+        # The GPUs seen within the lookback: 1.
         "InferenceExporterGPUMissing": [
-            instance_alert(
-                "InferenceExporterGPUMissing",
-                A,
-                "warning",
-                "any",
-                "availability",
-                f"NVML collection on {A} worked within the last 6h (GPUs seen: 1) and now fails: "
-                "a GPU vanished (fell off the bus, Xid error) or the driver/NVML became "
-                "unavailable. GPU series and the GPU-based idle signal are missing meanwhile.",
-                f"inferwatch on {A} lost its GPUs",
-                no_model="",
-                collector="gpu",
-            )
+            instance_alert(A, backend=None, model=None, collector="gpu", queries=(1,))
         ]
     },
 )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from inferwatch.method.alerts.alert import Alert, Cond
 from inferwatch.method.alerts.annotations import PLAIN_NUMBER, value_of
 from inferwatch.method.scenario import (
-    SERVED_MODEL,
     A,
     B,
     C,
@@ -24,17 +23,9 @@ ERRORS = Scenario(
     file="availability.yaml",
     place=2,
     fires={
-        "InferenceRequestErrors": [
-            model_alert(
-                "InferenceRequestErrors",
-                "warning",  # with SLOs paging (the default) a cause alert is a ticket
-                "any",
-                "availability",
-                f"7.333% of the requests of {SERVED_MODEL} finished with a server error over 5m "
-                "(threshold 5 %; client aborts are not counted), out of 6 requests/s.",
-                f"{SERVED_MODEL}: 7.333% of requests fail",
-            )
-        ]
+        # 7.333 % failing (with SLOs paging, the default, a cause alert is a ticket), out of
+        # 6 requests/s.
+        "InferenceRequestErrors": [model_alert(value=0.07333, queries=(6,))]
     },
 )
 ERRORS_NEAR_MISS = Scenario(
@@ -53,20 +44,7 @@ TGI_ERRORS = Scenario(
     (tgi(A, error_share=0.1), tgi(B, error_share=0.1)),
     file="tgi.yaml",
     place=4,
-    fires={
-        "InferenceRequestErrors": [
-            model_alert(
-                "InferenceRequestErrors",
-                "warning",
-                "any",
-                "availability",
-                f"10% of the requests of {SERVED_MODEL} finished with a server error over 5m "
-                "(threshold 5 %; client aborts are not counted), out of 4 requests/s.",
-                f"{SERVED_MODEL}: 10% of requests fail",
-                backend="tgi",
-            )
-        ]
-    },
+    fires={"InferenceRequestErrors": [model_alert(backend="tgi", value=0.1, queries=(4,))]},
 )
 
 REQUEST_ERRORS = Alert(

@@ -7,7 +7,6 @@ from inferwatch.method.alerts.annotations import (
     value_of,
 )
 from inferwatch.method.scenario import (
-    SERVED_MODEL,
     A,
     B,
     Dist,
@@ -24,19 +23,8 @@ AT_THE_FLOOR = Scenario(
     file="phase.yaml",
     place=6,
     fires={
-        "InferenceDecodeAtHardwareFloor": [
-            instance_alert(
-                "InferenceDecodeAtHardwareFloor",
-                A,
-                "info",
-                "decode",
-                "memory",
-                f"Mean inter-token latency of {SERVED_MODEL} is 1.25x the floor of 4.8ms "
-                "(weight bytes / peak memory bandwidth). Decode is hardware-bound: only a "
-                "smaller or quantized model, or more GPUs, make it faster.",
-                f"Decode on {A} runs at the memory-bandwidth floor",
-            )
-        ]
+        # 1.25x the floor, the floor 4.8 ms.
+        "InferenceDecodeAtHardwareFloor": [instance_alert(A, value=1.25, queries=(0.0048,))]
     },
     # B runs at 1.875x the floor: neither at the floor nor a bottleneck (ITL p95 9.5 ms).
     silent=("InferenceDecodeBottleneck",),

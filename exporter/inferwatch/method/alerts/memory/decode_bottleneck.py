@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 from inferwatch.method.alerts.alert import STEP_SPAN, USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import (
     CANARY_TTFT_P95,
@@ -24,14 +22,11 @@ from inferwatch.method.scenario import (
     C,
     Dist,
     Scenario,
-    bottleneck,
     healthy,
+    instance_alert,
     tgi,
 )
 from inferwatch.method.signals import INSTANCE
-
-decode_bottleneck = partial(bottleneck, "decode", "memory")
-
 
 DECODE_BOUND = Scenario(
     # ITL in (0.15, 0.2] -> p95 197.5 ms, mean 170 ms = 35.4x the 4.8 ms floor; TTFT normal.
@@ -46,12 +41,8 @@ DECODE_BOUND = Scenario(
     place=5,
     fires={
         "InferenceDecodeBottleneck": [
-            decode_bottleneck(
-                A,
-                "Inter-token latency p95 is 197.5ms (threshold 0.1s) while TTFT p95 is a normal "
-                "487.5ms; mean ITL over the hardware floor is 35.4x (n/a: floor unknown), with "
-                "256 tokens per engine step. Decode is slower than the memory bandwidth allows.",
-            )
+            # ITL p95 (its series present); TTFT p95, mean ITL over the floor, step tokens.
+            instance_alert(A, value=0.1975, queries=(0.1975, 0.4875, 35.42, 256))
         ]
     },
     silent=(
@@ -76,15 +67,9 @@ TGI_DECODE_BOUND = Scenario(
     place=1,
     fires={
         "InferenceDecodeBottleneck": [
-            decode_bottleneck(
-                A,
-                "Decode steps take 218ms at p95 (threshold 0.1s; a decode step is every "
-                "running request's next token, timed by the server) while the canary's TTFT "
-                "p95 is a normal 242.5ms; the mean decode step over the hardware floor is "
-                "41.7x (n/a: floor unknown), with 9.82 requests running. Decode is slower than "
-                "the memory bandwidth allows.",
-                backend="tgi",
-            )
+            # No ITL series: the decode steps' p95; the canary's TTFT p95, the mean decode
+            # step over the floor, the requests running.
+            instance_alert(A, backend="tgi", value=0.218, queries=(None, 0.2425, 41.67, 9.82))
         ]
     },
     silent=("InferencePrefillBottleneck", "InferenceDecodeAtHardwareFloor"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 from inferwatch.method.alerts.alert import Alert, Cond
 from inferwatch.method.alerts.memory.kv_cache_pressure import kv_pressure_on_a
 from inferwatch.method.scenario import (
-    SERVED_MODEL,
     A,
     B,
     Scenario,
@@ -26,20 +25,8 @@ KV_FROZEN = Scenario(
     file="memory.yaml",
     place=7,
     fires={
-        "InferenceKVCacheGaugeFrozen": [
-            instance_alert(
-                "InferenceKVCacheGaugeFrozen",
-                A,
-                "warning",
-                "any",
-                "memory",
-                f"KV-cache use of {SERVED_MODEL} on {A} read 99% over the last 5m while no "
-                "request ran and the engine took no step: the gauge is stale, not the cache "
-                "full. Routers that balance on it send this pod nothing.",
-                f"The KV-cache gauge of {A} is frozen ({SERVED_MODEL})",
-            )
-        ],
-        "InferenceKVCachePressure": [kv_pressure_on_a(99, preempted="0")],
+        "InferenceKVCacheGaugeFrozen": [instance_alert(A, value=0.99)],
+        "InferenceKVCachePressure": [kv_pressure_on_a(kv_usage=0.99, preempted=0)],
     },
 )
 

@@ -10,9 +10,9 @@ from inferwatch.method.alerts.annotations import (
     value_of,
 )
 from inferwatch.method.scenario import (
-    SERVED_MODEL,
     A,
     B,
+    Expected,
     Scenario,
     healthy,
     instance_alert,
@@ -21,20 +21,11 @@ from inferwatch.method.scenario import (
 from inferwatch.method.signals import INSTANCE
 
 
-def kv_pressure_on_a(kv_percent: int, preempted: str = "0.1") -> dict:
-    """InferenceKVCachePressure on replica A, preempting ``preempted`` requests/s, KV use now
-    ``kv_percent`` % (the wave of KV values at 15m, sample 30)."""
-    return instance_alert(
-        "InferenceKVCachePressure",
-        A,
-        "warning",
-        "decode",
-        "memory",
-        f"KV-cache use now {kv_percent}% (threshold 90 % averaged over 5m) and the scheduler "
-        f"preempted {preempted} requests/s (threshold 0.02/s). Preempted requests lose their "
-        "KV cache and are recomputed later.",
-        f"KV cache under pressure on {A} ({SERVED_MODEL})",
-    )
+def kv_pressure_on_a(*, kv_usage: float, preempted: float = 0.1) -> Expected:
+    """InferenceKVCachePressure on replica A (a server without a token budget), preempting
+    ``preempted`` requests/s, its KV-cache use now ``kv_usage`` (the wave of KV values at
+    15m, sample 30)."""
+    return instance_alert(A, queries=(None, kv_usage, preempted))
 
 
 KV_PRESSURE = Scenario(
@@ -47,7 +38,7 @@ KV_PRESSURE = Scenario(
     ),
     file="memory.yaml",
     place=4,
-    fires={"InferenceKVCachePressure": [kv_pressure_on_a(99)]},
+    fires={"InferenceKVCachePressure": [kv_pressure_on_a(kv_usage=0.99)]},
 )
 
 TGI_BUDGET_EXHAUSTED = Scenario(
@@ -61,21 +52,8 @@ TGI_BUDGET_EXHAUSTED = Scenario(
     file="tgi.yaml",
     place=3,
     fires={
-        "InferenceKVCachePressure": [
-            instance_alert(
-                "InferenceKVCachePressure",
-                A,
-                "warning",
-                "decode",
-                "memory",
-                "The running batch has reserved 97.55% of its token budget (threshold 90 % "
-                "averaged over 5m) with 5 requests waiting: the server admits a request only "
-                "when its tokens fit the budget, so new requests wait for running ones to "
-                "finish.",
-                f"Batch token budget exhausted on {A} ({SERVED_MODEL})",
-                backend="tgi",
-            )
-        ]
+        # The token budget (in use 97.55 % over the window) and 5 requests waiting.
+        "InferenceKVCachePressure": [instance_alert(A, backend="tgi", queries=(2048, 0.9755, 5))]
     },
     silent=("InferenceDecodeBottleneck", "InferencePrefillBottleneck"),
 )

@@ -13,7 +13,6 @@ from inferwatch.method.alerts.annotations import (
 from inferwatch.method.alerts.memory.kv_cache_pressure import kv_pressure_on_a
 from inferwatch.method.alerts.scheduling.workloads import FLEET_QUEUEING
 from inferwatch.method.scenario import (
-    SERVED_MODEL,
     A,
     B,
     Dist,
@@ -45,18 +44,9 @@ PREFILL_STALLS = Scenario(
     file="scheduling.yaml",
     place=4,
     fires={
+        # 3 % of the gaps in the tail; ITL p99 and median, prompt tokens/s, tokens per step.
         "InferencePrefillStallsDecode": [
-            instance_alert(
-                "InferencePrefillStallsDecode",
-                A,
-                "info",
-                "decode",
-                "scheduling",
-                "3% of the gaps between tokens were longer than 0.5s over 5m (threshold 2 %; "
-                "ITL p99 916.7ms, median 37.89ms) while prompts are prefilled at 3.2k tokens/s "
-                "with 2.048k tokens per engine step: decode steps wait behind prefill chunks.",
-                f"Prefill stalls decode on {A} ({SERVED_MODEL})",
-            )
+            instance_alert(A, value=0.03, queries=(0.9167, 0.03789, 3200, 2048))
         ]
     },
     # ITL p95 (49.2 ms) stays normal: the median request is not slowed.
@@ -80,7 +70,7 @@ RECOMPUTATION_TAIL = Scenario(
     (healthy(A, preemptions_per_s=0.1, **PREFILL_TAIL),),
     file="memory.yaml",
     place=2,
-    fires={"InferenceKVCachePressure": [kv_pressure_on_a(61)]},
+    fires={"InferenceKVCachePressure": [kv_pressure_on_a(kv_usage=0.61)]},
     silent=("InferencePrefillStallsDecode",),
 )
 

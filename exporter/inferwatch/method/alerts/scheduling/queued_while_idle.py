@@ -9,9 +9,9 @@ from inferwatch.method.alerts.annotations import (
 )
 from inferwatch.method.alerts.scheduling.workloads import FLEET_QUEUEING
 from inferwatch.method.scenario import (
-    SERVED_MODEL,
     A,
     Dist,
+    Expected,
     Scenario,
     healthy,
     instance_alert,
@@ -19,19 +19,10 @@ from inferwatch.method.scenario import (
 from inferwatch.method.signals import INSTANCE
 
 
-def queued_while_idle_on_a(idle_percent: int, waiting: int) -> dict:
-    """InferenceQueuedWhileIdle on replica A, idle ``idle_percent`` % of the window."""
-    return instance_alert(
-        "InferenceQueuedWhileIdle",
-        A,
-        "warning",
-        "any",
-        "scheduling",
-        f"Requests for {SERVED_MODEL} waited while the GPU (or, without NVML, the engine) sat idle "
-        f"{idle_percent}% of the last 5m (threshold 10 %); queue depth now {waiting}. The "
-        "scheduler or the CPU is not feeding the accelerator.",
-        f"Requests wait while the accelerator idles on {A}",
-    )
+def queued_while_idle_on_a(*, idle: float, waiting: int) -> Expected:
+    """InferenceQueuedWhileIdle on replica A, idle the share ``idle`` of the window with
+    ``waiting`` requests queued."""
+    return instance_alert(A, value=idle, queries=(waiting,))
 
 
 STALL = Scenario(
@@ -53,7 +44,7 @@ STALL = Scenario(
     file="scheduling.yaml",
     place=1,
     fires={
-        "InferenceQueuedWhileIdle": [queued_while_idle_on_a(50, 12)],
+        "InferenceQueuedWhileIdle": [queued_while_idle_on_a(idle=0.5, waiting=12)],
         "InferenceQueueingDelay": [FLEET_QUEUEING],
     },
     silent=("InferenceGPUUnderutilized", "InferencePrefillBottleneck"),
@@ -78,7 +69,7 @@ HIDDEN_STALL = Scenario(
     ),
     file="scheduling.yaml",
     place=2,
-    fires={"InferenceQueuedWhileIdle": [queued_while_idle_on_a(30, 0)]},
+    fires={"InferenceQueuedWhileIdle": [queued_while_idle_on_a(idle=0.3, waiting=0)]},
     silent=("InferencePrefillBottleneck", "InferencePrefillStallsDecode"),
 )
 STALL_NEAR_MISS = Scenario(

@@ -9,7 +9,6 @@ from inferwatch.method.alerts.annotations import (
 )
 from inferwatch.method.alerts.scheduling.workloads import FLEET_QUEUEING
 from inferwatch.method.scenario import (
-    SERVED_MODEL,
     A,
     B,
     Dist,
@@ -72,19 +71,8 @@ DEFERRED_NEAR_MISS = Scenario(
     file="scheduling.yaml",
     place=6,
     fires={
-        "InferenceQueueingDelay": [
-            model_alert(
-                "InferenceQueueingDelay",
-                "info",
-                "prefill",
-                "scheduling",
-                f"TTFT p95 of {SERVED_MODEL} across replicas is 7.375s (threshold 2s) and "
-                "requests spend 75% of their mean TTFT waiting to be scheduled (of the waiting "
-                "requests, 30% were held back by other than capacity): the fleet lacks "
-                "capacity.",
-                f"{SERVED_MODEL}: time to first token is dominated by queueing",
-            )
-        ]
+        # The queue's share of the mean TTFT; of the waiting requests, 30 % deferred.
+        "InferenceQueueingDelay": [model_alert(value=7.375, queries=(0.75, 0.3))]
     },
 )
 
