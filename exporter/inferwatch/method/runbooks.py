@@ -1,4 +1,4 @@
-"""The alerts' runbooks: one Markdown template per alert, beside the layer modules.
+"""The alerts' runbooks: one Markdown template per alert, beside the layers.
 
 ``inferwatch/method/alerts/runbooks/<Alert>.md`` is what the method says of the alert, in
 five sections: what it means, the triage dashboard's panels that confirm it, its likely

@@ -1,14 +1,18 @@
 """The alert table: when each cause alert fires, what it says, where it points.
 
-Each alert lives in the module of its layer (``availability.py``, ``scheduling.py``,
-``compute.py``, ``memory.py``, ``communication.py``, ``system.py``, ``hardware.py``,
-``baseline.py``) with
-everything about it: its conditions and text, the capture evidence, its promtool scenarios;
-its runbook is the Markdown template ``runbooks/<name>.md`` beside them. Adding one is one
-:class:`Alert` in its layer's ``ALERTS``, its template, and ``make generate``.
+Each alert lives in one module of its layer, with everything about it: its conditions and
+text, the capture evidence, its promtool scenarios; its runbook is the Markdown template
+``runbooks/<name>.md`` beside them. A layer is a module (``compute.py``, ``communication.py``,
+``system.py``, ``hardware.py``, ``baseline.py``) or, once it grows, a package of one module
+per alert (``availability/``, ``scheduling/``, ``memory/``). Adding one is one
+:class:`Alert` in a module's ``ALERTS``, its template, and ``make generate``.
 """
 
 from __future__ import annotations
+
+import importlib
+import pkgutil
+from types import ModuleType
 
 from inferwatch.method.alerts import (
     availability,
@@ -38,15 +42,27 @@ __all__ = [
 LAYERS = (availability, scheduling, compute, memory, communication, system, hardware, baseline)
 
 
+def _modules(layer: ModuleType) -> list[ModuleType]:
+    """A layer's modules: the layer itself, or each module of a layer that is a package."""
+    if not hasattr(layer, "__path__"):
+        return [layer]
+    return [
+        importlib.import_module(f"{layer.__name__}.{found.name}")
+        for found in pkgutil.iter_modules(layer.__path__)
+    ]
+
+
 def _table() -> dict[str, Alert]:
-    """Every layer's alerts by name, in their ``order`` (the rules file's)."""
+    """Every layer's alerts by name, in their ``order`` (the rules file's); the layer of each
+    is the name of the module or package it lives in."""
     alerts: list[Alert] = []
-    for module in LAYERS:
-        layer = module.__name__.rpartition(".")[2]
-        for alert in module.ALERTS:
-            if alert.layer != layer:
-                raise ValueError(f"{alert.name} of layer {alert.layer} is in {layer}.py")
-            alerts.append(alert)
+    for layer in LAYERS:
+        name = layer.__name__.rpartition(".")[2]
+        for module in _modules(layer):
+            for alert in getattr(module, "ALERTS", ()):
+                if alert.layer != name:
+                    raise ValueError(f"{alert.name} of layer {alert.layer} is in {module.__name__}")
+                alerts.append(alert)
     for what, values in (("name", [a.name for a in alerts]), ("order", [a.order for a in alerts])):
         twice = sorted({v for v in values if values.count(v) > 1})
         if twice:

@@ -1,9 +1,9 @@
 """What an alert is: :class:`Cond` itions over signals, the text, the evidence, the scenarios.
 
 An :class:`Alert` is built from conditions over :data:`~inferwatch.method.signals.SIGNALS`;
-its PromQL, its local evaluation and its runbook page all come from this one entry. The layer
-modules beside this one (``availability.py``, ``scheduling.py``...) hold the alerts; each
-alert's runbook is the Markdown template ``runbooks/<name>.md`` next to them.
+its PromQL, its local evaluation and its runbook page all come from this one entry. The layers
+beside this one (``compute.py``, ``scheduling/``...) hold the alerts; each alert's runbook is
+the Markdown template ``runbooks/<name>.md`` next to them.
 """
 
 from __future__ import annotations

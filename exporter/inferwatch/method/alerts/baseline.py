@@ -17,6 +17,7 @@ from inferwatch.method.scenario import (
     B,
     C,
     Scenario,
+    Series,
     healthy,
     instance_alert,
     model_alert,
@@ -32,17 +33,11 @@ REGRESSION = Scenario(
     file="baseline.yaml",
     place=1,
     fires={
+        # 1.625x; the baseline's TTFT p95 at its concurrency, live TTFT p95, live and
+        # baseline ITL p95.
         "InferenceLatencyRegression": [
             instance_alert(
-                "InferenceLatencyRegression",
-                A,
-                "warning",
-                "any",
-                "baseline",
-                f"Live p95 latency of {SERVED_MODEL} is 1.62x the baseline at comparable load "
-                "(concurrency 8; threshold 1.5x): TTFT p95 487.5ms vs 300ms, inter-token "
-                "latency p95 48.75ms vs 40ms.",
-                f"Latency on {A} regressed against the baseline",
+                A, value=1.625, queries=(Series(0.3, {"concurrency": "8"}), 0.4875, 0.04875, 0.04)
             )
         ]
     },
@@ -96,18 +91,8 @@ NEAR_CAPACITY = Scenario(
     file="baseline.yaml",
     place=2,
     fires={
-        "InferenceNearCapacity": [
-            model_alert(
-                "InferenceNearCapacity",
-                "warning",
-                "any",
-                "baseline",
-                f"{SERVED_MODEL} serves 93.02% of the capacity its baseline measured (threshold "
-                "90 %): 6 finished requests/s across its replicas against 6.45 requests/s at "
-                "the goodput target. This traffic needs 2.79 replicas at full capacity.",
-                f"{SERVED_MODEL} is near the capacity its baseline measured",
-            )
-        ]
+        # 93.02 % in use: 6 finished requests/s against 6.45, 2.79 replicas needed.
+        "InferenceNearCapacity": [model_alert(value=0.9302, queries=(6, 6.45, 2.79))]
     },
     records=(
         (

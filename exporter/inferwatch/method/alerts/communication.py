@@ -6,23 +6,6 @@ from inferwatch.method.alerts.alert import USERS_SEE, Alert, Cond
 from inferwatch.method.scenario import A, B, Scenario, gpu_alert, healthy
 from inferwatch.method.signals import INSTANCE
 
-
-def link_alert(instance: str, share: str) -> dict:
-    """InferenceInterconnectSaturated on GPU 0 of ``instance`` at ``share`` of the peak."""
-    return gpu_alert(
-        "InferenceInterconnectSaturated",
-        instance,
-        "warning",
-        "any",
-        "communication",
-        f"GPU 0 (NVIDIA H100 80GB HBM3) moved {share} of its NVLink (or, without NVLink "
-        "traffic that high, PCIe) peak over the last 5m (threshold 80 %): the link, not "
-        "compute or memory, sets the pace: tensor-parallel all-reduce between GPUs, or host "
-        "transfers.",
-        f"GPU 0 on {instance}: a link runs near its peak",
-    )
-
-
 NVLINK_NEAR_PEAK = Scenario(
     # A's GPU 0 receives 90 % of its NVLink peak (tensor-parallel all-reduce); B's GPU 0
     # sends 75 % of its PCIe peak: a near miss, silent.
@@ -30,7 +13,7 @@ NVLINK_NEAR_PEAK = Scenario(
     (healthy(A, nvlink_share=0.9), healthy(B, pcie_share=0.75)),
     file="availability.yaml",
     place=4,
-    fires={"InferenceInterconnectSaturated": [link_alert(A, "90%")]},
+    fires={"InferenceInterconnectSaturated": [gpu_alert(A, value=0.9)]},
 )
 LINKS_NEAR_MISS = Scenario(
     "interconnect near miss: NVLink and PCIe at 75 %",
@@ -46,7 +29,7 @@ PCIE_NEAR_PEAK = Scenario(
     (healthy(A, nvlink_share=None, pcie_share=0.85), healthy(B)),
     file="availability.yaml",
     place=6,
-    fires={"InferenceInterconnectSaturated": [link_alert(A, "85%")]},
+    fires={"InferenceInterconnectSaturated": [gpu_alert(A, value=0.85)]},
 )
 
 INTERCONNECT_SATURATED = Alert(

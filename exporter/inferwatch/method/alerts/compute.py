@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 from inferwatch.method.alerts.alert import STEP_SPAN, USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import (
     INSTANCE_ITL,
@@ -15,7 +13,7 @@ from inferwatch.method.alerts.annotations import (
     value_of,
     window_mean,
 )
-from inferwatch.method.alerts.memory import kv_pressure_on_a
+from inferwatch.method.alerts.memory.kv_cache_pressure import kv_pressure_on_a
 from inferwatch.method.scenario import (
     TGI_DECODE,
     TGI_LE,
@@ -23,15 +21,12 @@ from inferwatch.method.scenario import (
     B,
     Dist,
     Scenario,
-    bottleneck,
     gpu_alert,
     healthy,
     instance_alert,
     tgi,
 )
 from inferwatch.method.signals import INSTANCE, QUEUE
-
-prefill_bottleneck = partial(bottleneck, "prefill", "compute")
 
 # ---------------------------------------------------------------------------------------
 # InferencePrefillBottleneck
@@ -54,12 +49,8 @@ LONG_PROMPTS = Scenario(
     place=2,
     fires={
         "InferencePrefillBottleneck": [
-            prefill_bottleneck(
-                i,
-                "TTFT p95 is 4.875s (threshold 2s) while queueing takes only 100ms and "
-                "inter-token latency p95 is a normal 48.75ms. Prompts take long to compute: "
-                "mean prompt 3k tokens, prefix-cache hit ratio 5%.",
-            )
+            # TTFT p95 (its series present); queue time, ITL p95, mean prompt, prefix hits.
+            instance_alert(i, value=4.875, queries=(4.875, 0.1, 0.04875, 3000, 0.05))
             for i in (A, B)
         ]
     },
@@ -95,7 +86,7 @@ KV_PRESSURE_AS_PREFILL = Scenario(
     ),
     file="memory.yaml",
     place=3,
-    fires={"InferenceKVCachePressure": [kv_pressure_on_a(93)]},
+    fires={"InferenceKVCachePressure": [kv_pressure_on_a(kv_usage=0.93)]},
     silent=("InferencePrefillBottleneck",),
 )
 
@@ -117,14 +108,9 @@ TGI_LONG_PROMPTS = Scenario(
     place=2,
     fires={
         "InferencePrefillBottleneck": [
-            prefill_bottleneck(
-                A,
-                "The canary's TTFT p95 is 4.875s (threshold 2s; the server has no TTFT "
-                "histogram) while queueing takes only 5ms against 3s per prefill step, and "
-                "decode steps take a normal 28.71ms at p95. Prompts take long to compute: "
-                "mean prompt 3k tokens.",
-                backend="tgi",
-            )
+            # No TTFT series: the canary's TTFT p95; queue time, prefill step mean, decode
+            # step p95, mean prompt.
+            instance_alert(A, backend="tgi", value=4.875, queries=(None, 0.005, 3, 0.02871, 3000))
         ]
     },
     silent=("InferenceDecodeBottleneck", "InferenceKVCachePressure"),
@@ -203,22 +189,7 @@ IDLE_GPUS = Scenario(
     (healthy(A, gpu_busy=(0.1, 0.1)), healthy(B, gpu_busy=(0.5, 0.5))),
     file="system.yaml",
     place=1,
-    fires={
-        "InferenceGPUUnderutilized": [
-            instance_alert(
-                "InferenceGPUUnderutilized",
-                A,
-                "warning",
-                "any",
-                "compute",
-                "The GPUs were busy 10% of the time over 5m (threshold 30 %) while requests "
-                "were running: batches are too small or the CPU side (tokenization, "
-                "scheduling, output processing) cannot keep the GPU fed.",
-                f"GPUs on {A} mostly idle while requests run",
-                no_model="",
-            )
-        ]
-    },
+    fires={"InferenceGPUUnderutilized": [instance_alert(A, backend=None, model=None, value=0.1)]},
 )
 
 GPU_UNDERUTILIZED = Alert(
@@ -256,22 +227,7 @@ THROTTLED = Scenario(
     ),
     file="availability.yaml",
     place=7,
-    fires={
-        "InferenceGPUThrottling": [
-            gpu_alert(
-                "InferenceGPUThrottling",
-                A,
-                "warning",
-                "any",
-                "compute",
-                "GPU 0 (NVIDIA H100 80GB HBM3) had its clocks held down for hw_thermal_slowdown "
-                "100% of the last 5m: every kernel runs slower until cooling or power delivery "
-                "is fixed.",
-                f"GPU 0 on {A} is throttled (hw_thermal_slowdown)",
-                reason="hw_thermal_slowdown",
-            )
-        ]
-    },
+    fires={"InferenceGPUThrottling": [gpu_alert(A, reason="hw_thermal_slowdown", value=1)]},
 )
 
 GPU_THROTTLING = Alert(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from inferwatch.method.alerts.alert import USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import GPU, PLAIN_NUMBER, value_of
 from inferwatch.method.gpu_faults import GPU_XIDS_NEEDING_ATTENTION, XIDS
-from inferwatch.method.scenario import A, B, Scenario, gpu_alert, healthy
+from inferwatch.method.scenario import A, B, Expected, Scenario, gpu_alert, healthy
 from inferwatch.method.signals import INSTANCE
 
 # An XID's counter: 0 until 13 minutes in, then 1 (the evaluation, at 15 minutes, sees it
@@ -17,20 +17,10 @@ from inferwatch.method.signals import INSTANCE
 ONE_EVENT = "0x25 1x14"
 
 
-def failing(instance: str, pending: str = "0", ecc: str = "0", xids: str = "0") -> dict:
-    """InferenceGPUFailing on GPU 0 of ``instance``, with the values its text quotes."""
-    return gpu_alert(
-        "InferenceGPUFailing",
-        instance,
-        "critical",
-        "any",
-        "hardware",
-        f"GPU 0 (NVIDIA H100 80GB HBM3, GPU-{instance[5]}0) is failing. Row remap pending a "
-        f"reset: {pending}, failed: 0; uncorrected ECC errors in the last 5m: {ecc}; XIDs "
-        f"that need attention ({', '.join(XIDS.split('|'))}) in the last 5m: {xids}. It can "
-        "give wrong answers or crash: drain it; the runbook says when a reset is enough.",
-        f"GPU 0 on {instance} is failing",
-    )
+def failing(instance: str, *, pending: int = 0, ecc: int = 0, xids: int = 0) -> Expected:
+    """InferenceGPUFailing on GPU 0 of ``instance``: its rows pending a remap (none failed),
+    uncorrected ECC errors and XIDs that need attention over the window."""
+    return gpu_alert(instance, queries=(pending, 0, ecc, xids))
 
 
 REMAP_AND_XID = Scenario(
@@ -39,14 +29,14 @@ REMAP_AND_XID = Scenario(
     (healthy(A, row_remap_pending="1x40"), healthy(B, xid={"79": ONE_EVENT})),
     file="hardware.yaml",
     place=1,
-    fires={"InferenceGPUFailing": [failing(A, pending="1"), failing(B, xids="1")]},
+    fires={"InferenceGPUFailing": [failing(A, pending=1), failing(B, xids=1)]},
 )
 UNCORRECTED_ECC = Scenario(
     "failing GPU: an uncorrected ECC error",
     (healthy(A, uncorrected_ecc=ONE_EVENT), healthy(B)),
     file="hardware.yaml",
     place=2,
-    fires={"InferenceGPUFailing": [failing(A, ecc="1")]},
+    fires={"InferenceGPUFailing": [failing(A, ecc=1)]},
 )
 PROGRAM_FAULT = Scenario(
     # XID 13 (graphics engine exception) is a program's fault, not the GPU's.

@@ -20,6 +20,8 @@ from inferwatch.method.scenario.slo import (
     slo_series,
 )
 
+# The expected text is typed here, not rendered from the rules: it ranges over queried series
+# (the model's cause alerts, the server's bucket bounds), which the renderer does not evaluate.
 SLO_FAST = [
     {
         "name": "fast burn: every request of llama-3-8b fails (99.9 % objective): page in 1 min",

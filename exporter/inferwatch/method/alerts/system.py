@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from inferwatch.method.alerts.alert import USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import PLAIN_NUMBER, value_of, window_mean
-from inferwatch.method.alerts.scheduling import queued_while_idle_on_a
+from inferwatch.method.alerts.scheduling.queued_while_idle import queued_while_idle_on_a
 from inferwatch.method.scenario import (
     CANARY_OK,
-    SERVED_MODEL,
     A,
     B,
     Scenario,
@@ -30,19 +29,7 @@ FRONTEND_BUSY = Scenario(
     file="system.yaml",
     place=2,
     fires={
-        "InferenceFrontendCPUSaturated": [
-            instance_alert(
-                "InferenceFrontendCPUSaturated",
-                A,
-                "info",
-                "any",
-                "system",
-                "The server's frontend process used 0.98 CPU cores over 5m (threshold 0.9) "
-                "while the GPU was not busy: tokenization, detokenization and HTTP handling "
-                "in one Python process are the bottleneck.",
-                f"API server / tokenizer CPU saturated on {A}",
-            )
-        ]
+        "InferenceFrontendCPUSaturated": [instance_alert(A, value=0.98)]  # cores
     },
     silent=("InferenceExporterGPUMissing",),  # A never had a GPU: nothing went missing
 )
@@ -90,21 +77,8 @@ SLOW_PATH = Scenario(
     file="system.yaml",
     place=3,
     fires={
-        "InferenceClientGap": [
-            instance_alert(
-                "InferenceClientGap",
-                A,
-                "info",
-                "any",
-                "system",
-                f"The canary's first tokens from {SERVED_MODEL} arrive 250ms later than the "
-                "server's own TTFT says (medians over the last 5m; threshold 0.1s; the server's "
-                "mean TTFT 400ms). The time is spent between the client and the engine: the "
-                "network, an ingress or gateway, the API server's HTTP handling and "
-                "tokenization, or SSE framing.",
-                f"The path to {A} adds 250ms to the first token",
-            )
-        ]
+        # 250 ms later than the server's TTFT; its mean TTFT 400 ms.
+        "InferenceClientGap": [instance_alert(A, value=0.25, queries=(0.4,))]
     },
     silent=("InferenceCanaryFailing",),
 )
@@ -150,20 +124,9 @@ CPU_STARVED = Scenario(
     file="system.yaml",
     place=4,
     fires={
-        "InferenceServerCPUStarved": [
-            instance_alert(
-                "InferenceServerCPUStarved",
-                A,
-                "info",
-                "any",
-                "system",
-                "The server's threads waited for a CPU 50% of the time they were ready to run "
-                "over 5m (threshold 25 %) with 9.82 requests running: the server gets a share of "
-                "the cores, not the cores. "
-                "Node CPU pressure 60%; the server's cgroup throttled 0.3 s per second.",
-                f"The server on {A} waits for CPU",
-            )
-        ]
+        # 9.82 requests running; waits 50 % of its ready time, node CPU pressure 60 %, the
+        # cgroup throttled 0.3 s/s.
+        "InferenceServerCPUStarved": [instance_alert(A, value=9.82, queries=(0.5, 0.6, 0.3))]
     },
 )
 
@@ -186,7 +149,7 @@ STALL_WITH_CPU_WAIT = Scenario(
     (healthy(A, queued_while_idle_share=0.3, server_cpu_cores=0.5, server_cpu_wait=1.0),),
     file="system.yaml",
     place=6,
-    fires={"InferenceQueuedWhileIdle": [queued_while_idle_on_a(30, 0)]},
+    fires={"InferenceQueuedWhileIdle": [queued_while_idle_on_a(idle=0.3, waiting=0)]},
     silent=("InferenceServerCPUStarved",),
 )
 

@@ -1,22 +1,46 @@
-"""A promtool scenario: replicas, the alerts expected to fire (labels and annotations), the
-alerts that must stay silent; and its promtool test group.
+"""A promtool scenario: replicas, the alerts expected to fire, the alerts that must stay
+silent; and its promtool test group.
 
-The expected annotations are written by hand next to each scenario: the numbers in them
-follow from the stated distributions (histogram_quantile interpolates linearly inside a
-bucket: all observations in (2.5, 5] give p95 = 2.5 + 0.95 * 2.5 = 4.875 s). Thresholds are
+An expected alert is its own labels, its ``$value`` and what each query of its text returns;
+its severity, phase, layer and text come from its rule, the text rendered as Prometheus
+renders it (:mod:`~inferwatch.method.scenario.render`), so that it is never typed twice. The
+numbers follow from the stated distributions (histogram_quantile interpolates linearly inside
+a bucket: all observations in (2.5, 5] give p95 = 2.5 + 0.95 * 2.5 = 4.875 s). Thresholds are
 the shipped defaults (see alerts/runbooks/*.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass
+from typing import Any
 
+from inferwatch.method.scenario.render import Answer, Answers, render
 from inferwatch.method.scenario.series import gpu_labels, input_series
 from inferwatch.method.scenario.workload import EVAL, SERVED_MODEL, STEP, Replica
-from inferwatch.urls import runbook_url
 
-# The default spec's runbooks: the sidecar's own page, linked for an alert of one instance.
-SIDECAR = "http://%s/"
+
+@dataclass(frozen=True)
+class Expected:
+    """An alert expected to fire: its labels besides its rule's, its ``$value`` (None where
+    its text does not show it) and the answers to its text's queries, in the order they are
+    first asked (:class:`~inferwatch.method.scenario.render.Answers`)."""
+
+    labels: Mapping[str, str]
+    value: float | None = None
+    queries: tuple[Answer, ...] = ()
+
+    def promtool(self, rule: Mapping[str, Any]) -> dict:
+        """The expectation as promtool's ``exp_alerts`` item, for the alert's rule (as the
+        rules file holds it: labels, and annotations with the spec's values filled in)."""
+        labels = {**rule["labels"], **self.labels}
+        answers = Answers(self.queries)
+        annotations = {
+            name: render(text, labels, self.value, answers)
+            for name, text in rule["annotations"].items()
+        }
+        answers.check_all_asked()
+        return {"exp_labels": labels, "exp_annotations": annotations}
 
 
 @dataclass(frozen=True)
@@ -32,106 +56,60 @@ class Scenario:
     _: KW_ONLY
     file: str
     place: int
-    fires: dict[str, list[dict]]  # alert name -> expected alerts (labels + annotations)
+    fires: dict[str, list[Expected]]  # alert name -> the alerts expected
     silent: tuple[str, ...] = ()  # alerts that must not fire (near misses, cross-checks)
     eval_time: str = EVAL
     # Recorded series and their values at ``eval_time``: (expression, labels, value).
     records: tuple[tuple[str, str, float], ...] = ()
 
 
-def _expected(alertname: str, labels: dict, description: str, summary: str) -> dict:
-    instance = labels.get("instance")
-    url = runbook_url("", alertname, SIDECAR % instance if instance else None)
-    return {
-        "exp_labels": labels,
-        "exp_annotations": {
-            "summary": summary,
-            "description": description,
-            **({"runbook_url": url} if url else {}),
-        },
-    }
-
-
 def instance_alert(
-    alertname: str,
     instance: str,
-    severity: str,
-    phase: str,
-    layer: str,
-    description: str,
-    summary: str,
-    **extra: str,
-) -> dict:
-    """An alert of one instance; ``no_model=""`` for one without backend and model labels,
-    ``extra`` the alert's other labels."""
-    labels = {
-        "severity": severity,
-        "phase": phase,
-        "layer": layer,
-        "instance": instance,
-        "job": "inferwatch",
-    }
-    if "no_model" not in extra:
-        labels |= {"backend": "vllm", "model": SERVED_MODEL}
-    extra.pop("no_model", None)
-    labels |= extra
-    return _expected(alertname, labels, description, summary)
+    *,
+    value: float | None = None,
+    queries: tuple[Answer, ...] = (),
+    backend: str | None = "vllm",
+    model: str | None = SERVED_MODEL,
+    **labels: str,
+) -> Expected:
+    """An alert of one instance (of its server's backend and model, where its series carry
+    them: None where not); ``labels`` the alert's others."""
+    own = {"instance": instance, "job": "inferwatch", "backend": backend, "model": model}
+    return Expected({k: v for k, v in own.items() if v is not None} | labels, value, queries)
 
 
 def gpu_alert(
-    alertname: str,
-    instance: str,
-    severity: str,
-    phase: str,
-    layer: str,
-    description: str,
-    summary: str,
-    **extra: str,
-) -> dict:
+    instance: str, *, value: float | None = None, queries: tuple[Answer, ...] = (), **labels: str
+) -> Expected:
     """An alert of GPU 0 of one instance: its GPU's labels, no backend or model."""
     return instance_alert(
-        alertname, instance, severity, phase, layer, description, summary,
-        no_model="", **gpu_labels(instance, 0), **extra,
-    )  # fmt: skip
-
-
-def bottleneck(phase: str, layer: str, instance: str, description: str, **extra: str) -> dict:
-    """``Inference<Phase>Bottleneck`` on one instance (info: the shipped rules' latency
-    thresholds are uncalibrated)."""
-    name = phase.capitalize()
-    return instance_alert(
-        f"Inference{name}Bottleneck",
         instance,
-        "info",
-        phase,
-        layer,
-        description,
-        f"{name} is the bottleneck on {instance} ({SERVED_MODEL})",
-        **extra,
+        value=value,
+        queries=queries,
+        backend=None,
+        model=None,
+        **gpu_labels(instance, 0),
+        **labels,
     )
 
 
 def model_alert(
-    alertname: str,
-    severity: str,
-    phase: str,
-    layer: str,
-    description: str,
-    summary: str,
-    backend: str = "vllm",
-) -> dict:
+    *, value: float | None = None, queries: tuple[Answer, ...] = (), backend: str = "vllm"
+) -> Expected:
     """An alert of the fleet rules: labelled by model, not by instance."""
-    labels = {"severity": severity, "phase": phase, "layer": layer}
-    return _expected(
-        alertname, labels | {"backend": backend, "model": SERVED_MODEL}, description, summary
-    )
+    return Expected({"backend": backend, "model": SERVED_MODEL}, value, queries)
 
 
-def promtool_group(s: Scenario) -> dict:
-    """The scenario as one promtool test: its series, each expectation, nothing else firing."""
+def promtool_group(s: Scenario, rules: Mapping[str, Mapping[str, Any]]) -> dict:
+    """The scenario as one promtool test: its series, each expectation, nothing else firing;
+    ``rules`` the alert rules by name."""
     series = [item for r in s.replicas for item in input_series(r)]
     checks = [
-        {"eval_time": s.eval_time, "alertname": name, "exp_alerts": alerts}
+        {
+            "eval_time": s.eval_time,
+            "alertname": name,
+            "exp_alerts": [alert.promtool(rules[name]) for alert in alerts],
+        }
         for name, alerts in s.fires.items()
     ]
     checks += [{"eval_time": s.eval_time, "alertname": name} for name in s.silent]
