@@ -1,4 +1,4 @@
-"""``--backend auto`` tells the five servers apart, and says so when it cannot."""
+"""``--backend auto`` tells the registered servers apart, and says so when it cannot."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def test_json_escaped_llamacpp_body_is_recognised() -> None:
     assert detect(body).name == "llamacpp"
 
 
-def test_all_five_backends_have_captures_or_pages() -> None:
+def test_every_backend_has_captures_or_pages() -> None:
     seen = {detect(fixture_text(f)).name for f in CAPTURES} | {detect(TGI_PAGE).name}
-    assert seen == set(BACKENDS) == {"vllm", "tgi", "sglang", "llamacpp", "triton"}
+    assert seen == set(BACKENDS)
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_unrecognised_page_gets_one_clear_line(page: str) -> None:
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("cannot tell the backend from its /metrics page")
-    assert "vllm, tgi, sglang, llamacpp, triton" in message
+    assert f"none of {', '.join(BACKENDS)} recognised" in message
     assert message.endswith("set --backend explicitly")
 
 

@@ -45,6 +45,14 @@ def cells(row: str) -> list[str]:
     return [c.strip() for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]]
 
 
+def table(page: str, name: str) -> tuple[list[str], list[dict[str, str]]]:
+    """A generated table's column names (backticks dropped) and its rows, each cell under
+    its column's name: a test reads a column by what it is, not where it stands."""
+    header, _rule, *rows = region_rows(page, name)
+    columns = [c.strip("`") for c in cells(header)]
+    return columns, [dict(zip(columns, cells(row), strict=True)) for row in rows]
+
+
 @pytest.mark.parametrize("page", sorted(PAGES))
 def test_every_generated_region_is_what_make_generate_writes(page: str) -> None:
     text = (REPO / page).read_text()
@@ -74,22 +82,27 @@ def test_every_cause_alert_has_a_row_saying_when_it_fires() -> None:
 
 
 def test_every_serve_flag_has_a_row() -> None:
-    rows = [r for r in region_rows("docs/exporter.md", "flags table") if r.startswith("| `")]
-    assert [cells(row)[:3] for row in rows] == [
-        [f"`{o.flag}`", f"`{o.env}`", f"`{o.key}`"] for o in OPTIONS
-    ]
+    _, rows = table("docs/exporter.md", "flags table")
+    named = [(r["flag"], r["environment variable"], r["config key"]) for r in rows]
+    assert named == [(f"`{o.flag}`", f"`{o.env}`", f"`{o.key}`") for o in OPTIONS]
+
+
+def backend_matrix() -> dict[str, dict[str, str]]:
+    """The backend matrix's series rows (not its italic notes): per contract series, its
+    cell under each backend's name."""
+    _, rows = table("docs/backends.md", "backend matrix")
+    return {row["series"].strip("`"): row for row in rows if row["series"].startswith("`")}
 
 
 def test_every_backend_feed_appears_in_the_matrix() -> None:
-    rows = region_rows("docs/backends.md", "backend matrix")
-    header = cells(rows[0])
-    assert header[1:] == [f"`{name}`" for name in BACKENDS]
-    matrix = {cells(r)[0]: cells(r)[1:] for r in rows[2:] if r.startswith("| `")}
-    assert list(matrix) == [f"`{d.name}`" for d in BACKEND.values()]
-    for column, backend in enumerate(BACKENDS.values()):
+    columns, _ = table("docs/backends.md", "backend matrix")
+    assert columns == ["series", *BACKENDS]
+    matrix = backend_matrix()
+    assert list(matrix) == [d.name for d in BACKEND.values()]
+    for backend in BACKENDS.values():
         fed = {f.key: f for f in backend.feeds}
         for key, definition in BACKEND.items():
-            cell = matrix[f"`{definition.name}`"][column]
+            cell = matrix[definition.name][backend.name]
             if key not in fed:
                 assert cell == ABSENT, (backend.name, key)
                 continue
@@ -98,15 +111,16 @@ def test_every_backend_feed_appears_in_the_matrix() -> None:
 
 
 def test_matrix_cells_say_how_a_series_is_derived() -> None:
-    rows = region_rows("docs/backends.md", "backend matrix")
-    capacity = next(r for r in rows if r.startswith("| `inferwatch_kv_cache_capacity_tokens`"))
-    vllm, tgi, *_, triton = cells(capacity)[1:]
-    assert vllm.startswith("derived: `vllm:cache_config_info`'s labels `kv_cache_size_tokens`")
-    assert tgi == ABSENT
-    assert triton.startswith("derived: `nv_trt_llm_kv_cache_block_metrics{")
-    ratio = next(r for r in rows if r.startswith("| `inferwatch_kv_cache_usage_ratio`"))
-    assert cells(ratio)[1] == "`vllm:kv_cache_usage_perc` (+1 fallback)"
-    assert cells(ratio)[3] == "`sglang:token_usage`"  # its sglang_ twin is no fallback
+    matrix = backend_matrix()
+    capacity = matrix["inferwatch_kv_cache_capacity_tokens"]
+    assert capacity["vllm"].startswith(
+        "derived: `vllm:cache_config_info`'s labels `kv_cache_size_tokens`"
+    )
+    assert capacity["tgi"] == ABSENT
+    assert capacity["triton"].startswith("derived: `nv_trt_llm_kv_cache_block_metrics{")
+    ratio = matrix["inferwatch_kv_cache_usage_ratio"]
+    assert ratio["vllm"] == "`vllm:kv_cache_usage_perc` (+1 fallback)"
+    assert ratio["sglang"] == "`sglang:token_usage`"  # its sglang_ twin is no fallback
 
 
 def test_the_readme_fits_on_a_screen_and_states_the_two_commands() -> None:
@@ -189,7 +203,10 @@ def package_modules() -> list[str]:
 
 def test_every_module_of_the_package_is_on_the_development_map() -> None:
     text = DEVELOPMENT.read_text()
-    missing = [m for m in package_modules() if f"`{m}`" not in text]
+    # A server's module is named by the registry: the map names their pattern once.
+    servers = {f"collect/backends/{name}.py" for name in BACKENDS}
+    assert servers <= set(package_modules()) and "`collect/backends/<name>.py`" in text
+    missing = [m for m in package_modules() if m not in servers and f"`{m}`" not in text]
     assert not missing, f"docs/development.md does not name: {missing}"
     assert "`collect/window.py`" in text and "`method/alerts/`" in text
 

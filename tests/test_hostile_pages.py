@@ -20,6 +20,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from aiohttp import web
@@ -44,18 +45,27 @@ M = {"backend": "vllm", "model": "m"}
 WAITING = 'vllm:num_requests_waiting{model_name="m"} 1\n'
 HIST = "vllm:time_to_first_token_seconds_bucket"
 
-# The issue's reproducers and their neighbours: page -> (up?, series that must be on the
-# exposed page with their values, contract names that must be absent, cause when down).
-HOSTILE: dict[str, tuple[str, bool, dict[str, float], tuple[str, ...], str]] = {
-    "malformed label set outside the signals": (
-        WAITING + 'vllm:prompt_tokens_total{model_name="m",bad} 5\n',
-        True,
-        {"inferwatch_requests_waiting": 1.0},
-        ("inferwatch_prompt_tokens_total",),
-        "",
+
+class Hostile(NamedTuple):
+    """One of the issue's reproducers or their neighbours, and what the exporter makes of it."""
+
+    page: str
+    up: bool
+    present: dict[str, float]  # series that must be on the exposed page, with their values
+    absent: tuple[str, ...]  # contract names that must not be
+    cause: str  # in the one line logged when the backend is down
+
+
+HOSTILE: dict[str, Hostile] = {
+    "malformed label set outside the signals": Hostile(
+        page=WAITING + 'vllm:prompt_tokens_total{model_name="m",bad} 5\n',
+        up=True,
+        present={"inferwatch_requests_waiting": 1.0},
+        absent=("inferwatch_prompt_tokens_total",),
+        cause="",
     ),
-    "OpenMetrics exemplar, # EOF and _created": (
-        "# TYPE vllm:prompt_tokens counter\n"
+    "OpenMetrics exemplar, # EOF and _created": Hostile(
+        page="# TYPE vllm:prompt_tokens counter\n"
         "# UNIT vllm:prompt_tokens tokens\n"
         'vllm:prompt_tokens_total{model_name="m"} 5 # {trace_id="abc"} 1.0\n'
         'vllm:prompt_tokens_created{model_name="m"} 1.7e9\n'
@@ -70,60 +80,60 @@ HOSTILE: dict[str, tuple[str, bool, dict[str, float], tuple[str, ...], str]] = {
         'vllm:time_to_first_token_seconds_sum{model_name="m"} 0.4\n'
         'vllm:time_to_first_token_seconds_created{model_name="m"} 1.7e9\n'
         "# EOF\n",
-        True,
-        {
+        up=True,
+        present={
             "inferwatch_prompt_tokens_total": 5.0,
             "inferwatch_generation_tokens_total": 7.0,
             'inferwatch_time_to_first_token_seconds_bucket{le="0.1"}': 2.0,
             "inferwatch_time_to_first_token_seconds_count": 3.0,
         },
-        (),
-        "",
+        absent=(),
+        cause="",
     ),
-    "histogram series that merge with different bounds": (
-        WAITING
+    "histogram series that merge with different bounds": Hostile(
+        page=WAITING
         + f'{HIST}{{model_name="m",pid="1",le="0.1"}} 1\n{HIST}{{model_name="m",pid="1",le="+Inf"}} 1\n'
         f'{HIST}{{model_name="m",pid="2",le="0.2"}} 1\n{HIST}{{model_name="m",pid="2",le="+Inf"}} 1\n',
-        True,
-        {"inferwatch_requests_waiting": 1.0},
-        ("inferwatch_time_to_first_token_seconds",),
-        "",
+        up=True,
+        present={"inferwatch_requests_waiting": 1.0},
+        absent=("inferwatch_time_to_first_token_seconds",),
+        cause="",
     ),
-    "the same, without model labels (the poll looks for the model there)": (
-        "vllm:num_requests_waiting 1\n"
+    "the same, without model labels (the poll looks for the model there)": Hostile(
+        page="vllm:num_requests_waiting 1\n"
         f'{HIST}{{pid="1",le="0.1"}} 1\n{HIST}{{pid="1",le="+Inf"}} 1\n'
         f'{HIST}{{pid="2",le="0.2"}} 1\n{HIST}{{pid="2",le="+Inf"}} 1\n',
-        True,
-        {},
-        ("inferwatch_time_to_first_token_seconds",),
-        "",
+        up=True,
+        present={},
+        absent=("inferwatch_time_to_first_token_seconds",),
+        cause="",
     ),
-    "duplicate lines": (
-        WAITING
+    "duplicate lines": Hostile(
+        page=WAITING
         + 'vllm:prompt_tokens_total{model_name="m"} 5\n' * 2
         + f'{HIST}{{model_name="m",le="+Inf"}} 1\n' * 2
         + 'vllm:time_to_first_token_seconds_count{model_name="m"} 1\n' * 2
         + 'vllm:time_to_first_token_seconds_sum{model_name="m"} 0.5\n',
-        True,
-        {
+        up=True,
+        present={
             "inferwatch_prompt_tokens_total": 5.0,
             'inferwatch_time_to_first_token_seconds_bucket{le="+Inf"}': 1.0,
             "inferwatch_time_to_first_token_seconds_count": 1.0,
         },
-        (),
-        "",
+        absent=(),
+        cause="",
     ),
-    "values a contract series cannot take": (
-        'vllm:num_requests_waiting{model_name="m"} NaN\n'
+    "values a contract series cannot take": Hostile(
+        page='vllm:num_requests_waiting{model_name="m"} NaN\n'
         'vllm:num_requests_running{model_name="m"} 2\n'
         'vllm:kv_cache_usage_perc{model_name="m"} -Inf\n'
         'vllm:prompt_tokens_total{model_name="m"} -5\n'
         'vllm:generation_tokens_total{model_name="m"} +Inf\n'
         'vllm:num_preemptions_total{model_name="m"} NaN\n'
         f'{HIST}{{model_name="m",le="+Inf"}} -1\n',
-        True,
-        {"inferwatch_requests_running": 2.0},
-        (
+        up=True,
+        present={"inferwatch_requests_running": 2.0},
+        absent=(
             "inferwatch_requests_waiting",
             "inferwatch_kv_cache_usage_ratio",
             "inferwatch_prompt_tokens_total",
@@ -131,62 +141,69 @@ HOSTILE: dict[str, tuple[str, bool, dict[str, float], tuple[str, ...], str]] = {
             "inferwatch_preemptions_total",
             "inferwatch_time_to_first_token_seconds",
         ),
-        "",
+        cause="",
     ),
-    "a ratio above 1 and a counter summed over processes with one negative part": (
-        WAITING + 'vllm:kv_cache_usage_perc{model_name="m"} 1.5\n'
+    "a ratio above 1 and a counter summed over processes with one negative part": Hostile(
+        page=WAITING + 'vllm:kv_cache_usage_perc{model_name="m"} 1.5\n'
         'vllm:prompt_tokens_total{model_name="m",pid="1"} 9\n'
         'vllm:prompt_tokens_total{model_name="m",pid="2"} -5\n',
-        True,
-        {"inferwatch_requests_waiting": 1.0},
-        ("inferwatch_kv_cache_usage_ratio", "inferwatch_prompt_tokens_total"),
-        "",
+        up=True,
+        present={"inferwatch_requests_waiting": 1.0},
+        absent=("inferwatch_kv_cache_usage_ratio", "inferwatch_prompt_tokens_total"),
+        cause="",
     ),
-    "malformed queue gauge (a signal the poll needs)": (
-        'vllm:num_requests_waiting{model_name="m",bad} 1\n',
-        False,
-        {},
-        (),
-        "vllm:num_requests_waiting: malformed label set",
+    "malformed queue gauge (a signal the poll needs)": Hostile(
+        page='vllm:num_requests_waiting{model_name="m",bad} 1\n',
+        up=False,
+        present={},
+        absent=(),
+        cause="vllm:num_requests_waiting: malformed label set",
     ),
-    "more series than the budget": (
-        "".join(
+    "more series than the budget": Hostile(
+        page="".join(
             f'vllm:num_requests_running{{engine="{i}",model_name="m"}} 1\n'
             for i in range(DEFAULT_MAX_SERIES + 1)
         ),
-        False,
-        {},
-        (),
-        f"more than {DEFAULT_MAX_SERIES} samples of mapped families (--backend-max-series)",
+        up=False,
+        present={},
+        absent=(),
+        cause=f"more than {DEFAULT_MAX_SERIES} samples of mapped families (--backend-max-series)",
     ),
-    "cut short": (WAITING + "vllm:prompt_tokens_total 5", False, {}, (), "truncated"),
-    "a byte-order mark before the page": (
-        "\ufeff" + WAITING + 'vllm:num_requests_running{model_name="m"} 2\n',
-        True,
-        {"inferwatch_requests_waiting": 1.0, "inferwatch_requests_running": 2.0},
-        (),
-        "",
+    "cut short": Hostile(
+        page=WAITING + "vllm:prompt_tokens_total 5",
+        up=False,
+        present={},
+        absent=(),
+        cause="truncated",
     ),
-    "a histogram without its +Inf bucket": (
-        WAITING + f'{HIST}{{model_name="m",le="0.1"}} 2\n'
+    "a byte-order mark before the page": Hostile(
+        page="\ufeff" + WAITING + 'vllm:num_requests_running{model_name="m"} 2\n',
+        up=True,
+        present={"inferwatch_requests_waiting": 1.0, "inferwatch_requests_running": 2.0},
+        absent=(),
+        cause="",
+    ),
+    "a histogram without its +Inf bucket": Hostile(
+        page=WAITING + f'{HIST}{{model_name="m",le="0.1"}} 2\n'
         'vllm:time_to_first_token_seconds_count{model_name="m"} 2\n'
         'vllm:time_to_first_token_seconds_sum{model_name="m"} 0.1\n',
-        True,
-        {"inferwatch_requests_waiting": 1.0},
-        ("inferwatch_time_to_first_token_seconds",),
-        "",
+        up=True,
+        present={"inferwatch_requests_waiting": 1.0},
+        absent=("inferwatch_time_to_first_token_seconds",),
+        cause="",
     ),
-    "buckets that are not cumulative": (
-        WAITING + f'{HIST}{{model_name="m",le="0.1"}} 5\n{HIST}{{model_name="m",le="+Inf"}} 3\n'
+    "buckets that are not cumulative": Hostile(
+        page=WAITING
+        + f'{HIST}{{model_name="m",le="0.1"}} 5\n{HIST}{{model_name="m",le="+Inf"}} 3\n'
         'vllm:time_to_first_token_seconds_count{model_name="m"} 3\n'
         'vllm:time_to_first_token_seconds_sum{model_name="m"} 0.1\n',
-        True,
-        {"inferwatch_requests_waiting": 1.0},
-        ("inferwatch_time_to_first_token_seconds",),
-        "",
+        up=True,
+        present={"inferwatch_requests_waiting": 1.0},
+        absent=("inferwatch_time_to_first_token_seconds",),
+        cause="",
     ),
-    "processes that merge into buckets that are not cumulative": (
-        WAITING + f'{HIST}{{model_name="m",pid="1",le="0.1"}} 1\n'
+    "processes that merge into buckets that are not cumulative": Hostile(
+        page=WAITING + f'{HIST}{{model_name="m",pid="1",le="0.1"}} 1\n'
         f'{HIST}{{model_name="m",pid="1",le="+Inf"}} 1\n'
         f'{HIST}{{model_name="m",pid="2",le="0.1"}} 4\n'
         f'{HIST}{{model_name="m",pid="2",le="+Inf"}} 2\n'
@@ -194,19 +211,19 @@ HOSTILE: dict[str, tuple[str, bool, dict[str, float], tuple[str, ...], str]] = {
         'vllm:time_to_first_token_seconds_count{model_name="m",pid="2"} 2\n'
         'vllm:time_to_first_token_seconds_sum{model_name="m",pid="1"} 0.1\n'
         'vllm:time_to_first_token_seconds_sum{model_name="m",pid="2"} 0.1\n',
-        True,
-        {"inferwatch_requests_waiting": 1.0},
-        ("inferwatch_time_to_first_token_seconds",),
-        "",
+        up=True,
+        present={"inferwatch_requests_waiting": 1.0},
+        absent=("inferwatch_time_to_first_token_seconds",),
+        cause="",
     ),
-    "a count that is not the +Inf bucket's": (
-        WAITING + f'{HIST}{{model_name="m",le="+Inf"}} 3\n'
+    "a count that is not the +Inf bucket's": Hostile(
+        page=WAITING + f'{HIST}{{model_name="m",le="+Inf"}} 3\n'
         'vllm:time_to_first_token_seconds_count{model_name="m"} 4\n'
         'vllm:time_to_first_token_seconds_sum{model_name="m"} 0.1\n',
-        True,
-        {"inferwatch_requests_waiting": 1.0},
-        ("inferwatch_time_to_first_token_seconds",),
-        "",
+        up=True,
+        present={"inferwatch_requests_waiting": 1.0},
+        absent=("inferwatch_time_to_first_token_seconds",),
+        cause="",
     ),
 }
 
@@ -293,11 +310,11 @@ def assert_valid_histograms(name: str, samples: list) -> None:
 async def test_hostile_page_is_served_valid_or_marks_the_backend_down(
     case: str, served, poller_for, aiohttp_client, caplog
 ) -> None:
-    text, up, present, absent, cause = HOSTILE[case]
+    hostile = HOSTILE[case]
     poller = poller_for(served.url, timeout=2.0, interval=0.05)
     client = await aiohttp_client(make_app(poller, run_poller=False))
     await poller.poll_once()  # a healthy page first: nothing of it may outlive a bad one
-    served.page = text
+    served.page = hostile.page
     with caplog.at_level(logging.WARNING, logger="inferwatch.poller"):
         for _ in range(3):
             await poller.poll_once()
@@ -305,15 +322,15 @@ async def test_hostile_page_is_served_valid_or_marks_the_backend_down(
             assert resp.status == 200
     page = await resp.text()
     assert_valid_page(page)
-    assert page_value(page, "inferwatch_backend_up", backend="vllm") == float(up)
-    for series, value in present.items():
+    assert page_value(page, "inferwatch_backend_up", backend="vllm") == float(hostile.up)
+    for series, value in hostile.present.items():
         name, _, le = series.partition('{le="')
         labels = {**M, "le": le[:-2]} if le else M
         assert page_value(page, name, **labels) == value, series
-    for name in absent:
+    for name in hostile.absent:
         assert f"\n{name}" not in page, name
     lines = [r.getMessage() for r in caplog.records if r.name == "inferwatch.poller"]
-    if up:
+    if hostile.up:
         assert poller.snapshot.backend is not None
         assert "inferwatch_requests_finished_total" not in page  # nothing stale kept
         # One line per family and kind of defect, not one per poll.
@@ -321,12 +338,12 @@ async def test_hostile_page_is_served_valid_or_marks_the_backend_down(
     else:
         assert page_value(page, "inferwatch_collector_success", collector="backend") == 0.0
         assert "inferwatch_requests_" not in page and "inferwatch_backend_info" not in page
-        assert len(lines) == 1 and cause in lines[0], lines
+        assert len(lines) == 1 and hostile.cause in lines[0], lines
         assert "\n" not in poller.snapshot.collectors["backend"].error
 
 
 async def test_a_histogram_merge_failure_inside_the_poll_keeps_the_rest_of_the_page() -> None:
-    text = HOSTILE["the same, without model labels (the poll looks for the model there)"][0]
+    text = HOSTILE["the same, without model labels (the poll looks for the model there)"].page
     sample = VLLM.normalize(text)
     assert sample.model == "unknown" and sample.values["requests_waiting"]
     assert [d.kind for d in sample.dropped] == ["bucket bounds"]

@@ -14,7 +14,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +35,7 @@ class Option:
     """One setting; ``parse`` turns text (flag or env value) into the typed value."""
 
     flag: str
+    _: KW_ONLY
     parse: Callable[[str], Any]
     default: Any
     help: str

@@ -38,78 +38,78 @@ def _queue_mean() -> str:
 
 FALLBACKS = (
     Signal(
-        "canary_ttft_p95",
-        "TTFT p95 (canary, client side)",
-        "seconds",
-        INSTANCE,
-        "histogram_quantile(0.95, sum without (engine) "
+        name="canary_ttft_p95",
+        label="TTFT p95 (canary, client side)",
+        unit="seconds",
+        level=INSTANCE,
+        promql="histogram_quantile(0.95, sum without (engine) "
         "(rate(inferwatch_canary_time_to_first_token_seconds_bucket[%(window)s])))",
-        Quantile("canary_time_to_first_token_seconds", 0.95),
+        local=Quantile("canary_time_to_first_token_seconds", 0.95),
     ),
     Signal(
-        "decode_step_p95",
-        "decode step p95 (server step latency)",
-        "seconds",
-        INSTANCE,
-        f"histogram_quantile(0.95, sum without (engine, kind) "
+        name="decode_step_p95",
+        label="decode step p95 (server step latency)",
+        unit="seconds",
+        level=INSTANCE,
+        promql=f"histogram_quantile(0.95, sum without (engine, kind) "
         f"(rate({_step_series('bucket', 'decode')}[%(window)s])))",
-        Quantile(STEP, 0.95, _DECODE),
+        local=Quantile(STEP, 0.95, where=_DECODE),
     ),
     Signal(
-        "decode_step_over_floor",
-        "mean decode step / decode floor",
-        "factor",
-        INSTANCE,
-        f"({_step_mean('decode')})\n  / on (instance, job, backend, model) group_left "
+        name="decode_step_over_floor",
+        label="mean decode step / decode floor",
+        unit="factor",
+        level=INSTANCE,
+        promql=f"({_step_mean('decode')})\n  / on (instance, job, backend, model) group_left "
         "max by (instance, job, backend, model) (inferwatch_decode_floor_seconds)",
-        Ratio(Mean(STEP, _DECODE), Gauge("inferwatch_decode_floor_seconds")),
+        local=Ratio(Mean(STEP, where=_DECODE), Gauge("inferwatch_decode_floor_seconds")),
     ),
     Signal(
-        "queue_share_of_steps",
-        "queue share of queue + prefill step (server side)",
-        "ratio",
-        INSTANCE,
-        f"clamp_max(\n  ({_queue_mean()})\n  / (\n    ({_queue_mean()})\n"
+        name="queue_share_of_steps",
+        label="queue share of queue + prefill step (server side)",
+        unit="ratio",
+        level=INSTANCE,
+        promql=f"clamp_max(\n  ({_queue_mean()})\n  / (\n    ({_queue_mean()})\n"
         f"    + ({_step_mean('prefill')})\n  ),\n  1\n)",
-        Ratio(Mean(QUEUE), Sum((Mean(QUEUE), Mean(STEP, _PREFILL)))),
+        local=Ratio(Mean(QUEUE), Sum((Mean(QUEUE), Mean(STEP, where=_PREFILL)))),
     ),
     # Where a server counts no finished requests by reason (SGLang), its request duration
     # histogram counts them all the same.
     Signal(
-        "request_duration_rate",
-        "finished requests/s (request duration count)",
-        "per_second",
-        INSTANCE,
-        "sum without (engine) (rate(inferwatch_request_duration_seconds_count[%(window)s]))",
-        Rate("inferwatch_request_duration_seconds_count"),
+        name="request_duration_rate",
+        label="finished requests/s (request duration count)",
+        unit="per_second",
+        level=INSTANCE,
+        promql="sum without (engine) (rate(inferwatch_request_duration_seconds_count[%(window)s]))",
+        local=Rate("inferwatch_request_duration_seconds_count"),
     ),
     Signal(
-        "generation_rate",
-        "generated tokens/s",
-        "per_second",
-        INSTANCE,
-        "instance:inferwatch_generation_tokens:%(w)s",
-        Rate("inferwatch_generation_tokens_total"),
+        name="generation_rate",
+        label="generated tokens/s",
+        unit="per_second",
+        level=INSTANCE,
+        promql="instance:inferwatch_generation_tokens:%(w)s",
+        local=Rate("inferwatch_generation_tokens_total"),
     ),
     Signal(
-        "prompt_rate",
-        "prompt tokens/s",
-        "per_second",
-        INSTANCE,
-        "instance:inferwatch_prompt_tokens:%(w)s",
-        Rate("inferwatch_prompt_tokens_total"),
+        name="prompt_rate",
+        label="prompt tokens/s",
+        unit="per_second",
+        level=INSTANCE,
+        promql="instance:inferwatch_prompt_tokens:%(w)s",
+        local=Rate("inferwatch_prompt_tokens_total"),
     ),
     # A server that admits requests by a token budget (TGI) holds them in the queue when
     # the running batch has reserved it all, as a full KV cache does elsewhere.
     Signal(
-        "token_budget_use",
-        "batch token budget in use",
-        "ratio",
-        INSTANCE,
-        "clamp_max(\n  max without (engine) (avg_over_time(inferwatch_batch_reserved_tokens"
+        name="token_budget_use",
+        label="batch token budget in use",
+        unit="ratio",
+        level=INSTANCE,
+        promql="clamp_max(\n  max without (engine) (avg_over_time(inferwatch_batch_reserved_tokens"
         "[%(window)s]))\n  / max without (engine) (avg_over_time(inferwatch_batch_token_budget"
         "[%(window)s])),\n  1\n)",
-        Ratio(
+        local=Ratio(
             Gauge("inferwatch_batch_reserved_tokens", averaged=True),
             Gauge("inferwatch_batch_token_budget", averaged=True),
         ),

@@ -29,34 +29,34 @@ XIDS = "|".join(str(x) for x in GPU_XIDS_NEEDING_ATTENTION)
 # it), locally the worst GPU.
 GPU_HEALTH = (
     Signal(
-        "gpu_uncorrected_ecc_rate",
-        "uncorrected ECC errors/s (GPU)",
-        "per_second",
-        NODE,
-        "max without (error, counter) (rate(inferwatch_gpu_ecc_errors_total"
+        name="gpu_uncorrected_ecc_rate",
+        label="uncorrected ECC errors/s (GPU)",
+        unit="per_second",
+        level=NODE,
+        promql="max without (error, counter) (rate(inferwatch_gpu_ecc_errors_total"
         '{error="uncorrected",counter="volatile"}[%(window)s]))',
-        Rate(
+        local=Rate(
             "inferwatch_gpu_ecc_errors_total",
-            {"error": "uncorrected", "counter": "volatile"},
+            where={"error": "uncorrected", "counter": "volatile"},
             how="max",
         ),
     ),
     Signal(
-        "gpu_xid_rate",
-        "XID errors that need attention/s (GPU)",
-        "per_second",
-        NODE,
-        f'max without (xid) (rate(inferwatch_gpu_xid_errors_total{{xid=~"{XIDS}"}}[%(window)s]))',
-        Rate("inferwatch_gpu_xid_errors_total", {"xid": XIDS}, how="max"),
+        name="gpu_xid_rate",
+        label="XID errors that need attention/s (GPU)",
+        unit="per_second",
+        level=NODE,
+        promql=f'max without (xid) (rate(inferwatch_gpu_xid_errors_total{{xid=~"{XIDS}"}}[%(window)s]))',
+        local=Rate("inferwatch_gpu_xid_errors_total", where={"xid": XIDS}, how="max"),
     ),
     *(
         Signal(
-            f"gpu_{name}",
-            label,
-            "count",
-            NODE,
-            f"inferwatch_gpu_{name}",
-            Gauge(f"inferwatch_gpu_{name}"),
+            name=f"gpu_{name}",
+            label=label,
+            unit="count",
+            level=NODE,
+            promql=f"inferwatch_gpu_{name}",
+            local=Gauge(f"inferwatch_gpu_{name}"),
         )
         for name, label in (
             ("row_remap_pending", "row remap pending a reset (GPU)"),

@@ -7,7 +7,7 @@ evaluates it, combining an exporter's engines and GPUs as the signal's PromQL ag
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Literal
 
 
@@ -18,6 +18,7 @@ class Quantile:
 
     histogram: str
     q: float
+    _: KW_ONLY
     where: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -26,6 +27,7 @@ class Mean:
     """A histogram's mean over the window, its series (those that match ``where``) added."""
 
     histogram: str
+    _: KW_ONLY
     where: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -39,6 +41,7 @@ class Rate:
     """Per-second increase of a counter over the window, its series combined by ``how``."""
 
     counter: str
+    _: KW_ONLY
     where: Mapping[str, str] = field(default_factory=dict)  # label -> regex
     how: Aggregation = "sum"
 
@@ -52,6 +55,7 @@ class Gauge:
     """
 
     metric: str
+    _: KW_ONLY
     where: Mapping[str, str] = field(default_factory=dict)
     how: Aggregation = "max"
     averaged: bool = False
@@ -69,6 +73,7 @@ class ShareAbove:
     bounds: counted exactly, not interpolated (no value where no bucket has that bound)."""
 
     histogram: str
+    _: KW_ONLY
     bound: str  # the name of a threshold in seconds
 
 

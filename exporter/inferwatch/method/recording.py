@@ -8,7 +8,7 @@ the fleet labels.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from inferwatch.method.signals import CAPACITY, CAPACITY_SUM, INSTANCE, MODEL
 from inferwatch.method.slo.series import bucket_matcher
@@ -20,6 +20,7 @@ from inferwatch.metrics import WINDOW_QUANTILES
 class Record:
     record: str
     expr: str
+    _: KW_ONLY
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -86,7 +87,7 @@ def _capacity_rules(spec: Spec) -> list[Record]:
 
 def _quantiles(name: str, buckets: str) -> list[Record]:
     return [
-        Record(name, f"histogram_quantile({q}, {buckets})", {"quantile": q})
+        Record(name, f"histogram_quantile({q}, {buckets})", labels={"quantile": q})
         for q in WINDOW_QUANTILES
     ]
 

@@ -24,8 +24,10 @@ ITL = "inter_token_latency_seconds"
 QUEUE = "request_queue_time_seconds"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Signal:
+    """A quantity the alerts judge, in both forms, named at every field where it is declared."""
+
     name: str
     label: str  # how diagnose names it: "TTFT p95"
     unit: str  # seconds, ratio, per_second, tokens, cores, factor, count

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Threshold:
     default: float
     unit: str
@@ -23,171 +23,171 @@ class Threshold:
 
 THRESHOLDS: dict[str, Threshold] = {
     "ttft_p95_seconds": Threshold(
-        2.0,
-        "s",
-        "Interactive chat feels broken past ~2 s to the first token; most serving SLOs put "
+        default=2.0,
+        unit="s",
+        why="Interactive chat feels broken past ~2 s to the first token; most serving SLOs put "
         "TTFT p95 between 0.5 and 2 s. Set it from your baseline (`inferwatch baseline`).",
         calibrated_by="the server's TTFT p95 at the highest concurrency swept, and in each rate window of normal traffic",
     ),
     "itl_p95_seconds": Threshold(
-        0.1,
-        "s",
-        "100 ms between tokens is 10 tokens/s per stream, about reading speed; a healthy GPU "
+        default=0.1,
+        unit="s",
+        why="100 ms between tokens is 10 tokens/s per stream, about reading speed; a healthy GPU "
         "decodes a 7-70B model at 15-50 ms per token.",
         calibrated_by="the server's ITL p95 at the highest concurrency swept, and in each rate window of normal traffic",
     ),
     "itl_p99_seconds": Threshold(
-        0.5,
-        "s",
-        "A half-second stall inside a streamed answer is visible to users; used for the "
+        default=0.5,
+        unit="s",
+        why="A half-second stall inside a streamed answer is visible to users; used for the "
         "tail in prefill-stalls-decode.",
         calibrated_by="the server's ITL p99 at the highest concurrency swept, and in each rate window of normal traffic",
     ),
     "itl_tail_bound_seconds": Threshold(
-        0.5,
-        "s",
-        "A token gap longer than this is a stall inside a stream: one of the server's ITL "
+        default=0.5,
+        unit="s",
+        why="A token gap longer than this is a stall inside a stream: one of the server's ITL "
         "bucket bounds, so that the share of gaps above it is counted, not interpolated "
         "(`inferwatch calibrate` sets the smallest bound at or above the factor x the "
         "baseline's ITL p99).",
         calibrated_by="the server's smallest ITL bucket bound above the swept ITL p99",
     ),
     "itl_tail_share": Threshold(
-        0.02,
-        "ratio",
-        "Past a bound above the baseline's p99, a healthy decode leaves under one gap in a "
+        default=0.02,
+        unit="ratio",
+        why="Past a bound above the baseline's p99, a healthy decode leaves under one gap in a "
         "hundred; two in a hundred are steps that carry far more work than the others (a "
         "prefill chunk).",
         calibrated_by="the share of token gaps above the tail bound in each rate window of normal traffic",
     ),
     "deferred_share_high": Threshold(
-        0.5,
-        "ratio",
-        "When most waiting requests wait on something other than capacity (a grammar "
+        default=0.5,
+        unit="ratio",
+        why="When most waiting requests wait on something other than capacity (a grammar "
         "compiling, a KV transfer, a LoRA adapter's turn), more replicas do not shorten the "
         "queue: InferenceQueueingDelay holds its capacity verdict back.",
     ),
     "queue_share_high": Threshold(
-        0.5,
-        "ratio",
-        "When more than half of the mean TTFT is time spent waiting to be scheduled, the "
+        default=0.5,
+        unit="ratio",
+        why="When more than half of the mean TTFT is time spent waiting to be scheduled, the "
         "server lacks capacity: prefill itself is not what is slow.",
     ),
     "queue_share_low": Threshold(
-        0.2,
-        "ratio",
-        "Below a fifth of TTFT spent queued, a high TTFT comes from the prefill computation.",
+        default=0.2,
+        unit="ratio",
+        why="Below a fifth of TTFT spent queued, a high TTFT comes from the prefill computation.",
     ),
     "floor_factor_far": Threshold(
-        3.0,
-        "x",
-        "Decode at more than 3x the memory-bandwidth floor leaves room for kernel, KV-cache "
+        default=3.0,
+        unit="x",
+        why="Decode at more than 3x the memory-bandwidth floor leaves room for kernel, KV-cache "
         "and batching improvements.",
     ),
     "floor_factor_near": Threshold(
-        1.5,
-        "x",
-        "Within 1.5x of the floor decode is at the hardware limit (KV reads and kernel "
+        default=1.5,
+        unit="x",
+        why="Within 1.5x of the floor decode is at the hardware limit (KV reads and kernel "
         "overheads account for the rest).",
     ),
     "kv_usage_high": Threshold(
-        0.9,
-        "ratio",
-        "Above 90 % KV-cache use the scheduler starts to preempt or refuse to admit requests.",
+        default=0.9,
+        unit="ratio",
+        why="Above 90 % KV-cache use the scheduler starts to preempt or refuse to admit requests.",
     ),
     "preemptions_per_second": Threshold(
-        0.02,
-        "1/s",
-        "About one preemption a minute; each one throws away computed KV cache and recomputes "
+        default=0.02,
+        unit="1/s",
+        why="About one preemption a minute; each one throws away computed KV cache and recomputes "
         "it later, so a steady stream of them wastes GPU time.",
     ),
     "queued_while_idle_ratio": Threshold(
-        0.1,
-        "ratio",
-        "Requests waiting while the GPU idles for a tenth of the time is not a blip: the "
+        default=0.1,
+        unit="ratio",
+        why="Requests waiting while the GPU idles for a tenth of the time is not a blip: the "
         "scheduler or the CPU is starving the accelerator.",
     ),
     "gpu_busy_low": Threshold(
-        0.3,
-        "ratio",
-        "A GPU busy less than 30 % of the time while requests run is mostly waiting.",
+        default=0.3,
+        unit="ratio",
+        why="A GPU busy less than 30 % of the time while requests run is mostly waiting.",
     ),
     "gpu_busy_high": Threshold(
-        0.8,
-        "ratio",
-        "Above 80 % busy the GPU is not the one waiting; a busy frontend is then not the "
+        default=0.8,
+        unit="ratio",
+        why="Above 80 % busy the GPU is not the one waiting; a busy frontend is then not the "
         "bottleneck.",
     ),
     "frontend_cpu_cores": Threshold(
-        0.9,
-        "cores",
-        "The API server/tokenizer is one Python process: at ~1 core it cannot go faster.",
+        default=0.9,
+        unit="cores",
+        why="The API server/tokenizer is one Python process: at ~1 core it cannot go faster.",
         calibrated_by="the frontend's CPU in each rate window of normal traffic",
     ),
     "error_ratio": Threshold(
-        0.05,
-        "ratio",
-        "More than 5 % of requests ending in a server error is user-visible (aborts are "
+        default=0.05,
+        unit="ratio",
+        why="More than 5 % of requests ending in a server error is user-visible (aborts are "
         "clients cancelling, shown apart).",
     ),
     "min_request_rate": Threshold(
-        0.05,
-        "1/s",
-        "Below ~3 requests a minute quantiles rest on too few samples to page anyone.",
+        default=0.05,
+        unit="1/s",
+        why="Below ~3 requests a minute quantiles rest on too few samples to page anyone.",
     ),
     "min_token_rate": Threshold(
-        1.0,
-        "tokens/s",
-        "Decode/prefill alerts need tokens flowing; an idle server has no latency problem.",
+        default=1.0,
+        unit="tokens/s",
+        why="Decode/prefill alerts need tokens flowing; an idle server has no latency problem.",
     ),
     "capacity_use_high": Threshold(
-        0.9,
-        "ratio",
-        "The capacity is the highest rate at which the baseline's goodput met its target; "
+        default=0.9,
+        unit="ratio",
+        why="The capacity is the highest rate at which the baseline's goodput met its target; "
         "at 90 % of it a burst or a heavier request mix tips the service past that point, "
         "and past 100 % the queue grows without bound. A ticket at 90 % leaves the time to add "
         "a replica before users wait.",
     ),
     "regression_factor": Threshold(
-        1.5,
-        "x",
-        "50 % worse than the benchmark at the same concurrency is beyond run-to-run noise.",
+        default=1.5,
+        unit="x",
+        why="50 % worse than the benchmark at the same concurrency is beyond run-to-run noise.",
     ),
     "server_cpu_wait_share": Threshold(
-        0.25,
-        "ratio",
-        "A thread that is ready to run waits for a CPU now and then; waiting a quarter of its "
+        default=0.25,
+        unit="ratio",
+        why="A thread that is ready to run waits for a CPU now and then; waiting a quarter of its "
         "ready time means the server gets a share of the cores, not the cores: a noisy "
         "neighbour, a CPU limit, too few cores for the engine, the API server and the "
         "tokenizer.",
         calibrated_by="the server's CPU wait share in each rate window of normal traffic",
     ),
     "client_gap_seconds": Threshold(
-        0.1,
-        "s",
-        "What the path between users and the engine (network, ingress, the API server's HTTP "
+        default=0.1,
+        unit="s",
+        why="What the path between users and the engine (network, ingress, the API server's HTTP "
         "and tokenizer, SSE framing) adds to the first token, as the canary sees it: a few ms "
         "in one data centre; 100 ms more than the engine's own TTFT is a problem of its own. "
         "`inferwatch calibrate` raises it to what the baseline's path measured, if more.",
         calibrated_by="the canary's gap in each rate window of normal traffic",
     ),
     "canary_failure_ratio": Threshold(
-        0.25,
-        "ratio",
-        "One canary probe in four failing (a timeout, an HTTP error, a broken stream) while "
+        default=0.25,
+        unit="ratio",
+        why="One canary probe in four failing (a timeout, an HTTP error, a broken stream) while "
         "the server reports itself up: users on the same path are failing too.",
     ),
     "link_share_high": Threshold(
-        0.8,
-        "ratio",
-        "A GPU's NVLink or PCIe traffic above 80 % of the link's peak over the window: the "
+        default=0.8,
+        unit="ratio",
+        why="A GPU's NVLink or PCIe traffic above 80 % of the link's peak over the window: the "
         "link sets the pace (tensor-parallel all-reduce, host transfers). The peak is the line "
         "rate, and payload rarely gets past ~90 % of it.",
     ),
     "throttled_share": Threshold(
-        0.5,
-        "ratio",
-        "Clocks held down for thermal or hardware reasons more than half of the window.",
+        default=0.5,
+        unit="ratio",
+        why="Clocks held down for thermal or hardware reasons more than half of the window.",
     ),
 }
 

@@ -59,12 +59,18 @@ STEP_POLL = 0.05
 # Prompt tags past the sweep's (its cells, its probe and its search steps).
 TAGS = 1_000_000
 OPTIONS = (
-    Option("--out", sweep.new_file, None, "config file to write (required)", metavar="FILE"),
+    Option(
+        "--out",
+        parse=sweep.new_file,
+        default=None,
+        help="config file to write (required)",
+        metavar="FILE",
+    ),
     Option(
         "--baseline-out",
-        sweep.new_file,
-        None,
-        "baseline file to write (default: baseline.yaml beside --out)",
+        parse=sweep.new_file,
+        default=None,
+        help="baseline file to write (default: baseline.yaml beside --out)",
         metavar="FILE",
     ),
     *(
@@ -78,32 +84,32 @@ OPTIONS = (
     ),
     Option(
         "--normal-windows",
-        bounded_int(0, 100),
-        2,
-        "rate windows of normal traffic the sidecar's own parts read after the sweep (its CPU "
+        parse=bounded_int(0, 100),
+        default=2,
+        help="rate windows of normal traffic the sidecar's own parts read after the sweep (its CPU "
         "wait, the canary's gap, the ITL tail, the frontend's CPU); 0: none",
         metavar="N",
     ),
     Option(
         "--normal-traffic",
-        str,
-        "sweep",
-        "normal traffic: the sweep's highest concurrency over its shapes, or the server's "
+        parse=str,
+        default="sweep",
+        help="normal traffic: the sweep's highest concurrency over its shapes, or the server's "
         "own (observe: the service carries its usual traffic meanwhile)",
         choices=("sweep", "observe"),
     ),
     Option(
         "--canary-url",
-        http_url,
-        None,
-        "the path users take to the server, for the canary's gap (default: --url)",
+        parse=http_url,
+        default=None,
+        help="the path users take to the server, for the canary's gap (default: --url)",
         metavar="URL",
     ),
     Option(
         "--engine-step",
-        str,
-        "on",
-        "measure the longest engine step at the server's biggest batch (two bursts that "
+        parse=str,
+        default="on",
+        help="measure the longest engine step at the server's biggest batch (two bursts that "
         "overflow its KV cache), for serve's engine_step_seconds",
         choices=("on", "off"),
     ),

@@ -221,7 +221,9 @@ def source_cell(source: Source) -> str:
 def _twin(source: Source) -> str:
     """A source with ``_`` for ``:`` in its name: the same family as a relay re-exposes it
     (SGLang's SMG router writes ``sglang_*`` for ``sglang:*``)."""
-    return source_cell(Source(source.name.replace(":", "_"), source.where, source.scale))
+    return source_cell(
+        Source(source.name.replace(":", "_"), where=source.where, scale=source.scale)
+    )
 
 
 def feed_cell(found: Feed | None) -> str:

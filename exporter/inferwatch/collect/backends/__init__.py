@@ -1,8 +1,10 @@
 """Backends: one module per inference server, registered here.
 
-To add a server, write ``backends/<name>.py`` declaring a :class:`Backend` (a table of
-feeds, see ``table.py``; ``mapping.py`` maps a page with it), add it to ``BACKENDS`` below,
-and drop real ``/metrics`` captures into ``tests/fixtures/``.
+To add a server, write ``backends/<name>.py`` declaring a :class:`Backend` named ``<name>``
+(a table of feeds, see ``table.py``; ``mapping.py`` maps a page with it), import it and add
+it to ``BACKENDS`` below (the order of ``--backend``'s choices and of the backends matrix),
+and drop real ``/metrics`` captures into ``tests/fixtures/`` (docs/development.md: "Add a
+backend"). Everything else, tests included, asks ``BACKENDS``.
 """
 
 from __future__ import annotations

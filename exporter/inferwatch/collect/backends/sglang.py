@@ -87,9 +87,9 @@ from inferwatch.collect.backends.mapping import Backend
 from inferwatch.collect.backends.table import Feed, Profiler, Source, feed, feed_sum, inference_api
 
 
-def _sglang(key: str, name: str, **where: str) -> Feed:
+def _sglang_feed(key: str, name: str, **where: str) -> Feed:
     """A feed from ``sglang:<name>`` or, as the SMG router re-exposes it, ``sglang_<name>``."""
-    return feed(key, *(Source(f"{prefix}{name}", where) for prefix in ("sglang:", "sglang_")))
+    return feed(key, *(Source(f"{prefix}{name}", where=where) for prefix in ("sglang:", "sglang_")))
 
 
 # SGLang's native inference routes outside /v1/.
@@ -104,7 +104,7 @@ SGLANG = Backend(
     # The traces land in the server's SGLANG_TORCH_PROFILER_DIR (default /tmp).
     profiler=Profiler(enable="SGLANG_TORCH_PROFILER_DIR=DIR python -m sglang.launch_server ..."),
     feeds=(
-        _sglang("requests_running", "num_running_reqs"),
+        _sglang_feed("requests_running", "num_running_reqs"),
         # A request whose grammar compiles waits in a queue of its own: waiting, deferred.
         feed_sum(
             "requests_waiting",
@@ -114,11 +114,11 @@ SGLANG = Backend(
                 for name in ("num_queue_reqs", "num_grammar_queue_reqs")
             ),
         ),
-        _sglang("requests_deferred", "num_grammar_queue_reqs"),
-        _sglang("kv_cache_usage_ratio", "token_usage"),
-        _sglang("preemptions", "num_retracted_requests_total"),
-        _sglang("prompt_tokens", "prompt_tokens_total"),
-        _sglang("generation_tokens", "generation_tokens_total"),
+        _sglang_feed("requests_deferred", "num_grammar_queue_reqs"),
+        _sglang_feed("kv_cache_usage_ratio", "token_usage"),
+        _sglang_feed("preemptions", "num_retracted_requests_total"),
+        _sglang_feed("prompt_tokens", "prompt_tokens_total"),
+        _sglang_feed("generation_tokens", "generation_tokens_total"),
         feed(
             "prefix_cache_queries",
             "sglang:prefill_effective_tokens_total",
@@ -128,17 +128,17 @@ SGLANG = Backend(
         ),
         feed(
             "prefix_cache_hits",
-            Source("sglang:prefill_effective_tokens_total", {"mode": "device_hit"}),
-            Source("sglang_prefill_effective_tokens_total", {"mode": "device_hit"}),
+            Source("sglang:prefill_effective_tokens_total", where={"mode": "device_hit"}),
+            Source("sglang_prefill_effective_tokens_total", where={"mode": "device_hit"}),
             "sglang:cached_tokens_total",
             "sglang_cached_tokens_total",
         ),
-        _sglang("engine_steps", "cuda_graph_passes_total"),
-        _sglang("scheduler_idle_seconds", "scheduler_idle_seconds_total"),
-        _sglang("frontend_cpu_seconds", "process_cpu_seconds_total", component="tokenizer"),
-        _sglang("estimated_read_bytes", "estimated_read_bytes_per_gpu_total"),
-        _sglang("estimated_flops", "estimated_flops_per_gpu_total"),
-        _sglang("time_to_first_token_seconds", "time_to_first_token_seconds"),
+        _sglang_feed("engine_steps", "cuda_graph_passes_total"),
+        _sglang_feed("scheduler_idle_seconds", "scheduler_idle_seconds_total"),
+        _sglang_feed("frontend_cpu_seconds", "process_cpu_seconds_total", component="tokenizer"),
+        _sglang_feed("estimated_read_bytes", "estimated_read_bytes_per_gpu_total"),
+        _sglang_feed("estimated_flops", "estimated_flops_per_gpu_total"),
+        _sglang_feed("time_to_first_token_seconds", "time_to_first_token_seconds"),
         feed(
             "inter_token_latency_seconds",
             "sglang:inter_token_latency_seconds",
@@ -146,19 +146,21 @@ SGLANG = Backend(
             "sglang:time_per_output_token_seconds",
             "sglang_time_per_output_token_seconds",
         ),
-        _sglang("request_duration_seconds", "e2e_request_latency_seconds"),
-        _sglang("request_queue_time_seconds", "queue_time_seconds"),
-        _sglang(
+        _sglang_feed("request_duration_seconds", "e2e_request_latency_seconds"),
+        _sglang_feed("request_queue_time_seconds", "queue_time_seconds"),
+        _sglang_feed(
             "request_prefill_time_seconds", "per_stage_req_latency_seconds", stage="prefill_forward"
         ),
-        _sglang("request_prompt_tokens", "prompt_tokens_histogram"),
-        _sglang("request_generation_tokens", "generation_tokens_histogram"),
-        _sglang("request_time_per_output_token_seconds", "request_time_per_output_token_seconds"),
-        _sglang("kv_cache_capacity_tokens", "max_total_num_tokens"),
+        _sglang_feed("request_prompt_tokens", "prompt_tokens_histogram"),
+        _sglang_feed("request_generation_tokens", "generation_tokens_histogram"),
+        _sglang_feed(
+            "request_time_per_output_token_seconds", "request_time_per_output_token_seconds"
+        ),
+        _sglang_feed("kv_cache_capacity_tokens", "max_total_num_tokens"),
         feed(
             "http_requests",
             *(
-                Source(f"{prefix}http_responses_total", {"endpoint": _INFERENCE})
+                Source(f"{prefix}http_responses_total", where={"endpoint": _INFERENCE})
                 for prefix in ("sglang:", "sglang_")
             ),
         ),

@@ -18,7 +18,7 @@ number) leaves the series absent.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from types import MappingProxyType
 
 from inferwatch.metrics import BACKEND, Kind
@@ -52,6 +52,7 @@ class Source:
     """
 
     name: str
+    _: KW_ONLY
     where: Mapping[str, LabelTest] = field(default_factory=lambda: MappingProxyType({}))
     scale: float = 1.0
     from_labels: tuple[tuple[str, ...], ...] = ()
@@ -83,6 +84,7 @@ class Feed:
 
     key: str
     sources: tuple[Source, ...]
+    _: KW_ONLY
     adds: bool = False
 
     def __post_init__(self) -> None:
@@ -108,13 +110,14 @@ def feed_sum(key: str, *sources: Source) -> Feed:
     return made
 
 
-def info(name: str, *alternatives: str | tuple[str, ...]) -> Source:
+def info(name: str, *, from_labels: tuple[str | tuple[str, ...], ...]) -> Source:
     """An info series (value 1) whose labels hold the number: ``info("vllm:cache_config_info",
-    "kv_cache_size_tokens", ("num_gpu_blocks", "block_size"))`` reads the first label, else
-    the product of the other two. Per sample, the first alternative whose labels are all
-    present and numbers (finite, >= 0) wins; a label reading ``"None"`` counts as missing."""
+    from_labels=("kv_cache_size_tokens", ("num_gpu_blocks", "block_size")))`` reads the first
+    label, else the product of the other two. Per sample, the first alternative whose labels
+    are all present and numbers (finite, >= 0) wins; a label reading ``"None"`` counts as
+    missing."""
     return Source(
-        name, from_labels=tuple((a,) if isinstance(a, str) else tuple(a) for a in alternatives)
+        name, from_labels=tuple((a,) if isinstance(a, str) else tuple(a) for a in from_labels)
     )
 
 

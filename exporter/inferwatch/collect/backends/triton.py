@@ -58,9 +58,10 @@ from inferwatch.collect.backends.mapping import Backend
 from inferwatch.collect.backends.table import Source, feed
 
 
-def _trt(family: str, category: str, value: str) -> Source:
-    """One series of a TensorRT-LLM gauge family: ``nv_trt_llm_<family>_metrics{category=value}``."""
-    return Source(f"nv_trt_llm_{family}_metrics", {category: value})
+def _trt_llm_gauge(family: str, **where: str) -> Source:
+    """The series of a TensorRT-LLM gauge family, ``nv_trt_llm_<family>_metrics``, of one
+    category (``request_type="active"``)."""
+    return Source(f"nv_trt_llm_{family}_metrics", where=where)
 
 
 TRITON = Backend(
@@ -68,26 +69,28 @@ TRITON = Backend(
     signature=("nv_inference_", "nv_trt_llm_"),
     labels={"model": "model"},
     feeds=(
-        feed("requests_running", _trt("request", "request_type", "active")),
+        feed("requests_running", _trt_llm_gauge("request", request_type="active")),
         feed(
             "requests_waiting",
-            _trt("request", "request_type", "waiting"),
+            _trt_llm_gauge("request", request_type="waiting"),
             "nv_inference_pending_request_count",
         ),
-        feed("kv_cache_usage_ratio", _trt("kv_cache_block", "kv_cache_block_type", "fraction")),
+        feed(
+            "kv_cache_usage_ratio", _trt_llm_gauge("kv_cache_block", kv_cache_block_type="fraction")
+        ),
         feed(
             "kv_cache_capacity_tokens",
             Source(
                 "nv_trt_llm_kv_cache_block_metrics",
-                {"kv_cache_block_type": "max"},
-                times=_trt("kv_cache_block", "kv_cache_block_type", "tokens_per"),
+                where={"kv_cache_block_type": "max"},
+                times=_trt_llm_gauge("kv_cache_block", kv_cache_block_type="tokens_per"),
             ),
         ),
         feed("prompt_tokens", "nv_llm_input_token_len_sum"),
         feed("generation_tokens", "nv_llm_output_token_len_sum"),
         feed(
             "engine_steps",
-            _trt("general", "general_type", "iteration_counter"),
+            _trt_llm_gauge("general", general_type="iteration_counter"),
             "nv_inference_exec_count",
         ),
         feed(

@@ -84,7 +84,7 @@ VLLM = Backend(
         # Deferred: waiting on a LoRA budget, a KV transfer or a blocked status, not capacity.
         feed(
             "requests_deferred",
-            Source("vllm:num_requests_waiting_by_reason", {"reason": "deferred"}),
+            Source("vllm:num_requests_waiting_by_reason", where={"reason": "deferred"}),
         ),
         feed("kv_cache_usage_ratio", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
         feed("preemptions", "vllm:num_preemptions_total"),
@@ -121,7 +121,8 @@ VLLM = Backend(
         feed(
             "kv_cache_capacity_tokens",
             info(
-                "vllm:cache_config_info", "kv_cache_size_tokens", ("num_gpu_blocks", "block_size")
+                "vllm:cache_config_info",
+                from_labels=("kv_cache_size_tokens", ("num_gpu_blocks", "block_size")),
             ),
         ),
         # One series per state it has been in, each valued at the time it was last set.
@@ -132,6 +133,6 @@ VLLM = Backend(
         feed("lora_adapters_max", newest_info("vllm:lora_requests_info", "max_lora")),
         feed("spec_decode_draft_tokens", "vllm:spec_decode_num_draft_tokens_total"),
         feed("spec_decode_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_total"),
-        feed("http_requests", Source("http_requests_total", {"handler": _INFERENCE})),
+        feed("http_requests", Source("http_requests_total", where={"handler": _INFERENCE})),
     ),
 )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from inferwatch.method.durations import hours
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Burn:
     """One multi-window burn-rate condition: ``share`` of the budget gone within ``long``.
 
@@ -33,10 +33,10 @@ class Burn:
 # that it means the same over any compliance window: page when 2 % of the budget goes in an
 # hour or 5 % in six; file a ticket when 10 % goes in a day or in three.
 BURNS = (
-    Burn("critical", "1h", "5m", 0.02),
-    Burn("critical", "6h", "30m", 0.05),
-    Burn("warning", "1d", "2h", 0.10),
-    Burn("warning", "3d", "6h", 0.10),
+    Burn(severity="critical", long="1h", short="5m", share=0.02),
+    Burn(severity="critical", long="6h", short="30m", share=0.05),
+    Burn(severity="warning", long="1d", short="2h", share=0.10),
+    Burn(severity="warning", long="3d", short="6h", share=0.10),
 )
 # Every window a burn rate is recorded over, shortest first.
 WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")

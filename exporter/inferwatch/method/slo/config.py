@@ -45,7 +45,7 @@ def slos_from_config(section: Any, backend: str = "auto") -> SLOs:
         objectives = tuple(_objective(k, v, where, backend) for k, v in value.items())
         _check_reachable(objectives, window, where)
         if objectives:
-            groups.append(ModelObjectives(chosen, objectives))
+            groups.append(ModelObjectives(models=chosen, objectives=objectives))
     return SLOs(window=window, scope=scope, groups=tuple(groups))
 
 
@@ -70,7 +70,9 @@ def _objective(kind: str, value: Any, where: str, backend: str) -> Objective:
         ):
             raise ConfigError(f"{where}.{kind}.seconds: {seconds!r} is not a positive number")
         _check_bound(kind, float(seconds), backend, f"{where}.{kind}.seconds")
-    return Objective(kind, float(target), None if seconds is None else float(seconds))
+    return Objective(
+        kind=kind, target=float(target), seconds=None if seconds is None else float(seconds)
+    )
 
 
 def _check_bound(kind: str, seconds: float, backend: str, where: str) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from inferwatch.metrics import ALL
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ObjectiveKind:
     """What an objective of this kind measures, from which inferwatch series."""
 
@@ -25,15 +25,26 @@ KINDS: dict[str, ObjectiveKind] = {
     kind.name: kind
     for kind in (
         ObjectiveKind(
-            "ttft", "time to first token", "requests", ALL["time_to_first_token_seconds"].name
+            name="ttft",
+            title="time to first token",
+            events="requests",
+            histogram=ALL["time_to_first_token_seconds"].name,
         ),
         ObjectiveKind(
-            "itl", "inter-token latency", "output tokens", ALL["inter_token_latency_seconds"].name
+            name="itl",
+            title="inter-token latency",
+            events="output tokens",
+            histogram=ALL["inter_token_latency_seconds"].name,
         ),
         ObjectiveKind(
-            "e2e", "end-to-end latency", "requests", ALL["request_duration_seconds"].name
+            name="e2e",
+            title="end-to-end latency",
+            events="requests",
+            histogram=ALL["request_duration_seconds"].name,
         ),
-        ObjectiveKind("errors", "server errors", "finished requests", None),
+        ObjectiveKind(
+            name="errors", title="server errors", events="finished requests", histogram=None
+        ),
     )
 }
 # What an ``errors`` objective counts: finished requests, by reason.
@@ -42,7 +53,7 @@ FINISHED_REQUESTS = ALL["requests_finished"].name
 SCOPES = ("model", "instance")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Objective:
     kind: str
     target: float  # share of good events, e.g. 0.99
@@ -61,7 +72,7 @@ class Objective:
         return f"{pct} of {kind.events} within {self.seconds:g} s ({kind.title})"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelObjectives:
     """The objectives of some models; ``models`` empty: every model not named elsewhere."""
 
@@ -73,4 +84,6 @@ class ModelObjectives:
 class SLOs:
     window: str = "28d"
     scope: str = "model"
-    groups: tuple[ModelObjectives, ...] = (ModelObjectives((), (Objective("errors", 0.999),)),)
+    groups: tuple[ModelObjectives, ...] = (
+        ModelObjectives(models=(), objectives=(Objective(kind="errors", target=0.999),)),
+    )

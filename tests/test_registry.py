@@ -1,0 +1,45 @@
+"""A registered backend has what only a person can give it, and nothing else is listed by hand.
+
+``BACKENDS`` is the one list of servers: every other test asks it. What cannot be derived
+from it (a server's real captures, the test asserting their values, the lint contract that
+keeps its module apart from the others) is checked here against it, so that a backend added
+without one fails here, by name.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from inferwatch.collect.backends import BACKENDS
+
+from conftest import FIXTURES
+
+REPO = Path(__file__).resolve().parents[1]
+CONTRACT = "Each server's backend module knows only the mapping engine"
+
+
+def independent_modules() -> list[str]:
+    """The modules of the lint-imports contract that keeps the servers' modules apart."""
+    text = (REPO / "pyproject.toml").read_text()
+    block = text[text.index(f'name = "{CONTRACT}"') :].split("[[", 1)[0]
+    return re.findall(r'"(inferwatch\.[\w.]+)"', block)
+
+
+def test_lint_imports_keeps_every_registered_backend_apart_from_the_others() -> None:
+    assert independent_modules() == [f"inferwatch.collect.backends.{name}" for name in BACKENDS]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_every_registered_backend_has_its_own_test(name: str) -> None:
+    assert (REPO / "tests" / f"test_backend_{name}.py").is_file(), name
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_every_registered_backend_has_real_captures_with_their_source(name: str) -> None:
+    captures = sorted(FIXTURES.glob(f"{name}-*.prom"))
+    assert captures, f"tests/fixtures/ holds no {name}-*.prom capture"
+    for capture in captures:
+        assert capture.read_text().startswith("# source: "), capture.name
