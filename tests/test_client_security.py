@@ -492,7 +492,7 @@ async def test_a_probe_that_raises_is_counted_and_served(
         ]
         assert all(r.exc_info is None for r in warnings)
         poller = poller_with_header(server.url)
-        poller.register_canary(canary)
+        poller.register("canary", canary)
         app_client = await aiohttp_client(make_app(poller, run_poller=False))
         await poller.poll_once()
         page = await (await app_client.get("/metrics")).text()
