@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from demo.stack import free_port
+from inferwatch.collect.backends import BACKENDS
 from inferwatch.serve.command import OPTIONS
 from inferwatch.settings import ConfigError, resolve
 
@@ -47,7 +48,7 @@ def one_line_error(proc: subprocess.CompletedProcess | CliResult, *fragments: st
     [
         (["serve", "--poll-interval", "fast"], ["--poll-interval", "'fast' is not a number"]),
         (["serve", "--poll-interval", "0"], ["must be between 0.05 and 60"]),
-        (["serve", "--backend", "ollama"], ["'ollama' is not one of auto, vllm"]),
+        (["serve", "--backend", "ollama"], [f"'ollama' is not one of auto, {', '.join(BACKENDS)}"]),
         (["serve", "--backend-url", "localhost:8000"], ["is not an http:// or https:// URL"]),
         (["serve", "--web.listen-address", "10177"], ["is not HOST:PORT"]),
         (["serve", "--model-path", "/nonexistent"], ["/nonexistent: no such directory"]),

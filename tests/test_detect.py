@@ -56,7 +56,9 @@ def test_unrecognised_page_gets_one_clear_line(page: str) -> None:
 
 def test_page_with_as_many_lines_of_two_servers_is_ambiguous() -> None:
     page = 'vllm:num_requests_waiting{model_name="m"} 1\nsglang:num_queue_reqs{model_name="m"} 1\n'
-    with pytest.raises(UnknownBackend, match="as many vllm as sglang metric lines"):
+    with pytest.raises(
+        UnknownBackend, match=r"as many (vllm as sglang|sglang as vllm) metric lines"
+    ):
         detect(page)
 
 

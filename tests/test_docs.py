@@ -204,8 +204,8 @@ def package_modules() -> list[str]:
 def test_every_module_of_the_package_is_on_the_development_map() -> None:
     text = DEVELOPMENT.read_text()
     # A server's module is named by the registry: the map names their pattern once.
-    servers = {f"collect/backends/{name}.py" for name in BACKENDS}
-    assert servers <= set(package_modules()) and "`collect/backends/<name>.py`" in text
+    servers = {f"collect/backends/servers/{name}.py" for name in BACKENDS}
+    assert servers <= set(package_modules()) and "`collect/backends/servers/<name>.py`" in text
     # So is an alert of a layer that is a package: `method/alerts/<layer>/<alert>.py`.
     alerts = {m for m in package_modules() if re.fullmatch(r"method/alerts/\w+/\w+\.py", m)}
     assert alerts and "`method/alerts/<layer>/<alert>.py`" in text

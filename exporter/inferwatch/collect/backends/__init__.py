@@ -1,24 +1,37 @@
-"""Backends: one module per inference server, registered here.
+"""Backends: one module per inference server in ``servers/``, found there.
 
-To add a server, write ``backends/<name>.py`` declaring a :class:`Backend` named ``<name>``
-(a table of feeds, see ``table.py``; ``mapping.py`` maps a page with it), import it and add
-it to ``BACKENDS`` below (the order of ``--backend``'s choices and of the backends matrix),
-and drop real ``/metrics`` captures into ``tests/fixtures/`` (docs/development.md: "Add a
-backend"). Everything else, tests included, asks ``BACKENDS``.
+To add a server, write ``servers/<name>.py`` declaring its :class:`Backend` as ``BACKEND``
+(a table of feeds, see ``table.py``; ``mapping.py`` maps a page with it) and drop real
+``/metrics`` captures into ``tests/fixtures/`` (docs/development.md: "Add a backend").
+Everything else, tests included, asks ``BACKENDS``.
 """
 
 from __future__ import annotations
 
-from inferwatch.collect.backends.llamacpp import LLAMACPP
+import importlib
+import pkgutil
+
+from inferwatch.collect.backends import servers
 from inferwatch.collect.backends.mapping import Backend, Mapper
-from inferwatch.collect.backends.sglang import SGLANG
 from inferwatch.collect.backends.table import Feed, Source, feed
-from inferwatch.collect.backends.tgi import TGI
-from inferwatch.collect.backends.triton import TRITON
-from inferwatch.collect.backends.vllm import VLLM
 from inferwatch.collect.textparse import ExpositionError
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (VLLM, TGI, SGLANG, LLAMACPP, TRITON)}
+
+def _found() -> dict[str, Backend]:
+    """Every server module's ``BACKEND``, by name in alphabetical order (``--backend``'s
+    choices and the backends matrix's columns)."""
+    backends = [
+        importlib.import_module(f"{servers.__name__}.{module.name}").BACKEND
+        for module in pkgutil.iter_modules(servers.__path__)
+    ]
+    return {b.name: b for b in sorted(backends, key=lambda b: b.name)}
+
+
+BACKENDS: dict[str, Backend] = _found()
+# The servers tests and tools name most (a new server is BACKENDS["<name>"]).
+VLLM, TGI, SGLANG, LLAMACPP, TRITON = (
+    BACKENDS[name] for name in ("vllm", "tgi", "sglang", "llamacpp", "triton")
+)
 
 __all__ = [
     "BACKENDS",

@@ -98,3 +98,6 @@ LLAMACPP = Backend(
         feed("spec_decode_accepted_tokens", "llamacpp:spec_decode_num_accepted_tokens_total"),
     ),
 )
+
+# The table the registry finds (collect/backends/__init__.py).
+BACKEND = LLAMACPP

@@ -101,3 +101,6 @@ TRITON = Backend(
         feed("request_generation_tokens", "nv_llm_output_token_len"),
     ),
 )
+
+# The table the registry finds (collect/backends/__init__.py).
+BACKEND = TRITON

@@ -136,3 +136,6 @@ VLLM = Backend(
         feed("http_requests", Source("http_requests_total", where={"handler": _INFERENCE})),
     ),
 )
+
+# The table the registry finds (collect/backends/__init__.py).
+BACKEND = VLLM

@@ -119,3 +119,6 @@ TGI = Backend(
         ),
     ),
 )
+
+# The table the registry finds (collect/backends/__init__.py).
+BACKEND = TGI

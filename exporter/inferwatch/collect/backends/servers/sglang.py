@@ -166,3 +166,6 @@ SGLANG = Backend(
         ),
     ),
 )
+
+# The table the registry finds (collect/backends/__init__.py).
+BACKEND = SGLANG
