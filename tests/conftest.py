@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from demo.stack import VllmServer
-from inferwatch.collect.backends import VLLM, Backend
+from inferwatch.collect.backends import BACKENDS, VLLM, Backend
 from inferwatch.collect.backends.relabel import LABEL_ORDER
 from inferwatch.collect.backends.table import Source
 from inferwatch.collect.gpu import GpuSource
@@ -36,6 +36,16 @@ from inferwatch.model import CollectorStatus, Derived, GpuSample, Snapshot
 from inferwatch.serve.exposition import render
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def captures_of(backend: str) -> list[str]:
+    """The captures of one server: named ``<backend>-...``, that backend the longest name a
+    capture starts with (``vllm-router-...`` is the router's, not vLLM's)."""
+
+    def server(name: str) -> str:
+        return max((b for b in BACKENDS if name.startswith(f"{b}-")), key=len, default="")
+
+    return sorted(p.name for p in FIXTURES.glob("*.prom") if server(p.name) == backend)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

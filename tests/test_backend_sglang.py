@@ -8,9 +8,15 @@ import pytest
 
 from inferwatch.collect.backends import SGLANG, Backend, detect
 
-from conftest import FIXTURES, assert_matches_oracle, fixture_text, oracle_samples, page_value
+from conftest import (
+    assert_matches_oracle,
+    captures_of,
+    fixture_text,
+    oracle_samples,
+    page_value,
+)
 
-SGLANG_FIXTURES = sorted(p.name for p in FIXTURES.glob("sglang*.prom"))
+SGLANG_FIXTURES = captures_of("sglang")
 
 FULL = "sglang-2026-09-dev-book-translator-full.prom"
 QWOPUS = (("model", "Jackrong/Qwopus3.6-27B-v2-FP8"),)

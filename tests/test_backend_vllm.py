@@ -10,9 +10,15 @@ from inferwatch.collect.backends import VLLM, Backend, Mapper, detect
 from inferwatch.collect.textparse import ExpositionError
 from inferwatch.metrics import BACKEND
 
-from conftest import FIXTURES, assert_matches_oracle, fixture_text, oracle_samples, page_value
+from conftest import (
+    assert_matches_oracle,
+    captures_of,
+    fixture_text,
+    oracle_samples,
+    page_value,
+)
 
-VLLM_FIXTURES = sorted(p.name for p in FIXTURES.glob("vllm*.prom"))
+VLLM_FIXTURES = captures_of("vllm")
 
 E0 = (("model", "tiny"), ("engine", "0"))
 

@@ -8,15 +8,14 @@ import pytest
 
 from inferwatch.collect.backends import BACKENDS, UnknownBackend, detect
 
-from conftest import FIXTURES, TGI_PAGE, fixture_text
+from conftest import FIXTURES, TGI_PAGE, captures_of, fixture_text
 
 CAPTURES = sorted(p.name for p in FIXTURES.glob("*.prom"))
 
 
 @pytest.mark.parametrize("fixture", CAPTURES)
 def test_every_capture_is_recognised_as_the_server_it_came_from(fixture: str) -> None:
-    expected = fixture.split("-", 1)[0]
-    assert expected in BACKENDS, fixture
+    (expected,) = [name for name in BACKENDS if fixture in captures_of(name)]
     assert detect(fixture_text(fixture)).name == expected
 
 

@@ -204,7 +204,7 @@ def package_modules() -> list[str]:
 def test_every_module_of_the_package_is_on_the_development_map() -> None:
     text = DEVELOPMENT.read_text()
     # A server's module is named by the registry: the map names their pattern once.
-    servers = {f"collect/backends/servers/{name}.py" for name in BACKENDS}
+    servers = {f"collect/backends/servers/{name.replace('-', '_')}.py" for name in BACKENDS}
     assert servers <= set(package_modules()) and "`collect/backends/servers/<name>.py`" in text
     # So is an alert of a layer that is a package: `method/alerts/<layer>/<alert>.py`.
     alerts = {m for m in package_modules() if re.fullmatch(r"method/alerts/\w+/\w+\.py", m)}

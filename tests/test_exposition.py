@@ -40,6 +40,7 @@ from inferwatch.metrics import (
     WINDOW_QUANTILES,
     Kind,
 )
+from inferwatch.metrics.router import ROUTER
 from inferwatch.model import (
     BackendSample,
     CollectorStatus,
@@ -49,7 +50,7 @@ from inferwatch.model import (
 from inferwatch.serve.exposition import Renderer, render, render_openmetrics
 from inferwatch.serve.selfmetrics import PROCESS_FAMILIES, SelfMetrics
 
-from conftest import FIXTURES, capacity_entry, fixture_text, oracle_samples
+from conftest import capacity_entry, captures_of, fixture_text, oracle_samples
 from fake_nvml import FakeGpu, FakeNvml
 
 KEY = (("backend", "vllm"), ("model", "tiny"))
@@ -146,7 +147,7 @@ def canary_sample(gap: float | None = 0.012) -> CanarySample:
     return CanarySample("tiny", *hists, {**probes, "bad_stream": 0.0}, gap)
 
 
-@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("vllm*.prom")))
+@pytest.mark.parametrize("fixture", captures_of("vllm"))
 def test_page_parses_and_passes_promtool_check_metrics(fixture: str) -> None:
     page = render(full_snapshot(fixture)).decode()
     samples = oracle_samples(page)  # raises on malformed exposition
@@ -165,8 +166,8 @@ def test_every_exposed_family_is_in_the_contract() -> None:
     # With a GPU, a vLLM page, the derived signals and a baseline, every family shows but
     # those vLLM lacks (SGLang's own idle counter, TGI's step durations and token budget),
     # this server did not use (speculative decoding and LoRA were off) or an H100 has not
-    # (page retirement is for GPUs before Ampere).
-    assert contract - families == {
+    # (page retirement is for GPUs before Ampere); a router's series are a router's.
+    assert contract - families - {d.name for d in ROUTER.values()} == {
         "inferwatch_gpu_retired_pages_pending",
         "inferwatch_lora_adapters_active",
         "inferwatch_lora_adapters_max",
@@ -209,7 +210,7 @@ def assert_openmetrics_agrees(snap: Snapshot) -> set[tuple]:
     return text - om
 
 
-@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("vllm*.prom")))
+@pytest.mark.parametrize("fixture", captures_of("vllm"))
 def test_openmetrics_page_of_every_capture_is_valid(fixture: str) -> None:
     left_out = assert_openmetrics_agrees(full_snapshot(fixture))
     if fixture.startswith("vllm-0.32.0-"):  # whole pages of a real server: all of it

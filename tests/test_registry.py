@@ -16,7 +16,7 @@ import pytest
 
 from inferwatch.collect.backends import BACKENDS, servers
 
-from conftest import FIXTURES
+from conftest import FIXTURES, captures_of
 
 REPO = Path(__file__).resolve().parents[1]
 CONTRACT = "Each server's backend module knows only the mapping engine"
@@ -32,17 +32,19 @@ def independent_modules() -> list[str]:
 def test_lint_imports_keeps_every_server_module_apart_from_the_others() -> None:
     assert independent_modules() == ["inferwatch.collect.backends.servers.*"]
     found = {m.name for m in pkgutil.iter_modules(servers.__path__)}
-    assert found == set(BACKENDS)  # a server module's name is its backend's
+    assert found == {
+        name.replace("-", "_") for name in BACKENDS
+    }  # a module is named after its backend
 
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_every_registered_backend_has_its_own_test(name: str) -> None:
-    assert (REPO / "tests" / f"test_backend_{name}.py").is_file(), name
+    assert (REPO / "tests" / f"test_backend_{name.replace('-', '_')}.py").is_file(), name
 
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_every_registered_backend_has_real_captures_with_their_source(name: str) -> None:
-    captures = sorted(FIXTURES.glob(f"{name}-*.prom"))
+    captures = [FIXTURES / c for c in captures_of(name)]
     assert captures, f"tests/fixtures/ holds no {name}-*.prom capture"
     for capture in captures:
         assert capture.read_text().startswith("# source: "), capture.name

@@ -39,6 +39,14 @@ def redact_url(url: str) -> str:
     return scheme + authority.rpartition("@")[2] + rest
 
 
+def without_any_userinfo(url: str) -> str:
+    """``url`` cut of everything up to its last ``@``, past its authority too: a URL that
+    another program names (a router's worker) may hold a password with an unencoded ``/``,
+    which :func:`redact_url` would show."""
+    scheme, sep, rest = url.partition("://")
+    return scheme + sep + rest.rpartition("@")[2] if sep else url.rpartition("@")[2]
+
+
 def origin_of(url: str) -> str:
     """``scheme://[user:password@]host:port`` of ``url``, without its path."""
     scheme, authority, _ = _split(url)

@@ -308,7 +308,7 @@ PACKAGE = "exporter/inferwatch/"
 
 PAGES: dict[str, tuple[Region, ...]] = {
     "docs/exporter.md": (Region("flags table", PACKAGE + "serve/options.py", flags_table),),
-    "docs/metrics.md": (Region("metric table", PACKAGE + "metrics.py", metric_table),),
+    "docs/metrics.md": (Region("metric table", PACKAGE + "metrics/", metric_table),),
     "docs/alerts.md": (Region("alert table", PACKAGE + "method/alerts/", alert_table),),
     "docs/backends.md": (Region("backend matrix", PACKAGE + "collect/backends/", backends_matrix),),
     "docs/slos.md": (

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 
 from inferwatch.collect.textparse import ExpositionError, parse_labels
 from inferwatch.model import Labels
+from inferwatch.urls import without_any_userinfo
 
 # Contract labels in the order they are exposed; a backend maps its own label names onto them.
-LABEL_ORDER = ("model", "engine", "kind", "reason", "status")
+LABEL_ORDER = ("model", "engine", "kind", "reason", "status", "worker", "policy")
 
 # The contract's ``status`` is an HTTP status class: a server's "2xx" is kept and its code
 # "200" becomes "2xx"; any other value makes the family malformed (left out).
@@ -114,7 +115,10 @@ def _reusing(labels: Labels, *known: Labels) -> Labels:
 
 
 def _contract_labels(renamed: Mapping[str, str]) -> Labels:
-    """Contract labels in exposition order; a status code becomes its class (200 -> 2xx)."""
+    """Contract labels in exposition order; a status code becomes its class (200 -> 2xx), a
+    worker's URL loses its credentials."""
+    if "worker" in renamed:
+        renamed = {**renamed, "worker": without_any_userinfo(renamed["worker"])}
     if "status" in renamed:
         match = _STATUS.fullmatch(renamed["status"])
         if match is None:

@@ -7,42 +7,12 @@ table is generated from these definitions. Backends map their own families onto 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-
 from inferwatch.gpu_gauges import GPU_GAUGES
+from inferwatch.metrics.definition import PREFIX, C, G, H, Kind, MetricDef, S
+from inferwatch.metrics.definition import defs as _defs
+from inferwatch.metrics.router import ROUTER
 
-PREFIX = "inferwatch_"
-
-
-class Kind(str, Enum):
-    GAUGE = "gauge"
-    COUNTER = "counter"
-    HISTOGRAM = "histogram"
-    SUMMARY = "summary"  # quantiles only, as a Prometheus summary exposes them
-
-
-@dataclass(frozen=True)
-class MetricDef:
-    """One exposed series family. ``key`` is the name without prefix (and without ``_total``)."""
-
-    key: str
-    kind: Kind
-    help: str
-    labels: tuple[str, ...] = ()  # beyond the ones every series of its group carries
-
-    @property
-    def name(self) -> str:
-        """The exposed family name; counters carry ``_total`` on every sample."""
-        suffix = "_total" if self.kind is Kind.COUNTER else ""
-        return f"{PREFIX}{self.key}{suffix}"
-
-
-def _defs(*defs: MetricDef) -> dict[str, MetricDef]:
-    return {d.key: d for d in defs}
-
-
-G, C, H, S = Kind.GAUGE, Kind.COUNTER, Kind.HISTOGRAM, Kind.SUMMARY
+__all__ = ["PREFIX", "Kind", "MetricDef"]
 
 # Series a backend module can provide (labels: backend, model, [engine], [reason]).
 BACKEND: dict[str, MetricDef] = _defs(
@@ -121,6 +91,7 @@ BACKEND: dict[str, MetricDef] = _defs(
         "HTTP responses of the server's inference API by status class (2xx, 4xx, 5xx).",
         ("status",),
     ),
+    *ROUTER.values(),
 )
 
 # Series the GPU source provides (labels: gpu, uuid, name).
