@@ -334,12 +334,18 @@ def test_options_default_to_the_backend_origin_and_auto() -> None:
     assert ServeConfig.from_values(resolve(OPTIONS, flags, {}, off)).canary_settings() is None
 
 
-@pytest.mark.parametrize(("page", "probes"), [(TGI_PAGE, True), (CAPTURE, False)])
+ROUTER_PAGE = fixture_text("vllm-router-0.1.17.prom")
+
+
+@pytest.mark.parametrize(
+    ("page", "probes"), [(TGI_PAGE, True), (CAPTURE, False), (ROUTER_PAGE, False)]
+)
 async def test_canary_auto_probes_a_server_without_ttft_only(
     fake: Fake, poller_for, page: str, probes: bool
 ) -> None:
     # TGI has no TTFT histogram: the canary's first token is the only one there is. vLLM
-    # measures its own: auto leaves it alone, and no canary series is served.
+    # measures its own: auto leaves it alone, and no canary series is served. A router is
+    # read on its metrics port, where there is no inference API to probe.
     fake.page = page
     poller = poller_for(fake.url, backend=None)  # --backend auto
     settings = CanarySettings(fake.url, model="m", interval=0.05, only_without_ttft=True)

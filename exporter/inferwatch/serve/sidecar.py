@@ -106,6 +106,9 @@ async def run_canary(settings: CanarySettings, poller: Poller) -> None:
     served)."""
     if settings.only_without_ttft:
         backend = await poller.recognised()
+        if not backend.serves_inference:
+            log.info("canary off (--canary auto): %s is read on its metrics port", backend.name)
+            return
         if backend.measures_ttft:
             log.info("canary off (--canary auto): %s measures TTFT itself", backend.name)
             return

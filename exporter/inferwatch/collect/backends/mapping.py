@@ -62,6 +62,8 @@ class Backend:
     preprocess: Callable[[str], str] | None = None
     # Its own profiler's endpoints, where it has them (evidence capture).
     profiler: Profiler | None = None
+    # False for a router read on its metrics port: no inference API there for the canary.
+    serves_inference: bool = True
 
     @property
     def wanted(self) -> frozenset[str]:

@@ -22,6 +22,7 @@ SGLANG_ROUTER = Backend(
     name="sglang-router",
     signature=("smg_",),
     labels={"worker": "worker"},
+    serves_inference=False,
     feeds=(
         feed("router_worker_requests", "smg_worker_cb_outcomes_total"),
         feed(

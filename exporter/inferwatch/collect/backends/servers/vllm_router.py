@@ -24,6 +24,7 @@ VLLM_ROUTER = Backend(
     name="vllm-router",
     signature=("vllm_router_",),
     labels={"worker": "worker", "policy": "policy"},
+    serves_inference=False,
     feeds=(
         feed("router_worker_requests", "vllm_router_processed_requests_total"),
         feed(
