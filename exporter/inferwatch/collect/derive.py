@@ -1,45 +1,19 @@
-"""Signals derived from backend and GPU samples together, integrated at poll resolution.
+"""Signals derived from backend and GPU samples together, per engine (one scheduler and its
+queue: ``model``, plus ``engine`` on a data-parallel server), at poll resolution::
 
-Both signals are judged per *engine*: one scheduler with its own queue, named by the labels
-of its ``requests_waiting`` series (``model``, plus ``engine`` on a data-parallel server).
-:class:`EngineLayout` says which GPUs each engine runs on: with a tensor-parallel size of N
-(``--tensor-parallel-size``; by default the GPUs NVML sees divided by the engines on the
-page), the k-th engine in the order of its ``engine`` label uses GPUs [k*N, (k+1)*N), as
-vLLM and SGLang place their data-parallel ranks. An engine whose GPUs cannot be told (the
-GPUs do not divide among the engines, or NVML is absent) is judged by its own progress.
+    inferwatch_queued_while_idle{backend="vllm",model="tiny",engine="0"} 1.0
+    inferwatch_queued_while_idle_seconds_total{backend="vllm",model="tiny",engine="0"} 12.5
+    inferwatch_decode_floor_seconds{backend="vllm",model="tiny",engine="0"} 0.0021
 
-*Queued while idle* is the sharpest symptom of a scheduling or CPU problem: requests wait
-while the accelerator sits idle. At each poll, for each engine:
+*Queued while idle*: requests wait while each of the engine's GPUs (:class:`EngineLayout`)
+is busy under ``idle_threshold`` or, without NVML or a known layout, while the engine makes
+no step for longer than its own long steps (:mod:`inferwatch.collect.steps`); a stall then
+counts from its start. A queue gauge that the backend's own idle counter
+(``scheduler_idle_seconds``) contradicts is not believed.
 
-- queued: the backend reports ``requests_waiting > 0`` for it;
-- idle: with NVML and a known layout, each of the engine's GPUs was busy less than
-  ``idle_threshold`` of the poll interval (another engine's busy GPU does not hide a hung
-  one); otherwise, the engine made no progress (its ``engine_steps`` unchanged).
-
-When both hold, the interval since the previous poll is added to
-``inferwatch_queued_while_idle_seconds_total``; with NVML a stall is therefore counted by the
-next poll. Judged from engine progress, a stall counts once it has lasted longer than the
-engine's own long steps (:mod:`inferwatch.collect.steps`: one long scheduler step is not a
-stall), and then from its start.
-Busy time (the queue draining while the GPU works) is never counted. The series of an engine
-or model the page no longer shows are dropped (a model renamed every poll leaves nothing
-behind); while the backend is down they are kept, with the state 0.
-
-A queue gauge can be stale: SGLang refreshes its gauges only every few dozen engine steps
-(and, once idle, every 30 s), so after a burst it may show waiting requests for half a
-minute while nothing waits. Where the backend also counts its own idle time
-(``scheduler_idle_seconds``: time with nothing running *or queued*), an engine whose idle
-counter grew within the last :data:`IDLE_REPORT_WINDOW` seconds had an empty queue in that
-time, and its queue gauge is not believed. Since that report comes up to a second late, a
-stall on such a backend counts only once it has lasted longer than the window without one,
-and is then counted from its start: the gauge and the counter lag the stall by ~2 s, and
-a burst's stale queue gauge never counts.
-
-The *decode floor* is the hardware limit of per-token decode latency: every decode step of
-an engine reads all model weights once from the memory of the GPUs they are spread over
-(its tensor-parallel group), so it cannot be faster than weight bytes / the peak bandwidth
-of those GPUs. Data-parallel engines each read their own copy: adding engines does not lower
-the floor.
+The *decode floor*: a decode step reads all the weights, so it takes at least weight bytes /
+the peak memory bandwidth of the engine's tensor-parallel GPUs (each data-parallel engine
+reads its own copy).
 """
 
 from __future__ import annotations
@@ -53,7 +27,9 @@ from types import MappingProxyType
 from inferwatch.collect.steps import StepRecord
 from inferwatch.model import BackendSample, Derived, GpuSample, Labels
 
-# SGLang adds to its idle counter at most once a second (a scheduler loop that finds
+# SGLang refreshes its queue gauge only every few dozen steps (once idle, every 30 s), so
+# after a burst it may show requests for half a minute while nothing waits. It adds to its
+# idle counter (time with nothing running or queued) at most once a second (a loop that finds
 # nothing to do reports the idle time since its last report); two seconds cover one report
 # however the polls fall.
 IDLE_REPORT_WINDOW = 2.0
@@ -82,9 +58,9 @@ class EngineLayout:
 
     The k-th distinct ``engine`` label (in numeric order; a page without the label has one
     engine) uses GPUs [k*N, (k+1)*N) for a tensor-parallel size N: the one given, else the
-    GPUs seen divided by the engines when they divide evenly. GPUs are remembered across
-    polls (with their peak bandwidth, a static fact), so a GPU that fails one poll does not
-    shift the layout.
+    GPUs seen divided by the engines when they divide evenly, as vLLM and SGLang place their
+    data-parallel ranks. GPUs are remembered across polls (with their peak bandwidth, a static
+    fact), so a GPU that fails one poll does not shift the layout.
     """
 
     def __init__(self, tensor_parallel_size: int | None = None) -> None:

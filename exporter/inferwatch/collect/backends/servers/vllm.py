@@ -1,48 +1,16 @@
-"""vLLM (V1 engine 0.8 -> 0.33, and the V0 engine of 0.6/0.7).
-
-Sample of what it maps (vLLM 0.32, one engine)::
+"""vLLM (V1 engine 0.8 -> 0.33, and the V0 engine of 0.6/0.7). Sample (vLLM 0.32)::
 
     vllm:num_requests_waiting{engine="0",model_name="tiny"} 20.0
-    vllm:iteration_tokens_total_bucket{engine="0",le="16.0",model_name="tiny"} 41.0
     vllm:request_success_total{engine="0",finished_reason="length",model_name="tiny"} 25.0
-    vllm:cache_config_info{block_size="128",engine="0",kv_cache_size_tokens="1048576",
-        num_gpu_blocks="8192",...} 1.0
+    vllm:cache_config_info{engine="0",kv_cache_size_tokens="1048576",...} 1.0
     http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 25.0
 
 becomes::
 
     inferwatch_requests_waiting{backend="vllm",model="tiny",engine="0"} 20.0
-    inferwatch_engine_step_tokens_bucket{backend="vllm",model="tiny",engine="0",le="16.0"} 41.0
     inferwatch_requests_finished_total{backend="vllm",model="tiny",engine="0",reason="length"} 25.0
     inferwatch_kv_cache_capacity_tokens{backend="vllm",model="tiny",engine="0"} 1048576.0
     inferwatch_http_requests_total{backend="vllm",model="tiny",status="2xx"} 25.0
-
-Renames across releases are listed newest first in each feed: ``kv_cache_usage_perc``
-(0.9.2+) before ``gpu_cache_usage_perc``; ``inter_token_latency_seconds`` (0.10.2+) before
-``time_per_output_token_seconds``; ``prefix_cache_*`` (0.9.2+) before
-``gpu_prefix_cache_*``. ``engine`` (the data-parallel rank, 0.8.5+) is kept; a ``pid``
-label (multiprocess mode, 0.9.2-0.11) is dropped and its series merged.
-
-``kv_cache_capacity_tokens`` comes from the label values of the info gauge
-``vllm:cache_config_info`` (the ``CacheConfig`` fields; no ``model_name``):
-``kv_cache_size_tokens`` where a release has it (0.32), else ``num_gpu_blocks`` x
-``block_size`` (0.8.x may read ``num_gpu_blocks="None"``: absent).
-``request_time_per_output_token_seconds`` is ``vllm:request_time_per_output_token_seconds``
-(0.11+, per request: decode time over output tokens after the first); before 0.11 it is
-absent, not filled from the per-token ITL histogram. Speculative decoding counters
-(``vllm:spec_decode_num_{draft,accepted}_tokens_total``) exist only with a draft method set.
-``http_requests`` is the API server's ``http_requests_total{handler,method,status}``
-(prometheus-fastapi-instrumentator, status already grouped as ``2xx``), summed over handler
-and method for the inference API only (see ``inference_api``; vLLM itself already excludes
-``/metrics``, ``/health``, ``/load``, ``/ping``, ``/version`` and ``/server_info``).
-
-``requests_deferred`` is ``vllm:num_requests_waiting_by_reason{reason="deferred"}`` (0.20+):
-the waiting requests held back by other than capacity (a LoRA adapter's turn, a KV
-transfer, a blocked request). With ``--enable-lora``, ``vllm:lora_requests_info`` (no
-``model_name``; its value the time its labels were set, one series kept per label set it has
-had) gives ``lora_adapters_active``, the adapters named in ``running_lora_adapters`` of its
-newest series (vLLM 0.32 lists there every adapter with requests in the engine, running or
-waiting), and ``lora_adapters_max`` (``max_lora``).
 """
 
 from inferwatch.collect.backends.mapping import Backend
@@ -64,6 +32,8 @@ _INFERENCE = inference_api(
 VLLM = Backend(
     name="vllm",
     signature=("vllm:",),
+    # engine is the data-parallel rank; a pid label (multiprocess mode) is dropped, its
+    # series merged.
     labels={
         "model_name": "model",
         "engine": "engine",
@@ -117,6 +87,8 @@ VLLM = Backend(
         feed("request_prompt_tokens", "vllm:request_prompt_tokens"),
         feed("request_generation_tokens", "vllm:request_generation_tokens"),
         feed("engine_step_tokens", "vllm:iteration_tokens_total"),
+        # Per request: decode time over the tokens after the first. Where a release lacks it,
+        # absent: the per-token ITL histogram is not a TPOT.
         feed("request_time_per_output_token_seconds", "vllm:request_time_per_output_token_seconds"),
         feed(
             "kv_cache_capacity_tokens",
@@ -125,7 +97,8 @@ VLLM = Backend(
                 from_labels=("kv_cache_size_tokens", ("num_gpu_blocks", "block_size")),
             ),
         ),
-        # One series per state it has been in, each valued at the time it was last set.
+        # One series per state it has been in, each valued at the time it was last set; the
+        # newest's running_lora_adapters names every adapter with requests running or waiting.
         feed(
             "lora_adapters_active",
             newest_info("vllm:lora_requests_info", "running_lora_adapters", count=True),
@@ -133,6 +106,9 @@ VLLM = Backend(
         feed("lora_adapters_max", newest_info("vllm:lora_requests_info", "max_lora")),
         feed("spec_decode_draft_tokens", "vllm:spec_decode_num_draft_tokens_total"),
         feed("spec_decode_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_total"),
+        # The API server's (prometheus-fastapi-instrumentator, status already 2xx...), summed
+        # over handler and method on the inference API; vLLM already leaves out /metrics,
+        # /health, /load, /ping, /version and /server_info.
         feed("http_requests", Source("http_requests_total", where={"handler": _INFERENCE})),
     ),
 )
