@@ -1,9 +1,7 @@
 """A server's :class:`Backend` (its table) and the :class:`Mapper` that maps its pages.
 
-The mapper reads only the families the table names (:mod:`.table`), each from the first of
-its sources present on the page (:mod:`.families`), and gives the page's
-:class:`~inferwatch.model.BackendSample`: every series under contract labels and the page's
-model. With vLLM's table::
+The mapper reads the families the table names (:mod:`.table`), each from the first of its
+sources on the page (:mod:`.families`), into a :class:`~inferwatch.model.BackendSample`::
 
     vllm:num_requests_waiting{engine="0",model_name="tiny"} 20.0
 
@@ -62,8 +60,7 @@ class Backend:
     preprocess: Callable[[str], str] | None = None
     # Its own profiler's endpoints, where it has them (evidence capture).
     profiler: Profiler | None = None
-    # False for a router read on its metrics port: no inference API there for the canary.
-    serves_inference: bool = True
+    serves_inference: bool = True  # False: a router's metrics port, no API for the canary
 
     @property
     def wanted(self) -> frozenset[str]:
