@@ -1,7 +1,7 @@
 """Titles of the dashboard panels, shared by the dashboards and the runbooks that cite them.
 
 A runbook tells the on-call engineer which panel confirms an alert; the tests check that
-every panel a runbook names exists on the triage dashboard.
+every panel a runbook names exists on a dashboard (the router's on the fleet one).
 """
 
 from __future__ import annotations
@@ -49,6 +49,11 @@ class Panel(str, Enum):
     LINK_SHARE = "Interconnect use: share of the link's peak"
     PCIE_THROUGHPUT = "PCIe throughput"
     NVLINK_THROUGHPUT = "NVLink throughput"
+    # Router (the fleet dashboard)
+    ROUTER_REQUESTS = "Requests by worker, as the router sends them"
+    ROUTER_WORKERS = "Worker health and circuit breaker"
+    ROUTER_RETRIES = "Router retries"
+    ROUTER_DURATION = "Router duration"
     # System
     FRONTEND_CPU = "Frontend CPU"
     SERVER_CPU = "Server CPU: run-queue wait, pressure, throttling"

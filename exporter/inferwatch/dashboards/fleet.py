@@ -19,6 +19,7 @@ from inferwatch.dashboards.queries import (
     limit,
     series,
 )
+from inferwatch.dashboards.router import router_panels
 from inferwatch.method.spec import Spec
 
 # The quantile label of the recorded p95 series.
@@ -27,7 +28,11 @@ Q95 = 'quantile="0.95"'
 
 def fleet_panels(spec: Spec) -> list[Row]:
     """(row title, panels) in order; the first row has no header."""
-    return [(None, _models_row(spec)), ("Instances", _instances_row(spec))]
+    return [
+        (None, _models_row(spec)),
+        ("Instances", _instances_row(spec)),
+        ("Router: which replica, as the router sees it", router_panels()),
+    ]
 
 
 def _models_row(spec: Spec) -> list[PanelSpec]:

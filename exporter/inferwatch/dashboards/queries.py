@@ -44,6 +44,7 @@ GPU_ONLY = "GPU-only: no NVML data"
 NO_BASELINE = "no baseline: start inferwatch with --baseline"
 NO_SLO = "no SLO data: no objectives configured, or no traffic yet"
 NO_SPEC_DECODE = "no speculative decoding on this server"
+NO_ROUTER = "no router: no sidecar reads one (--backend vllm-router or sglang-router)"
 
 # The panels that need NVML (empty on machines without a GPU) and a baseline file.
 GPU_ONLY_PANELS = {
@@ -58,6 +59,13 @@ GPU_ONLY_PANELS = {
     Panel.PCIE_THROUGHPUT,
     Panel.NVLINK_THROUGHPUT,
     "GPU busy by instance",
+}
+# Empty unless a sidecar reads a router.
+ROUTER_PANELS = {
+    Panel.ROUTER_REQUESTS,
+    Panel.ROUTER_WORKERS,
+    Panel.ROUTER_RETRIES,
+    Panel.ROUTER_DURATION,
 }
 # Empty unless the server runs speculative decoding.
 SPEC_DECODE_PANELS = {Panel.SPEC_DECODE}
