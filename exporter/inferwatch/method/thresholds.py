@@ -130,6 +130,13 @@ THRESHOLDS: dict[str, Threshold] = {
         why="More than 5 % of requests ending in a server error is user-visible (aborts are "
         "clients cancelling, shown apart).",
     ),
+    "router_worker_failure_share": Threshold(
+        default=0.5,
+        unit="ratio",
+        why="A worker that fails most of what the router sends it is down or broken; a "
+        "replica that fails a few requests is the server's own errors, which its sidecar "
+        "judges.",
+    ),
     "min_request_rate": Threshold(
         default=0.05,
         unit="1/s",

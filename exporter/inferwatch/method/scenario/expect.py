@@ -17,7 +17,7 @@ from typing import Any
 
 from inferwatch.method.scenario.render import Answer, Answers, render
 from inferwatch.method.scenario.series import gpu_labels, input_series
-from inferwatch.method.scenario.workload import EVAL, SERVED_MODEL, STEP, Replica
+from inferwatch.method.scenario.workload import EVAL, SERVED_MODEL, STEP, Replica, Router
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Scenario:
     """
 
     name: str
-    replicas: tuple[Replica, ...]
+    replicas: tuple[Replica | Router, ...]
     _: KW_ONLY
     file: str
     place: int

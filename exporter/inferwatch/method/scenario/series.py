@@ -22,6 +22,7 @@ from inferwatch.method.scenario.workload import (
     TTFT_LE,
     Dist,
     Replica,
+    Router,
 )
 from inferwatch.metrics import CANARY_TTFT_BOUNDS, WINDOW_QUANTILES
 
@@ -283,8 +284,29 @@ def _links(r: Replica, gpu: int, pairs: dict) -> list[dict]:
     return out
 
 
-def input_series(r: Replica) -> list[dict]:
-    """Every series inferwatch would expose for one replica."""
+def router_series(r: Router) -> list[dict]:
+    """Every router series a sidecar next to a router would expose (the router names no
+    model)."""
+    router = {"instance": r.instance, "job": "inferwatch", "backend": r.backend}
+    router |= {"model": "unknown"}
+    out = []
+    for w in r.workers:
+        pairs = {**router, "worker": w.url}
+        out.append(
+            _series("inferwatch_router_worker_requests_total", _counter(w.requests_per_s), **pairs)
+        )
+        if w.failures_per_s:
+            failed = _counter(w.failures_per_s)
+            out.append(_series("inferwatch_router_worker_failures_total", failed, **pairs))
+        out.append(_series("inferwatch_router_worker_healthy", w.healthy, **pairs))
+        out.append(_series("inferwatch_router_worker_circuit_state", w.circuit, **pairs))
+    return out
+
+
+def input_series(r: Replica | Router) -> list[dict]:
+    """Every series inferwatch would expose for one replica, or one router."""
+    if isinstance(r, Router):
+        return router_series(r)
     target = {"instance": r.instance, "job": "inferwatch"}
     backend = {**target, "backend": r.backend, "model": SERVED_MODEL}
     engine = {**backend, "engine": "0"} if r.backend == "vllm" else backend

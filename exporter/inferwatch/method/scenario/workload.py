@@ -116,6 +116,27 @@ class Replica:
     canary_probes: dict[str, float] | None = None  # probes/s by result (None: canary off)
 
 
+@dataclass(frozen=True)
+class Worker:
+    """A replica as the router in front of it counts it: requests sent and failed per second
+    (no failure series while none failed), its health check and circuit breaker's values."""
+
+    url: str
+    requests_per_s: float = 1.0
+    failures_per_s: float = 0.0
+    healthy: str = "1x40"
+    circuit: str = "0x40"
+
+
+@dataclass(frozen=True)
+class Router:
+    """A sidecar next to a router (``--backend vllm-router``) and the workers it routes to."""
+
+    instance: str
+    workers: tuple[Worker, ...]
+    backend: str = "vllm-router"
+
+
 def healthy(instance: str, **changes: object) -> Replica:
     return dataclasses.replace(Replica(instance), **changes)
 
