@@ -31,7 +31,7 @@ from inferwatch.collect.server_cpu import ServerCpuSample
 from inferwatch.collect.textparse import read_page
 from inferwatch.collect.window import SUMMARIZED, LatencyWindow
 from inferwatch.method.local import Samples, Window
-from inferwatch.method.router_signals import ROUTER_SIGNALS
+from inferwatch.method.router_signals import FLEET_SIGNALS, ROUTER_SIGNALS
 from inferwatch.method.rules import dump_yaml, placeholders, rules_document
 from inferwatch.method.signals import SIGNALS, expression
 from inferwatch.method.spec import spec_from_config
@@ -353,7 +353,7 @@ def _check(expr: str, value: float) -> dict[str, Any]:
     }
 
 
-ROUTER_SIGNALS_BY_NAME = {signal.name for signal in ROUTER_SIGNALS}
+ROUTER_SIGNALS_BY_NAME = {signal.name for signal in (*ROUTER_SIGNALS, *FLEET_SIGNALS)}
 
 
 def test_the_synthetic_pod_gives_every_signal_a_value() -> None:
@@ -362,7 +362,7 @@ def test_the_synthetic_pod_gives_every_signal_a_value() -> None:
     assert {n for n, s in SIGNALS.items() if s.local is None} == {
         "exporter_up",  # the exporter answering is the local form's premise
         "gpu_collection_recent",  # needs a look-back of hours
-        *ROUTER_SIGNALS_BY_NAME,  # one series per worker: the exporter's verdict has none yet
+        *ROUTER_SIGNALS_BY_NAME,  # a fleet's: one exporter's pages show one replica or router
     }
 
 

@@ -1,12 +1,13 @@
-"""The router's view of the replicas it routes to: the signals read off a sidecar next to a
-router (``--backend vllm-router`` or ``sglang-router``), one series per worker.
+"""The fleet's signals: the router's view of the replicas it routes to (read off a sidecar
+next to a router, ``--backend vllm-router`` or ``sglang-router``, one series per worker) and
+how the load is spread across a model's replicas.
 
-PromQL only: a router's page says nothing the exporter's own verdict judges yet.
+PromQL only: one exporter's pages show one replica, or one router.
 """
 
 from __future__ import annotations
 
-from inferwatch.method.signal import NODE, Signal
+from inferwatch.method.signal import INSTANCE, NODE, Signal
 
 ROUTER_SIGNALS = (
     Signal(
@@ -24,6 +25,27 @@ ROUTER_SIGNALS = (
         unit="count",
         level=NODE,
         promql="inferwatch_router_worker_healthy",
+        local=None,
+    ),
+)
+
+# A replica's requests in flight (running and waiting) over the rate window.
+_LOAD = (
+    "(\n"
+    "  sum without (engine) (avg_over_time(inferwatch_requests_running[%(window)s]))\n"
+    "  + sum without (engine) (avg_over_time(inferwatch_requests_waiting[%(window)s]))\n"
+    ")"
+)
+
+# The fleet's view of its replicas: how the load is spread across a model's replicas.
+FLEET_SIGNALS = (
+    Signal(
+        name="load_over_least_loaded",
+        label="requests in flight, times the least loaded replica's",
+        unit="count",
+        level=INSTANCE,
+        promql=f"{_LOAD}\n/ on (namespace, backend, model) group_left\n"
+        f"min by (namespace, backend, model) {_LOAD}",
         local=None,
     ),
 )

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from inferwatch.method.fallbacks import FALLBACKS
 from inferwatch.method.gpu_faults import GPU_HEALTH
 from inferwatch.method.recipes import Gauge, Mean, Quantile, Rate, Ratio, ShareAbove, Sum
-from inferwatch.method.router_signals import ROUTER_SIGNALS
+from inferwatch.method.router_signals import FLEET_SIGNALS, ROUTER_SIGNALS
 from inferwatch.method.signal import INSTANCE, ITL, MODEL, NODE, QUEUE, TTFT, Signal
 from inferwatch.method.thresholds import THROTTLE_REASONS
 from inferwatch.metrics import CANARY_RESULTS
@@ -164,6 +164,14 @@ SIGNALS: dict[str, Signal] = {
             local=Gauge("inferwatch_requests_running", how="sum", averaged=True),
         ),
         Signal(
+            name="waiting",
+            label="waiting requests",
+            unit="count",
+            level=INSTANCE,
+            promql="sum without (engine) (avg_over_time(inferwatch_requests_waiting[%(window)s]))",
+            local=Gauge("inferwatch_requests_waiting", how="sum", averaged=True),
+        ),
+        Signal(
             name="engine_step_rate",
             label="engine steps/s",
             unit="per_second",
@@ -219,6 +227,7 @@ SIGNALS: dict[str, Signal] = {
         ),
         *GPU_HEALTH,
         *ROUTER_SIGNALS,
+        *FLEET_SIGNALS,
         # Communication. Per GPU in PromQL, its busier direction over its link's peak;
         # locally the busiest GPU and direction over the largest peak: the same where a
         # node's GPUs share one link type, as they do.

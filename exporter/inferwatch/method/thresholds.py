@@ -130,6 +130,13 @@ THRESHOLDS: dict[str, Threshold] = {
         why="More than 5 % of requests ending in a server error is user-visible (aborts are "
         "clients cancelling, shown apart).",
     ),
+    "replica_imbalance_factor": Threshold(
+        default=3.0,
+        unit="x",
+        why="A replica holding three times the requests of the least loaded one, with a queue, "
+        "is not load the fleet lacks room for: the router's policy or an affinity sends it "
+        "there while another replica could take it.",
+    ),
     "router_worker_failure_share": Threshold(
         default=0.5,
         unit="ratio",
