@@ -31,7 +31,7 @@ def fleet_panels(spec: Spec) -> list[Row]:
     return [
         (None, _models_row(spec)),
         ("Instances", _instances_row(spec)),
-        ("Router: which replica, as the router sees it", router_panels()),
+        ("Router: which replica, as the router sees it", router_panels(spec)),
     ]
 
 

@@ -11,21 +11,23 @@ from __future__ import annotations
 from inferwatch.dashboards.queries import (
     NO_ROUTER,
     PLACE,
-    RATE_INTERVAL,
     PanelSpec,
     Query,
     quantiles,
     series,
 )
+from inferwatch.method.spec import Spec
 from inferwatch.panels import Panel
 
 
-def router_panels() -> list[PanelSpec]:
-    """The row's panels: each worker as the router sees it, then what its clients see."""
-    sent = f"rate({series('router_worker_requests', PLACE)}[{RATE_INTERVAL}])"
-    failed = f"rate({series('router_worker_failures', PLACE)}[{RATE_INTERVAL}])"
-    retries = f"rate({series('router_retries', PLACE)}[{RATE_INTERVAL}])"
-    exhausted = f"rate({series('router_retries_exhausted', PLACE)}[{RATE_INTERVAL}])"
+def router_panels(spec: Spec) -> list[PanelSpec]:
+    """The row's panels: each worker as the router sees it, then what its clients see; rates
+    over the rules' window, as the router's alerts read them."""
+    window = spec.timing.window
+    sent = f"rate({series('router_worker_requests', PLACE)}[{window}])"
+    failed = f"rate({series('router_worker_failures', PLACE)}[{window}])"
+    retries = f"rate({series('router_retries', PLACE)}[{window}])"
+    exhausted = f"rate({series('router_retries_exhausted', PLACE)}[{window}])"
     return [
         PanelSpec(
             Panel.ROUTER_REQUESTS,
@@ -69,7 +71,7 @@ def router_panels() -> list[PanelSpec]:
             Panel.ROUTER_DURATION,
             "The router's time per answered request, tries and backoffs included. Well above "
             "the replicas' own end-to-end latency: the hop, the retries or the router itself.",
-            quantiles("router_request_duration_seconds", RATE_INTERVAL, "router", PLACE),
+            quantiles("router_request_duration_seconds", window, "router", PLACE),
             unit="s",
             no_value=NO_ROUTER,
         ),
