@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from demo.scenarios import SCENARIOS
-from inferwatch.collect.backends import BACKENDS
+from inferwatch.collect.backends import BACKENDS, module_name
 from inferwatch.method.alerts import ALERTS
 from inferwatch.metrics import ALL, BACKEND
 from inferwatch.serve.options import OPTIONS
@@ -204,7 +204,7 @@ def package_modules() -> list[str]:
 def test_every_module_of_the_package_is_on_the_development_map() -> None:
     text = DEVELOPMENT.read_text()
     # A server's module is named by the registry: the map names their pattern once.
-    servers = {f"collect/backends/servers/{name.replace('-', '_')}.py" for name in BACKENDS}
+    servers = {f"collect/backends/servers/{module_name(name)}.py" for name in BACKENDS}
     assert servers <= set(package_modules()) and "`collect/backends/servers/<name>.py`" in text
     # So is an alert of a layer that is a package: `method/alerts/<layer>/<alert>.py`.
     alerts = {m for m in package_modules() if re.fullmatch(r"method/alerts/\w+/\w+\.py", m)}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from inferwatch.collect.backends import BACKENDS, servers
+from inferwatch.collect.backends import BACKENDS, module_name, servers
 
 from conftest import FIXTURES, captures_of
 
@@ -32,14 +32,12 @@ def independent_modules() -> list[str]:
 def test_lint_imports_keeps_every_server_module_apart_from_the_others() -> None:
     assert independent_modules() == ["inferwatch.collect.backends.servers.*"]
     found = {m.name for m in pkgutil.iter_modules(servers.__path__)}
-    assert found == {
-        name.replace("-", "_") for name in BACKENDS
-    }  # a module is named after its backend
+    assert found == {module_name(name) for name in BACKENDS}  # a module is named after its backend
 
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_every_registered_backend_has_its_own_test(name: str) -> None:
-    assert (REPO / "tests" / f"test_backend_{name.replace('-', '_')}.py").is_file(), name
+    assert (REPO / "tests" / f"test_backend_{module_name(name)}.py").is_file(), name
 
 
 @pytest.mark.parametrize("name", BACKENDS)

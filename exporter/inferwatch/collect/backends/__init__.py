@@ -17,6 +17,12 @@ from inferwatch.collect.backends.table import Feed, Source, feed
 from inferwatch.collect.textparse import ExpositionError
 
 
+def module_name(backend: str) -> str:
+    """The name of a backend's module in ``servers/`` (and of its test): ``vllm-router`` is
+    ``vllm_router``."""
+    return backend.replace("-", "_")
+
+
 def _found() -> dict[str, Backend]:
     """Every server module's ``BACKEND``, by name in alphabetical order (``--backend``'s
     choices and the backends matrix's columns)."""
@@ -46,6 +52,7 @@ __all__ = [
     "Source",
     "detect",
     "feed",
+    "module_name",
 ]
 
 
