@@ -128,8 +128,9 @@ NEAR_CAPACITY_ALERT = Alert(
     phase="any",
     layer="baseline",
     # Near the capacity, requests queue, and latency exceeds what the baseline measured at
-    # a lower load: both are the load's.
-    explains=("InferenceQueueingDelay", "InferenceLatencyRegression"),
+    # a lower load: both are the load's. So is a slow first token with no queue: each
+    # prompt's prefill shares its steps with a full batch's decodes.
+    explains=("InferenceQueueingDelay", "InferenceLatencyRegression", "InferencePrefillBottleneck"),
     for_default="5m",
     summary="{{ $labels.model }} is near the capacity its baseline measured",
     description="{{ $labels.model }} serves {{ $value | humanizePercentage }} of the capacity "
