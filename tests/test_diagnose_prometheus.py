@@ -306,3 +306,89 @@ def test_without_a_burning_slo_the_output_is_as_before(tmp_path: Path) -> None:
     )
     assert report.exit_code() == 3
     assert report_json(report)["slos"] == []
+
+
+FLEET_SPEC = spec_from_config({"alerting": {"rate_window": "10s"}})
+
+
+def fleet_rules(path: Path) -> Path:
+    """Two replicas of tiny, A holding nine times B's requests with a queue, and a router
+    whose requests to B fail nine in ten while its health check passes B; counters grow by
+    ``time()`` (1/s) so that their rates are constant from the second evaluation."""
+    replica = {"backend": "vllm", "model": "tiny", "namespace": "prod", "job": "inferwatch"}
+    a, b = {"instance": "a:10177", **replica}, {"instance": "b:10177", **replica}
+    router = {"instance": "r:10177", "backend": "vllm-router", "model": "unknown"}
+    to_a, to_b = {**router, "worker": "http://a:8000"}, {**router, "worker": "http://b:8000"}
+
+    def grows(per_second: float, labels: dict[str, str]) -> str:
+        return constant(per_second, labels).replace(
+            f"vector({per_second})", f"vector({per_second} * time())"
+        )
+
+    records = [
+        ("inferwatch_requests_running", constant(12, a), constant(2, b)),
+        ("inferwatch_requests_waiting", constant(6, a), constant(0, b)),
+        ("inferwatch_router_worker_requests_total", grows(1, to_a), grows(1, to_b)),
+        ("inferwatch_router_worker_failures_total", grows(0, to_a), grows(0.9, to_b)),
+        ("inferwatch_router_worker_healthy", constant(1, to_a), constant(1, to_b)),
+        ("inferwatch_router_worker_circuit_state", constant(0, to_a), constant(0, to_b)),
+    ]
+    group = {
+        "name": "fleet",
+        "interval": "1s",
+        "rules": [
+            {
+                "record": f"instance:inferwatch_requests_finished:{FLEET_SPEC.rate_name}",
+                "expr": "vector(1)",
+            },
+            *({"record": name, "expr": f"{x} or {y}"} for name, x, y in records),
+        ],
+    }
+    path.write_text(yaml.safe_dump({"groups": [group]}))
+    return path
+
+
+def test_the_fleet_view_names_the_hot_replica_and_the_worker_the_router_fails(
+    tmp_path: Path,
+) -> None:
+    prometheus = Prometheus(tmp_path, [], rule_files=[fleet_rules(tmp_path / "rules.yaml")])
+    prometheus.start()
+    try:
+        deadline = time.monotonic() + 60
+        full = "rate(inferwatch_router_worker_requests_total[10s]) > 0.95"  # the window filled
+        while len(prometheus.query(full)) < 2:
+            assert time.monotonic() < deadline, "the test rules never filled the rate window"
+            time.sleep(0.5)
+        report = asyncio.run(diagnose.from_prometheus(prometheus.url, FLEET_SPEC))
+    finally:
+        prometheus.stop()
+    assert report.fleet
+    ((model, (hot, cold)),) = report.fleet.models
+    assert model == {"namespace": "prod", "backend": "vllm", "model": "tiny"}
+    assert (hot.labels["instance"], hot.in_flight, hot.waiting) == ("a:10177", 18, 6)
+    assert hot.share == pytest.approx(0.9)
+    assert [a.name for a in hot.causes] == ["InferenceReplicaImbalance"]
+    assert (cold.labels["instance"], cold.causes) == ("b:10177", ())
+    ((router, (healthy, failing)),) = report.fleet.routers
+    assert router["instance"] == "r:10177"
+    assert (healthy.worker, healthy.causes) == ("http://a:8000", ())
+    assert failing.worker == "http://b:8000"
+    assert failing.readings["router_worker_failure_share"] == pytest.approx(0.9)
+    assert [a.name for a in failing.causes] == ["InferenceRouterFailingWorker"]
+    # The finding's evidence is its worker's, not the first worker's of the same router.
+    (found,) = [f for f in report.findings if f.labels.get("worker") == failing.worker]
+    assert found.evidence[0][1] == pytest.approx(0.9)
+    text = report_text(report)
+    print(text)
+    assert "fleet: backend=vllm model=tiny namespace=prod  2 replicas, 20 in flight" in text
+    assert (
+        "  instance=a:10177  18 in flight (90 %), 6 waiting  InferenceReplicaImbalance (scheduling)"
+    ) in text
+    assert "  instance=b:10177  2 in flight (10 %), 0 waiting\n" in text
+    assert (
+        "  http://b:8000  1 requests/s, 90 % failed, health check passes, circuit closed  "
+        "InferenceRouterFailingWorker (availability)"
+    ) in text
+    doc = report_json(report)["fleet"]
+    assert doc["models"][0]["replicas"][0]["causes"] == ["InferenceReplicaImbalance"]
+    assert doc["routers"][0]["workers"][1]["router_worker_failure_share"] == pytest.approx(0.9)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from inferwatch.method import slo
 from inferwatch.method.alerts import RELATIONS, Alert, Cond
@@ -19,6 +20,9 @@ from inferwatch.method.alerts.alert import LATENCY_UNITS
 from inferwatch.method.local import Samples, Window, holding, signal_readings
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import SEVERITY_ORDER, Spec
+
+if TYPE_CHECKING:
+    from inferwatch.method.fleet import Fleet
 
 EXIT = {"none": 0, "info": 1, "warning": 3, "critical": 4}
 
@@ -82,6 +86,7 @@ class Report:
     burns: list[Burn] = field(default_factory=list)
     judged_with: str = "the built-in defaults"  # which spec: a config file, the exporter's
     sidecar: str | None = None  # the exporter diagnosed (``scheme://host:port/``), if one
+    fleet: Fleet | None = None  # which replica, which worker (``--prometheus`` only)
 
     def __post_init__(self) -> None:
         self.findings = ordered(self.findings, self.spec)

@@ -20,6 +20,22 @@ ROUTER_SIGNALS = (
         local=None,
     ),
     Signal(
+        name="router_worker_request_rate",
+        label="router's requests/s to a worker",
+        unit="per_second",
+        level=NODE,
+        promql="rate(inferwatch_router_worker_requests_total[%(window)s])",
+        local=None,
+    ),
+    Signal(
+        name="router_worker_circuit_state",
+        label="router's circuit breaker for a worker (0 closed, 1 open, 2 half-open)",
+        unit="count",
+        level=NODE,
+        promql="inferwatch_router_worker_circuit_state",
+        local=None,
+    ),
+    Signal(
         name="router_worker_healthy",
         label="router's health check of a worker",
         unit="count",
@@ -37,15 +53,23 @@ _LOAD = (
     ")"
 )
 
-# The fleet's view of its replicas: how the load is spread across a model's replicas.
+# The fleet's view of its replicas: how the load is spread across a model's replicas (its
+# replicas share the fleet labels, ``alerting.fleet_labels``).
 FLEET_SIGNALS = (
+    Signal(
+        name="in_flight",
+        label="requests in flight (running and waiting)",
+        unit="count",
+        level=INSTANCE,
+        promql=_LOAD,
+        local=None,
+    ),
     Signal(
         name="load_over_least_loaded",
         label="requests in flight, times the least loaded replica's",
         unit="count",
         level=INSTANCE,
-        promql=f"{_LOAD}\n/ on (namespace, backend, model) group_left\n"
-        f"min by (namespace, backend, model) {_LOAD}",
+        promql=f"{_LOAD}\n/ on (%(fleet)s) group_left\nmin by (%(fleet)s) {_LOAD}",
         local=None,
     ),
 )

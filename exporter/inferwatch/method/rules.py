@@ -271,6 +271,7 @@ def placeholders(spec: Spec, alert: Alert | None = None) -> dict[str, str]:
         "window": spec.timing.window,
         "lookback": spec.timing.gpu_lost_lookback,
         "exporter_selector": spec.exporter_selector,
+        "fleet": ", ".join(spec.fleet_labels),  # the labels a model's replicas share
     }
     for name, value in spec.thresholds.items():
         values[f"t.{name}"] = f"{value:g}"

@@ -3,7 +3,9 @@
 Phase, then layer, then each condition's value against its threshold, in the method's causal
 order, with the runbook to open; a finding another one explains is listed under it.
 ``--prometheus URL`` evaluates every alert's expression now, adds the alerts Prometheus holds
-firing, and puts a burning SLO first with its model's findings under it; ``--exporter URL``
+firing, puts a burning SLO first with its model's findings under it, and ends with the fleet
+(which replica of each model holds the load, which worker a router fails, and the causes
+found about each: :mod:`inferwatch.method.fleet`); ``--exporter URL``
 computes the signals from two pages ``--interval`` seconds apart, judged with the exporter's
 ``/spec.json``. Text and JSON: :mod:`inferwatch.tools.report`. Sample::
 
@@ -41,6 +43,7 @@ from inferwatch.method.findings import (
     Report,
     exporter_report,
 )
+from inferwatch.method.fleet import REPLICA_SIGNALS, WORKER_SIGNALS, fleet_of
 from inferwatch.method.rules import placeholders
 from inferwatch.method.signals import (
     SIGNALS,
@@ -100,7 +103,7 @@ def _own(labels: Mapping[str, str]) -> dict[str, str]:
 
 def _covers(series: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     """Whether a signal's series belongs to a finding's label set."""
-    keys = ("instance", "job", "backend", "model")
+    keys = ("instance", "job", "backend", "model", "worker")  # a router's: one per worker
     return all(series[k] == labels[k] for k in keys if k in series and k in labels)
 
 
@@ -193,9 +196,12 @@ async def from_prometheus(
                 findings.append(late)
         phase = await signals.phase()
         burns = await _burns(upstream, spec)
+        readings = {name: await signals.of(name) for name in (*REPLICA_SIGNALS, *WORKER_SIGNALS)}
     finally:
         await upstream.close()
-    return Report(redact_url(url), spec.timing.window, spec, phase, findings, burns, judged_with)
+    report = Report(redact_url(url), spec.timing.window, spec, phase, findings, burns, judged_with)
+    report.fleet = fleet_of(readings, report.findings, spec.fleet_labels)
+    return report
 
 
 async def _burns(upstream: Upstream, spec: Spec) -> list[Burn]:

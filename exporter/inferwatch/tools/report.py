@@ -11,6 +11,7 @@ from typing import Any
 from inferwatch.method import slo
 from inferwatch.method.alerts import Alert, Cond
 from inferwatch.method.findings import Burn, Finding, Report, fmt, phase_of
+from inferwatch.method.fleet import WORKER_SIGNALS, Fleet, Worker
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import Spec
 
@@ -129,7 +130,83 @@ def render(report: Report) -> str:
         lines += _finding_lines(finding, report)
     if not report.findings and not report.burns:
         lines.append("healthy: no alert condition of the heuristics spec holds")
+    if report.fleet:
+        lines += ["", *fleet_lines(report.fleet)]
     return "\n".join(lines)
+
+
+_CIRCUIT = {0: "circuit closed", 1: "circuit open", 2: "circuit half-open"}
+
+
+def _causes(alerts: tuple[Alert, ...]) -> str:
+    return ", ".join(f"{a.name} ({a.layer})" for a in alerts)
+
+
+def _worker_text(worker: Worker) -> str:
+    rate, failed, healthy, circuit = (worker.readings[n] for n in WORKER_SIGNALS)
+    parts = [f"{fmt(rate, 'count')} requests/s", f"{fmt(failed, 'ratio')} failed"]
+    if healthy is not None:
+        parts.append("health check passes" if healthy >= 1 else "health check fails it")
+    if circuit is not None:
+        parts.append(_CIRCUIT.get(int(circuit), f"circuit state {circuit:g}"))
+    return ", ".join(parts)
+
+
+def fleet_lines(fleet: Fleet) -> list[str]:
+    """Which replica of each model holds the load and which worker a router fails, each with
+    the causes found about it (:mod:`inferwatch.method.fleet`)."""
+    lines = []
+    for model, replicas in fleet.models:
+        total = sum(r.in_flight for r in replicas)
+        lines.append(
+            f"fleet: {_where(model)}  {len(replicas)} replicas, {fmt(total, 'count')} in flight"
+        )
+        for r in replicas:
+            share = "" if r.share is None else f" ({fmt(r.share, 'ratio')})"
+            waiting = "" if r.waiting is None else f", {fmt(r.waiting, 'count')} waiting"
+            where = _where({k: v for k, v in r.labels.items() if k not in model})
+            text = f"  {where}  {fmt(r.in_flight, 'count')} in flight{share}{waiting}"
+            lines.append(f"{text}  {_causes(r.causes)}".rstrip())
+    for router, workers in fleet.routers:
+        lines.append(f"router: {_where(router)}  {len(workers)} workers")
+        for w in workers:
+            lines.append(f"  {w.worker}  {_worker_text(w)}  {_causes(w.causes)}".rstrip())
+    return lines
+
+
+def _fleet_json(fleet: Fleet) -> dict[str, Any]:
+    return {
+        "models": [
+            {
+                "labels": model,
+                "replicas": [
+                    {
+                        "labels": r.labels,
+                        "in_flight": _number(r.in_flight),
+                        "share": _number(r.share),
+                        "waiting": _number(r.waiting),
+                        "causes": [a.name for a in r.causes],
+                    }
+                    for r in replicas
+                ],
+            }
+            for model, replicas in fleet.models
+        ],
+        "routers": [
+            {
+                "labels": router,
+                "workers": [
+                    {
+                        "worker": w.worker,
+                        **{name: _number(v) for name, v in w.readings.items()},
+                        "causes": [a.name for a in w.causes],
+                    }
+                    for w in workers
+                ],
+            }
+            for router, workers in fleet.routers
+        ],
+    }
 
 
 def _number(value: float | None) -> float | None:
@@ -166,6 +243,7 @@ def report_json(report: Report) -> dict[str, Any]:
             }
             for labels, burns, causes in report.burning()
         ],
+        "fleet": _fleet_json(report.fleet) if report.fleet is not None else None,
         "findings": [
             {
                 "alert": f.alert.name,
