@@ -15,6 +15,7 @@ def test_the_gateway_s_workers_responses_and_duration() -> None:
     assert detect(PAGE) is BACKENDS["sglang-router"]
     sample = BACKENDS["sglang-router"].normalize(PAGE)
     assert sample.values["router_worker_requests"] == {WORKER: 10.0}
+    assert sample.values["router_worker_successes"] == {WORKER: 10.0}
     assert sample.values["router_worker_healthy"] == {WORKER: 1.0}
     assert sample.values["router_worker_circuit_state"] == {WORKER: 0.0}
     assert sample.values["router_workers_active"] == {(("model", "unknown"),): 1.0}

@@ -38,6 +38,10 @@ def test_healthy_round_robin_splits_the_requests_evenly_and_nothing_fails() -> N
 def test_a_dead_replica_fails_and_is_retried_while_its_health_still_reads_1() -> None:
     sample = read("-one-down")
     assert by_worker(sample, "router_worker_failures") == {DOWN: 9.0}
+    # The tries less the successes are the failures: 38 - 29 (the failure outcomes' own
+    # series is born at the first failure; the signals read these two).
+    assert by_worker(sample, "router_worker_requests") == {UP: 39.0, DOWN: 38.0}
+    assert by_worker(sample, "router_worker_successes") == {UP: 39.0, DOWN: 29.0}
     assert sample.values["router_retries"] == {(("model", "unknown"),): 9.0}
     assert by_worker(sample, "router_worker_healthy") == {UP: 1.0, DOWN: 1.0}
     assert by_worker(sample, "router_worker_circuit_state") == {UP: 0.0, DOWN: 0.0}

@@ -329,6 +329,7 @@ def fleet_rules(path: Path) -> Path:
         ("inferwatch_requests_running", constant(12, a), constant(2, b)),
         ("inferwatch_requests_waiting", constant(6, a), constant(0, b)),
         ("inferwatch_router_worker_requests_total", grows(1, to_a), grows(1, to_b)),
+        ("inferwatch_router_worker_successes_total", grows(1, to_a), grows(0.1, to_b)),
         ("inferwatch_router_worker_failures_total", grows(0, to_a), grows(0.9, to_b)),
         ("inferwatch_router_worker_healthy", constant(1, to_a), constant(1, to_b)),
         ("inferwatch_router_worker_circuit_state", constant(0, to_a), constant(0, to_b)),

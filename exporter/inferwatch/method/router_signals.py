@@ -15,8 +15,13 @@ ROUTER_SIGNALS = (
         label="router's requests to a worker that failed",
         unit="ratio",
         level=NODE,
-        promql="rate(inferwatch_router_worker_failures_total[%(window)s])\n"
-        "  / rate(inferwatch_router_worker_requests_total[%(window)s])",
+        # Its tries less its successes (none: a worker that never answered): the failures'
+        # own series is born at the first failure, often already at ten, and Prometheus
+        # sees no increase in that.
+        promql="(\n  rate(inferwatch_router_worker_requests_total[%(window)s])\n"
+        "  - (\n    rate(inferwatch_router_worker_successes_total[%(window)s])\n"
+        "    or 0 * rate(inferwatch_router_worker_requests_total[%(window)s])\n  )\n)\n"
+        "/ rate(inferwatch_router_worker_requests_total[%(window)s])",
         local=None,
     ),
     Signal(
@@ -64,12 +69,13 @@ FLEET_SIGNALS = (
         promql=_LOAD,
         local=None,
     ),
+    # Against at least one request: an idle replica makes the factor the hot one's load.
     Signal(
         name="load_over_least_loaded",
-        label="requests in flight, times the least loaded replica's",
+        label="requests in flight, times the least loaded replica's (at least one)",
         unit="count",
         level=INSTANCE,
-        promql=f"{_LOAD}\n/ on (%(fleet)s) group_left\nmin by (%(fleet)s) {_LOAD}",
+        promql=f"{_LOAD}\n/ on (%(fleet)s) group_left\nclamp_min(min by (%(fleet)s) {_LOAD}, 1)",
         local=None,
     ),
 )

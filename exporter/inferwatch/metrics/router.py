@@ -14,6 +14,12 @@ ROUTER: dict[str, MetricDef] = defs(
         ("worker",),
     ),
     MetricDef(
+        "router_worker_successes",
+        C,
+        "Requests to the worker that succeeded (its circuit breaker's success outcomes).",
+        ("worker",),
+    ),
+    MetricDef(
         "router_worker_failures",
         C,
         "Requests to the worker that failed (its circuit breaker's failure outcomes).",

@@ -295,6 +295,8 @@ def router_series(r: Router) -> list[dict]:
         out.append(
             _series("inferwatch_router_worker_requests_total", _counter(w.requests_per_s), **pairs)
         )
+        succeeded = _counter(w.requests_per_s - w.failures_per_s)
+        out.append(_series("inferwatch_router_worker_successes_total", succeeded, **pairs))
         if w.failures_per_s:
             failed = _counter(w.failures_per_s)
             out.append(_series("inferwatch_router_worker_failures_total", failed, **pairs))

@@ -26,6 +26,10 @@ SGLANG_ROUTER = Backend(
     feeds=(
         feed("router_worker_requests", "smg_worker_cb_outcomes_total"),
         feed(
+            "router_worker_successes",
+            Source("smg_worker_cb_outcomes_total", where={"outcome": "success"}),
+        ),
+        feed(
             "router_worker_failures",
             Source("smg_worker_cb_outcomes_total", where={"outcome": "failure"}),
         ),

@@ -10,7 +10,10 @@ becomes::
     inferwatch_router_worker_requests_total{backend="vllm-router",model="unknown",worker="http://127.0.0.1:18102"} 39.0
     inferwatch_router_worker_circuit_state{backend="vllm-router",model="unknown",worker="http://127.0.0.1:18102"} 1.0
 
-No series names the model: it reads ``unknown``. ``requests_total`` and
+No series names the model: it reads ``unknown``. A worker's failure outcomes appear at its
+first failure, often already at ten (the circuit opens on the tenth in a row): Prometheus
+sees no increase in a series born at ten, so the router's signals read the failures as its
+tries less its successes (both counted from the worker's first request). ``requests_total`` and
 ``generate_duration_seconds`` count only the requests answered: with ``--disable-retries``
 the ones that failed are in neither, only in the workers' failure outcomes and in
 ``retries_exhausted_total``. Absent: responses by status (the page has none), everything an
@@ -27,6 +30,10 @@ VLLM_ROUTER = Backend(
     serves_inference=False,
     feeds=(
         feed("router_worker_requests", "vllm_router_processed_requests_total"),
+        feed(
+            "router_worker_successes",
+            Source("vllm_router_cb_outcomes_total", where={"outcome": "success"}),
+        ),
         feed(
             "router_worker_failures",
             Source("vllm_router_cb_outcomes_total", where={"outcome": "failure"}),
