@@ -2,16 +2,17 @@
 driven through faults while the terminal shows what inferwatch sees.
 
 Baseline first: once vLLM is up, ``inferwatch calibrate`` measures it and the thresholds
-and fault sizes come from that (the first screen shows them). Phases: normal -> load ramp
--> overload -> long prompts -> KV-cache pressure -> engine stall -> slow path (a proxy in front of the
-server delays the canary's requests) -> broken route (the proxy answers 503) -> backend crash
--> recovery. For each, the live view shows the phase verdict (which phase and layer the
+and fault sizes come from that (the first screen shows them). The first-time tour
+(:data:`TOUR`): normal -> overload -> long prompts -> KV-cache pressure -> engine stall ->
+backend crash -> recovery, one fault per layer; ``--full`` (``make demo-full``) runs every
+scenario the e2e tests run, the load ramp through the measured capacity to the SLO page, the
+slow path and the broken route in front of the server among them. For each, the live view shows the phase verdict (which phase and layer the
 firing alerts name), the key series (the canary's client gap among them), and the alerts
 Alertmanager holds with their runbooks; at the end, a table of the time from each fault to
 its alert. inferwatch's own verdict page (its URL is on every screen) shows the same from
 the sidecar's polls alone. Ctrl-C stops every process the demo started.
 
-    .venv/bin/python demo/run.py [--workdir DIR] [--quick]
+    .venv/bin/python demo/run.py [--workdir DIR] [--quick] [--full]
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from demo.stack import REPO, StackError, metric_value
 from inferwatch.method.slo import FAST as SLO_PAGE
 
 RESET = "\x1b[H\x1b[2J"
+# The first-time tour: a fault in each layer (scheduling, compute, memory, the engine, the
+# server's availability), each alert within seconds of its fault.
+TOUR = ("overload", "long prompts", "KV-cache pressure", "engine stall", "backend crash")
 
 
 def _value(page: str, name: str, labels: str = "") -> str:
@@ -153,7 +157,7 @@ async def normal_for(stack: LocalStack, seconds: float) -> None:
     await traffic
 
 
-async def demo(stack: LocalStack, quick: bool) -> list:
+async def demo(stack: LocalStack, quick: bool, full: bool) -> list:
     state = {
         "phase": "normal",
         "story": "Normal traffic, the load calibrated for: everything healthy.",
@@ -164,7 +168,7 @@ async def demo(stack: LocalStack, quick: bool) -> list:
     outcomes = []
     try:
         await normal_for(stack, 10 if quick else 30)
-        for scenario in SCENARIOS:
+        for scenario in SCENARIOS if full else [s for s in SCENARIOS if s.name in TOUR]:
             state.update(phase=scenario.name, story=scenario.story, since=time.monotonic())
             outcomes.append(await run_scenario(stack, scenario, hold=10, timeout=180))
             state.update(
@@ -194,11 +198,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, help="where logs and data go (default: a temp dir)")
     parser.add_argument("--quick", action="store_true", help="shorter normal phase")
+    parser.add_argument("--full", action="store_true", help="every scenario the e2e tests run")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="inferwatch-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     for signum in (signal.SIGTERM, signal.SIGHUP):  # a closed terminal cleans up too
         signal.signal(signum, _interrupt)
+    started = time.monotonic()
     stack = LocalStack(workdir)
     print(
         "starting vLLM (CPU), calibrating against it, then inferwatch, Prometheus and "
@@ -211,7 +217,7 @@ def main() -> int:
         print(f"  inferwatch   {stack.inferwatch.url}/metrics")
         print(f"  Prometheus   {stack.prometheus.url}/alerts")
         print(f"  Alertmanager {stack.alertmanager.url}")
-        outcomes = asyncio.run(demo(stack, args.quick))
+        outcomes = asyncio.run(demo(stack, args.quick, args.full))
     except KeyboardInterrupt:
         print("\ninterrupted: stopping everything the demo started")
         return 130
@@ -220,6 +226,7 @@ def main() -> int:
         return 1
     finally:
         stack.stop()
+    print(f"\nthe demo took {(time.monotonic() - started) / 60:.1f} min, start-up included")
     print("\nfault -> alert received at Alertmanager's webhook:")
     for outcome in outcomes:
         latency = outcome.latency
