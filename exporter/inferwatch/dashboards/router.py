@@ -25,7 +25,10 @@ def router_panels(spec: Spec) -> list[PanelSpec]:
     over the rules' window, as the router's alerts read them."""
     window = spec.timing.window
     sent = f"rate({series('router_worker_requests', PLACE)}[{window}])"
-    failed = f"rate({series('router_worker_failures', PLACE)}[{window}])"
+    # The tries less the successes, as the alerts read them: the failures' own series is
+    # born at a worker's first failure, often already at ten, and no rate sees that.
+    answered = f"rate({series('router_worker_successes', PLACE)}[{window}])"
+    failed = f"{sent} - ({answered} or 0 * {sent})"
     retries = f"rate({series('router_retries', PLACE)}[{window}])"
     exhausted = f"rate({series('router_retries_exhausted', PLACE)}[{window}])"
     return [
