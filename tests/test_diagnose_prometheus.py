@@ -370,8 +370,9 @@ def test_the_fleet_view_names_the_hot_replica_and_the_worker_the_router_fails(
     assert hot.share == pytest.approx(0.9)
     assert [a.name for a in hot.causes] == ["InferenceReplicaImbalance"]
     assert (cold.labels["instance"], cold.causes) == ("b:10177", ())
-    ((router, (healthy, failing)),) = report.fleet.routers
-    assert router["instance"] == "r:10177"
+    (router,) = report.fleet.routers
+    healthy, failing = router.workers
+    assert (router.labels["instance"], router.causes) == ("r:10177", ())
     assert (healthy.worker, healthy.causes) == ("http://a:8000", ())
     assert failing.worker == "http://b:8000"
     assert failing.readings["router_worker_failure_share"] == pytest.approx(0.9)

@@ -61,9 +61,16 @@ class Worker:
 
 
 @dataclass(frozen=True)
+class RouterView:
+    labels: dict[str, str]  # the sidecar next to the router
+    workers: list[Worker]
+    causes: tuple[Alert, ...]  # about the router itself (its overhead), not one worker
+
+
+@dataclass(frozen=True)
 class Fleet:
     models: list[tuple[dict[str, str], list[Replica]]]  # models with two replicas or more
-    routers: list[tuple[dict[str, str], list[Worker]]]
+    routers: list[RouterView]
 
     def __bool__(self) -> bool:
         return bool(self.models or self.routers)
@@ -73,14 +80,17 @@ def _where(labels: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k not in _NOT_WHERE}
 
 
-def _causes(findings: Sequence[Found], labels: Mapping[str, str]) -> tuple[Alert, ...]:
+def _causes(
+    findings: Sequence[Found], labels: Mapping[str, str], worker: bool = False
+) -> tuple[Alert, ...]:
     """The alerts of the findings about the series ``labels`` (every label both carry the
-    same) that no other finding explains."""
+    same) that no other finding explains; a router's worker's (``worker``), or not."""
     return tuple(
         f.alert
         for f in findings
         if f.explained_by is None
         and "instance" in f.labels
+        and ("worker" in f.labels) == worker
         and all(labels.get(k, v) == v for k, v in f.labels.items())
     )
 
@@ -131,12 +141,13 @@ def fleet_of(
     return Fleet(
         sorted(replicas, key=lambda m: sorted(m[0].items())),
         [
-            (
+            RouterView(
                 dict(router),
                 [
-                    Worker(w, row, _causes(findings, {**dict(router), "worker": w}))
+                    Worker(w, row, _causes(findings, {**dict(router), "worker": w}, worker=True))
                     for w, row in sorted(workers.items())
                 ],
+                _causes(findings, dict(router)),
             )
             for router, workers in sorted(routers.items())
         ],

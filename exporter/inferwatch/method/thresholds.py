@@ -144,6 +144,18 @@ THRESHOLDS: dict[str, Threshold] = {
         "replica that fails a few requests is the server's own errors, which its sidecar "
         "judges.",
     ),
+    "router_overhead_seconds": Threshold(
+        default=0.5,
+        unit="s",
+        why="Half a second a request between the router and its replicas is more than a hop "
+        "on a network: retries and their backoff, the router's own queue, a slow connection.",
+    ),
+    "router_overhead_share": Threshold(
+        default=0.25,
+        unit="ratio",
+        why="Where a quarter of the time clients wait is spent outside the replicas, speeding "
+        "up the replicas cannot fix what users see; below it, long generations dwarf the hop.",
+    ),
     "min_request_rate": Threshold(
         default=0.05,
         unit="1/s",

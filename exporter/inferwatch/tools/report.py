@@ -167,9 +167,10 @@ def fleet_lines(fleet: Fleet) -> list[str]:
             where = _where({k: v for k, v in r.labels.items() if k not in model})
             text = f"  {where}  {fmt(r.in_flight, 'count')} in flight{share}{waiting}"
             lines.append(f"{text}  {_causes(r.causes)}".rstrip())
-    for router, workers in fleet.routers:
-        lines.append(f"router: {_where(router)}  {len(workers)} workers")
-        for w in workers:
+    for router in fleet.routers:
+        head = f"router: {_where(router.labels)}  {len(router.workers)} workers"
+        lines.append(f"{head}  {_causes(router.causes)}".rstrip())
+        for w in router.workers:
             lines.append(f"  {w.worker}  {_worker_text(w)}  {_causes(w.causes)}".rstrip())
     return lines
 
@@ -194,17 +195,18 @@ def _fleet_json(fleet: Fleet) -> dict[str, Any]:
         ],
         "routers": [
             {
-                "labels": router,
+                "labels": router.labels,
+                "causes": [a.name for a in router.causes],
                 "workers": [
                     {
                         "worker": w.worker,
                         **{name: _number(v) for name, v in w.readings.items()},
                         "causes": [a.name for a in w.causes],
                     }
-                    for w in workers
+                    for w in router.workers
                 ],
             }
-            for router, workers in fleet.routers
+            for router in fleet.routers
         ],
     }
 

@@ -7,9 +7,13 @@ from inferwatch.method.alerts.annotations import PLAIN_NUMBER, value_of, window_
 from inferwatch.method.alerts.scheduling.queued_while_idle import queued_while_idle_on_a
 from inferwatch.method.scenario import (
     CANARY_OK,
+    TGI_LE,
     A,
     B,
+    Dist,
+    Router,
     Scenario,
+    Worker,
     healthy,
     instance_alert,
 )
@@ -218,4 +222,63 @@ SERVER_CPU_STARVED = Alert(
     scenarios=(CPU_STARVED, CPU_WAIT_WITHOUT_TRAFFIC, STALL_WITH_CPU_WAIT),
 )
 
-ALERTS = (FRONTEND_CPU_SATURATED, CLIENT_GAP, SERVER_CPU_STARVED)
+# ---------------------------------------------------------------------------------------
+# InferenceRouterOverhead
+
+ROUTER = "10.0.0.9:10177"  # the sidecar next to the router
+ROUTED = (Worker("http://10.0.0.1:8000"), Worker("http://10.0.0.2:8000"))
+# The replicas' own requests take 1 s on average, all in (0.75, 1.12] s.
+REPLICAS = tuple(healthy(i, request_seconds=Dist({TGI_LE[22]: 1.0}, 1.0)) for i in (A, B))
+
+
+def _router_taking(mean: float, bucket: int) -> Router:
+    """The router's answered requests, all in TGI_LE's ``bucket``, ``mean`` s on average."""
+    return Router(ROUTER, ROUTED, duration=Dist({TGI_LE[bucket]: 1.0}, mean))
+
+
+SLOW_ROUTER = Scenario(
+    # The router takes 3 s per answered request where its replicas take 1 s: 2 s, two
+    # thirds of what clients wait, is spent between the router and the replicas.
+    "the router adds to every request",
+    (_router_taking(3.0, 25), *REPLICAS),  # in (2.53, 3.79] s
+    file="system.yaml",
+    place=7,
+    fires={"InferenceRouterOverhead": [instance_alert(ROUTER, backend=None, model=None, value=2)]},
+)
+ROUTER_NEAR_MISS = Scenario(
+    # Near miss: 1.2 s against 1 s, a hop of 200 ms.
+    "router near miss: a hop of 200 ms",
+    (_router_taking(1.2, 23), *REPLICAS),  # in (1.12, 1.68] s
+    file="system.yaml",
+    place=8,
+    fires={},
+    silent=("InferenceRouterOverhead",),
+)
+
+ROUTER_OVERHEAD = Alert(
+    name="InferenceRouterOverhead",
+    order=25,
+    severity="warning",
+    level=INSTANCE,
+    phase="any",
+    layer="system",
+    for_default="10m",
+    summary="The router behind {{ $labels.instance }} adds {{ $value | humanizeDuration }} to "
+    "each request",
+    description="The router behind {{ $labels.instance }} takes {{ $value | humanizeDuration "
+    "}} more per answered request than the replicas of its namespace take themselves (means "
+    "over the last %(window)s; threshold %(t.router_overhead_seconds)ss and "
+    "%(pct.router_overhead_share)s of its time): retries and their backoff, the router's own "
+    "queue, or the connection to the replicas. Faster replicas will not fix it.",
+    when=(
+        Cond("router_overhead", ">", "router_overhead_seconds"),
+        Cond("router_overhead_share", ">", "router_overhead_share"),
+    ),
+    evidence=(
+        "The router's retries panel beside its duration: retries rising with it are replicas "
+        "failing first tries; without them, the router's own queue or its connections."
+    ),
+    scenarios=(SLOW_ROUTER, ROUTER_NEAR_MISS),
+)
+
+ALERTS = (FRONTEND_CPU_SATURATED, CLIENT_GAP, SERVER_CPU_STARVED, ROUTER_OVERHEAD)

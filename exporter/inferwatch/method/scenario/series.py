@@ -302,6 +302,10 @@ def router_series(r: Router) -> list[dict]:
             out.append(_series("inferwatch_router_worker_failures_total", failed, **pairs))
         out.append(_series("inferwatch_router_worker_healthy", w.healthy, **pairs))
         out.append(_series("inferwatch_router_worker_circuit_state", w.circuit, **pairs))
+    if r.duration is not None:
+        answered = sum(w.requests_per_s - w.failures_per_s for w in r.workers)
+        metric = "inferwatch_router_request_duration_seconds"
+        out += _histogram(metric, router, TGI_LE, answered, r.duration)
     return out
 
 

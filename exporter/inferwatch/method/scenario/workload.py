@@ -135,6 +135,7 @@ class Router:
     instance: str
     workers: tuple[Worker, ...]
     backend: str = "vllm-router"
+    duration: Dist | None = None  # its time per answered request, tries and backoffs in it
 
 
 def healthy(instance: str, **changes: object) -> Replica:
