@@ -1,7 +1,8 @@
 """A fleet of replicas: what the generated rules cost a real Prometheus (prints figures; not a test).
 
 One process serves N realistic inferwatch pages, one per replica: the exporter's own page
-for a real vLLM 0.32 capture (taken during a burst: running, waiting, a full KV cache) with
+for a real vLLM 0.32 capture (``CAPTURE``: counters and histograms after a load, nothing
+running or waiting, an empty KV cache, so that the faults below stand out) with
 two fake H100s and a baseline, from the real poll path (``bench/exposition.py``'s
 snapshots), rendered once. Counters and histogram samples then grow at a replica's own pace
 (0.5x to 1.5x of the capture's totals per ten minutes); gauges stay, except a few replicas
@@ -45,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/exposition.py's snapshots
 
-from exposition import snapshots  # noqa: E402
+from exposition import CAPTURES, snapshots  # noqa: E402
 
 from demo.stack import Prometheus, free_port  # noqa: E402
 from inferwatch.method.quantile import histogram_quantile  # noqa: E402
@@ -54,6 +55,9 @@ from inferwatch.serve.exposition import render  # noqa: E402
 RULES = REPO / "alerts" / "inferwatch-rules.yaml"
 SCRAPE_SECONDS = 15
 GROWING = ("_total", "_bucket", "_sum", "_count")  # cumulative samples
+# The capture every replica's page is rendered from, by name: bench/exposition.py's
+# snapshots follow the fixtures' sorted names, and a new fixture must not change the fleet.
+CAPTURE = "vllm-0.32.0-cpu-api-server-count-2-mfu.prom"
 
 
 @dataclass(frozen=True)
@@ -269,7 +273,7 @@ def main() -> None:
         "| recording eval (median / max) | alerts eval | slo eval | skipped | RSS | CPU |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    lines = template(render(snapshots()[1]).decode())  # the loaded-KV-full capture
+    lines = template(render(snapshots()[[c.name for c in CAPTURES].index(CAPTURE)]).decode())
     # Absolute: Prometheus reads rule_files as globs relative to its config file's folder,
     # and a glob that matches nothing is no error.
     rule_files = [f.resolve(strict=True) for f in args.rules]
