@@ -36,6 +36,7 @@ from demo.stack import (
     Inferwatch,
     Process,
     Prometheus,
+    StackError,
     VllmServer,
     WebhookReceiver,
     free_port,
@@ -49,6 +50,9 @@ from inferwatch.tools.generate import write
 
 ROUTER = Path(os.environ.get("INFERWATCH_VLLM_ROUTER", REPO / ".venv-vllm" / "bin" / "vllm-router"))
 POLICY = "round_robin"
+# The severities the fleet's alerts page or ticket with: the alerts on a replica's speed
+# judge with uncalibrated defaults here (severity info), never with this machine's speed.
+JUDGED = ("warning", "critical")
 # Tokens each fault client's request generates: long enough that its request is in flight
 # most of the time (its own turnaround does not empty the batch).
 CLIENT_OUTPUT = 64
@@ -154,6 +158,20 @@ class Fleet:
         args = ["--backend", backend, "--config", str(self.config)]
         return Inferwatch(self.workdir / f"sidecar-{name}", url, args).start()
 
+    def settle(self, timeout: float = 180) -> None:
+        """Until Prometheus has held no alert above info for a rate window: the last fault's
+        requests have left the windows the next one is judged over."""
+        assert self.prometheus is not None
+        deadline, since = time.monotonic() + timeout, time.monotonic()
+        while time.monotonic() - since < self.spec.window_seconds + 1:
+            held = [a for a in self.prometheus.alerts() if a["labels"]["severity"] in JUDGED]
+            if held:
+                since = time.monotonic()
+            if time.monotonic() > deadline:
+                names = sorted({a["labels"]["alertname"] for a in held})
+                raise StackError(f"alerts still held after {timeout:g} s: {', '.join(names)}")
+            time.sleep(1)
+
     def instance(self, name: str) -> str:
         """The ``instance`` label Prometheus gives the sidecar of replica ``name``."""
         return f"127.0.0.1:{self.sidecars[name].port}"
@@ -256,11 +274,15 @@ def main() -> int:
         assert fleet.prometheus is not None
         print(f"  Prometheus {fleet.prometheus.url}/alerts   router {fleet.router.url}")
         for name, fault, expect in FAULTS:
+            fleet.settle()
             print(f"\n== {name}: expect {expect}")
             took[name] = asyncio.run(_run(fleet, fault, expect))
     except KeyboardInterrupt:
         print("\ninterrupted: stopping everything the demo started")
         return 130
+    except StackError as exc:
+        print(f"demo failed: {exc}", file=sys.stderr)
+        return 1
     finally:
         fleet.stop()
         fleet.replicas["a"].stop()

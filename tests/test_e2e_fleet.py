@@ -22,16 +22,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from demo.fleet import Fleet, pinned_clients, replica_killed
+from demo.fleet import JUDGED, Fleet, pinned_clients, replica_killed
 from demo.stack import VllmServer
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.spec import seconds
 
 pytestmark = pytest.mark.e2e
-
-# Alerts about the replicas' speed judge with uncalibrated defaults here (severity info):
-# the fleet's alerts compare the replicas with each other, not with a threshold in seconds.
-JUDGED = ("warning", "critical")
 
 
 @pytest.fixture(scope="module")
@@ -107,21 +103,8 @@ def test_clients_pinned_to_one_replica_name_it(fleet: Fleet) -> None:
     assert not unrelated, unrelated
 
 
-def quiet(fleet: Fleet, timeout: float = 180) -> None:
-    """Until Prometheus has held no alert above info for a rate window: the last fault's
-    requests have left the windows the next one is judged over."""
-    assert fleet.prometheus is not None
-    deadline, since = time.monotonic() + timeout, time.monotonic()
-    while time.monotonic() - since < fleet.spec.window_seconds + 1:
-        held = [a for a in fleet.prometheus.alerts() if a["labels"]["severity"] in JUDGED]
-        if held:
-            since = time.monotonic()
-        assert time.monotonic() < deadline, [a["labels"]["alertname"] for a in held]
-        time.sleep(1)
-
-
 def test_a_killed_replica_is_named_before_the_routers_health_check_fails_it(fleet: Fleet) -> None:
-    quiet(fleet)
+    fleet.settle()
     dead = fleet.replicas["b"].url
     expect = {"InferenceRouterFailingWorker", "InferenceBackendDown"}
     result = asyncio.run(until_received(fleet, replica_killed, expect, 150))
