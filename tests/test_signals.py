@@ -31,11 +31,7 @@ from inferwatch.collect.server_cpu import ServerCpuSample
 from inferwatch.collect.textparse import read_page
 from inferwatch.collect.window import SUMMARIZED, LatencyWindow
 from inferwatch.method.local import Samples, Window
-from inferwatch.method.router_signals import (
-    FLEET_SIGNALS,
-    ROUTER_OVERHEAD_SIGNALS,
-    ROUTER_SIGNALS,
-)
+from inferwatch.method.router_signals import FLEET_SIGNALS, ROUTER_SIGNALS
 from inferwatch.method.rules import dump_yaml, placeholders, rules_document
 from inferwatch.method.signals import SIGNALS, expression
 from inferwatch.method.spec import spec_from_config
@@ -357,9 +353,7 @@ def _check(expr: str, value: float) -> dict[str, Any]:
     }
 
 
-ROUTER_SIGNALS_BY_NAME = {
-    signal.name for signal in (*ROUTER_SIGNALS, *ROUTER_OVERHEAD_SIGNALS, *FLEET_SIGNALS)
-}
+ROUTER_SIGNALS_BY_NAME = {signal.name for signal in (*ROUTER_SIGNALS, *FLEET_SIGNALS)}
 
 
 def test_the_synthetic_pod_gives_every_signal_a_value() -> None:

@@ -9,6 +9,40 @@ from __future__ import annotations
 
 from inferwatch.method.signal import INSTANCE, NODE, Signal
 
+# The router's mean time per answered request, and that of the replicas behind it (every
+# serving replica of its namespace, by their own end-to-end histograms).
+_ROUTER_MEAN = (
+    "(\n  sum by (namespace, job, instance) "
+    "(rate(inferwatch_router_request_duration_seconds_sum[%(window)s]))\n"
+    "  / sum by (namespace, job, instance) "
+    "(rate(inferwatch_router_request_duration_seconds_count[%(window)s]))\n)"
+)
+# No parenthesis after ``group_left``: PromQL would read it as the labels to copy.
+_REPLICAS_MEAN = (
+    "sum by (namespace) (rate(inferwatch_request_duration_seconds_sum[%(window)s]))\n"
+    "  / sum by (namespace) (rate(inferwatch_request_duration_seconds_count[%(window)s]))"
+)
+_OVERHEAD = f"({_ROUTER_MEAN}\n- on (namespace) group_left\n  {_REPLICAS_MEAN})"
+
+_OVERHEAD_SIGNALS = (
+    Signal(
+        name="router_overhead",
+        label="router's time per request beyond its replicas' own",
+        unit="seconds",
+        level=NODE,
+        promql=_OVERHEAD,
+        local=None,
+    ),
+    Signal(
+        name="router_overhead_share",
+        label="share of the router's time per request outside the replicas",
+        unit="ratio",
+        level=NODE,
+        promql=f"{_OVERHEAD}\n/ {_ROUTER_MEAN}",
+        local=None,
+    ),
+)
+
 ROUTER_SIGNALS = (
     Signal(
         name="router_worker_failure_share",
@@ -48,40 +82,7 @@ ROUTER_SIGNALS = (
         promql="inferwatch_router_worker_healthy",
         local=None,
     ),
-)
-
-# The router's mean time per answered request, and that of the replicas behind it (every
-# serving replica of its namespace, by their own end-to-end histograms).
-_ROUTER_MEAN = (
-    "(\n  sum by (namespace, job, instance) "
-    "(rate(inferwatch_router_request_duration_seconds_sum[%(window)s]))\n"
-    "  / sum by (namespace, job, instance) "
-    "(rate(inferwatch_router_request_duration_seconds_count[%(window)s]))\n)"
-)
-# No parenthesis after ``group_left``: PromQL would read it as the labels to copy.
-_REPLICAS_MEAN = (
-    "sum by (namespace) (rate(inferwatch_request_duration_seconds_sum[%(window)s]))\n"
-    "  / sum by (namespace) (rate(inferwatch_request_duration_seconds_count[%(window)s]))"
-)
-_OVERHEAD = f"({_ROUTER_MEAN}\n- on (namespace) group_left\n  {_REPLICAS_MEAN})"
-
-ROUTER_OVERHEAD_SIGNALS = (
-    Signal(
-        name="router_overhead",
-        label="router's time per request beyond its replicas' own",
-        unit="seconds",
-        level=NODE,
-        promql=_OVERHEAD,
-        local=None,
-    ),
-    Signal(
-        name="router_overhead_share",
-        label="share of the router's time per request outside the replicas",
-        unit="ratio",
-        level=NODE,
-        promql=f"{_OVERHEAD}\n/ {_ROUTER_MEAN}",
-        local=None,
-    ),
+    *_OVERHEAD_SIGNALS,
 )
 
 # A replica's requests in flight (running and waiting) over the rate window.

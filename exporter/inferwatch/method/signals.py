@@ -18,11 +18,7 @@ from collections.abc import Mapping
 from inferwatch.method.fallbacks import FALLBACKS
 from inferwatch.method.gpu_faults import GPU_HEALTH
 from inferwatch.method.recipes import Gauge, Mean, Quantile, Rate, Ratio, ShareAbove, Sum
-from inferwatch.method.router_signals import (
-    FLEET_SIGNALS,
-    ROUTER_OVERHEAD_SIGNALS,
-    ROUTER_SIGNALS,
-)
+from inferwatch.method.router_signals import FLEET_SIGNALS, ROUTER_SIGNALS
 from inferwatch.method.signal import INSTANCE, ITL, MODEL, NODE, QUEUE, TTFT, Signal
 from inferwatch.method.thresholds import THROTTLE_REASONS
 from inferwatch.metrics import CANARY_RESULTS
@@ -231,7 +227,6 @@ SIGNALS: dict[str, Signal] = {
         ),
         *GPU_HEALTH,
         *ROUTER_SIGNALS,
-        *ROUTER_OVERHEAD_SIGNALS,
         *FLEET_SIGNALS,
         # Communication. Per GPU in PromQL, its busier direction over its link's peak;
         # locally the busiest GPU and direction over the largest peak: the same where a
