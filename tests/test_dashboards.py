@@ -325,11 +325,18 @@ def test_the_load_curve_is_one_row_per_rate_in_the_order_of_the_rates() -> None:
     assert [t["expr"].count('latency="') for t in p["targets"]] == [0, 0, 1, 1, 1]
 
 
-def test_heatmaps_read_prometheus_buckets() -> None:
+def test_heatmaps_read_prometheus_buckets_or_a_row_per_replica() -> None:
     heatmaps = [p for b in BOARDS.values() for p in panels(b) if p["type"] == "heatmap"]
-    assert heatmaps
+    by_replica = [p for p in heatmaps if "by instance" in p["title"]]
+    assert by_replica and len(by_replica) < len(heatmaps)
     for p in heatmaps:
         assert p["options"]["calculate"] is False, p["title"]
+        if p in by_replica:  # a row per replica, zero included; the cells are its load
+            assert "unit" not in p["options"]["yAxis"] and "filterValues" not in p["options"]
+            for t in p["targets"]:
+                assert (t["format"], t["legendFormat"]) == ("time_series", "{{instance}}")
+                assert t["expr"].startswith("sum by (instance) ("), p["title"]
+            continue
         assert p["options"]["yAxis"]["unit"] not in (None, "short"), p["title"]
         for t in p["targets"]:
             assert t["format"] == "heatmap" and t["legendFormat"] == "{{le}}", p["title"]

@@ -57,7 +57,7 @@ FEDERATE = (
     '{__name__=~"model:.+|instance:.+"}',
     "ALERTS",
     '{__name__=~"inferwatch_backend_info|inferwatch_backend_up'
-    '|inferwatch_requests_waiting|inferwatch_kv_cache_usage_ratio"}',
+    '|inferwatch_requests_running|inferwatch_requests_waiting|inferwatch_kv_cache_usage_ratio"}',
 )
 CAPTURE = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")  # KV cache full, 13 preemptions
 COUNTER = re.compile(r"^(vllm:[a-z_:]+_(?:total|bucket|count|sum))(\{[^}]*\})? (\S+)$")

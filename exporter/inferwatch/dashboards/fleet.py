@@ -194,15 +194,27 @@ def _instances_health(spec: Spec) -> list[PanelSpec]:
 
 
 def _instances_load(spec: Spec) -> list[PanelSpec]:
-    """Instances row, the load on each replica: queue, KV cache, GPU busy."""
+    """Instances row, the load on each replica: in flight and queued (a row per replica, to
+    read a thousand of them), KV cache, GPU busy."""
+    running = f"sum by (instance) ({series('requests_running')})"
+    waiting = f"sum by (instance) ({series('requests_waiting')})"
     return [
         PanelSpec(
+            "Requests in flight by instance",
+            "Running and waiting requests, a row per replica. One hot row while the others "
+            "stay pale: the router's policy or an affinity sends it the load "
+            "(InferenceReplicaImbalance). Every row hot at once: the fleet is at capacity.",
+            [Query(f"{running} + {waiting}", "{{instance}}")],
+            kind="heatmap",
+            width=12,
+        ),
+        PanelSpec(
             "Queue depth by instance",
-            "Waiting requests per replica. Uneven queues across replicas mean the load "
-            "balancer is not spreading work.",
-            [Query(f"sum by (instance) ({series('requests_waiting')})", "{{instance}}")],
-            width=8,
-            drilldown=TRIAGE_UID,
+            "Waiting requests, a row per replica. A queue on one replica while another has none "
+            "means the load is not spread; queues everywhere, that there is too little capacity.",
+            [Query(waiting, "{{instance}}")],
+            kind="heatmap",
+            width=12,
         ),
         PanelSpec(
             "KV cache by instance",

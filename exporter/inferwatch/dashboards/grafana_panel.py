@@ -83,9 +83,10 @@ def _drilldown_link(spec: PanelSpec, uid: str) -> dict[str, Any]:
 
 
 def _target(spec: PanelSpec, query: Query, ref: str) -> Target:
-    """One Prometheus query: instant for tables, buckets by ``le`` for heatmaps."""
+    """One Prometheus query: instant for tables, buckets by ``le`` for a heatmap's query
+    without a legend (one row per series with one)."""
     instant = query.instant or query.table
-    if spec.kind == "heatmap":
+    if spec.kind == "heatmap" and not query.legend:
         fmt, legend = "heatmap", "{{le}}"
     else:
         fmt, legend = ("table" if query.table else "time_series"), query.legend
@@ -180,9 +181,16 @@ def _transformations(spec: PanelSpec) -> list[dict[str, Any]]:
     return out
 
 
+def _series_rows(spec: PanelSpec) -> bool:
+    """Whether a heatmap's rows are its queries' series (they have a legend), not buckets."""
+    return any(query.legend for query in spec.queries)
+
+
 def _heatmap_options(spec: PanelSpec) -> dict[str, Any]:
-    """Prometheus buckets as they come (``calculate: false``), one row per ``le``."""
-    return {
+    """Prometheus buckets as they come (``calculate: false``), one row per ``le``; or one row
+    per series (a replica), the cells in ``spec.unit``."""
+    rows = _series_rows(spec)
+    options = {
         "calculate": False,
         "cellGap": 1,
         "color": {
@@ -199,9 +207,12 @@ def _heatmap_options(spec: PanelSpec) -> dict[str, Any]:
         "legend": {"show": True},
         "rowsFrame": {"layout": "auto"},
         "showValue": "never",
-        "tooltip": {"mode": "single", "yHistogram": True, "showColorScale": False},
+        "tooltip": {"mode": "single", "yHistogram": not rows, "showColorScale": rows},
         "yAxis": {"axisPlacement": "left", "reverse": False, "unit": spec.unit},
     }
+    if rows:  # the y axis names the series; an idle replica's zero is a cell, not a gap
+        del options["filterValues"], options["yAxis"]["unit"]
+    return options
 
 
 def grafana_panel(
@@ -242,7 +253,8 @@ def grafana_panel(
         return Table(**common, unit=spec.unit, extraJson={**field_config, **table})
     if spec.kind == "heatmap":
         defaults.update(
-            unit="short",  # observations per bucket and interval; the y axis has spec.unit
+            # Observations per bucket and interval (the y axis has spec.unit), or a row's value.
+            unit=spec.unit if _series_rows(spec) else "short",
             custom={
                 "hideFrom": {"legend": False, "tooltip": False, "viz": False},
                 "scaleDistribution": {"type": "linear"},

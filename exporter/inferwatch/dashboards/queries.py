@@ -92,7 +92,9 @@ class PanelSpec:
     description: str
     queries: list[Query]
     unit: str = "short"
-    kind: str = "timeseries"  # timeseries, stat, table, heatmap (queries return buckets by le)
+    # timeseries, stat, table, heatmap (a query without a legend returns buckets by le; with
+    # one, each of its series is a row: a replica's load over time)
+    kind: str = "timeseries"
     width: int = 8
     height: int = 8
     no_value: str = NOT_PROVIDED
