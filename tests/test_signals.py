@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from inferwatch.collect.backends import BACKENDS
 from inferwatch.collect.canary import CanarySample
 from inferwatch.collect.server_cpu import ServerCpuSample
 from inferwatch.collect.textparse import read_page
@@ -48,7 +49,7 @@ from inferwatch.model import (
 )
 from inferwatch.serve.exposition import render
 
-from conftest import promtool_series
+from conftest import fixture_text, promtool_series
 
 STEP_SECONDS = 10
 STEPS = 5  # six pages, at 0, 10, ..., 50 s
@@ -314,7 +315,12 @@ def snapshot(step: int) -> Snapshot:
 
 PAGES: list[Samples] = [read_page(render(snapshot(step)).decode()) for step in range(STEPS + 1)]
 WINDOW = Window(PAGES[0], PAGES[-1], seconds=WINDOW_SECONDS, spec=SPEC)
-LOCAL = {name: WINDOW.value(s.local) for name, s in SIGNALS.items() if s.local is not None}
+# The signals of one exporter (not those judged per worker of a router: see the router test).
+LOCAL = {
+    name: WINDOW.value(s.local)
+    for name, s in SIGNALS.items()
+    if s.local is not None and s.per is None
+}
 
 
 def promtool_tests(
@@ -353,7 +359,7 @@ def _check(expr: str, value: float) -> dict[str, Any]:
     }
 
 
-ROUTER_SIGNALS_BY_NAME = {signal.name for signal in (*ROUTER_SIGNALS, *FLEET_SIGNALS)}
+PER_WORKER = {signal.name for signal in ROUTER_SIGNALS if signal.per == "worker"}
 
 
 def test_the_synthetic_pod_gives_every_signal_a_value() -> None:
@@ -362,8 +368,49 @@ def test_the_synthetic_pod_gives_every_signal_a_value() -> None:
     assert {n for n, s in SIGNALS.items() if s.local is None} == {
         "exporter_up",  # the exporter answering is the local form's premise
         "gpu_collection_recent",  # needs a look-back of hours
-        *ROUTER_SIGNALS_BY_NAME,  # a fleet's: one exporter's pages show one replica or router
+        # A fleet's: one exporter's pages show one replica, or a router without its replicas.
+        *({s.name for s in (*ROUTER_SIGNALS, *FLEET_SIGNALS)} - PER_WORKER),
     }
+
+
+def _router_page(capture: str) -> Samples:
+    sample = BACKENDS["vllm-router"].normalize(fixture_text(f"vllm-router-0.1.17{capture}.prom"))
+    snap = Snapshot(
+        backend_kind="vllm-router",
+        backend_up=True,
+        backend_scrape_seconds=0.001,
+        backend=sample,
+        collectors={"backend": CollectorStatus(True, 0.001)},
+    )
+    return read_page(render(snap).decode())
+
+
+def test_a_routers_worker_signals_agree_in_promql_and_locally(tmp_path: Path) -> None:
+    """Real vllm-router pages, healthy then with one replica down, the window apart: each
+    worker's signals in both forms (the local one over that worker's series alone)."""
+    healthy, one_down = _router_page(""), _router_page("-one-down")
+    window = Window(healthy, one_down, seconds=WINDOW_SECONDS, spec=SPEC)
+    values, checks = placeholders(SPEC), {}
+    workers = sorted(window.label_values("worker", SIGNALS["router_worker_request_rate"].local))
+    assert workers == ["http://127.0.0.1:18101", "http://127.0.0.1:18102"]
+    for worker in workers:
+        one = Window(healthy, one_down, seconds=WINDOW_SECONDS, spec=SPEC, scope={"worker": worker})
+        for name in sorted(PER_WORKER):
+            local = one.value(SIGNALS[name].local)
+            assert local is not None, (name, worker)
+            only = f'label_replace(vector(1), "worker", "{worker}", "", "")'
+            promql = f"(({SIGNALS[name].promql % values}) and on (worker) {only})"
+            checks[f"{name} {worker}"] = [
+                _check(f"count({promql})", 1),
+                _check(f"abs(max({promql}) - {local!r}) <= bool 1e-9", 1),
+            ]
+    # The dead replica: 13 tries since the healthy page, 4 answered; its check still passes.
+    dead = Window(healthy, one_down, WINDOW_SECONDS, SPEC, scope={"worker": workers[1]})
+    assert dead.signal("router_worker_failure_share") == pytest.approx(9 / 13)
+    # The counters stand still for five pages, then jump: rate() over the window is the
+    # increase between the two pages, as the local form reads it.
+    out = promtool_tests(tmp_path, checks, [healthy] * STEPS + [one_down])
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_every_signal_agrees_in_promql_and_locally(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from demo.stack import chromium
-from inferwatch.collect.backends import VLLM
+from inferwatch.collect.backends import BACKENDS, VLLM
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
 from inferwatch.method.findings import Report, fmt
@@ -64,6 +64,18 @@ async def exporter(aiohttp_server, aiohttp_client):
     """(backend, clock, poller, make_client, apps): an exporter whose poller runs on a fake
     clock and polls only when the test says so (:func:`poll`), each poll recorded by the
     verdict as the running app's task does."""
+    async for parts in _exporter(aiohttp_server, aiohttp_client, VLLM):
+        yield parts
+
+
+@pytest.fixture
+async def router_exporter(aiohttp_server, aiohttp_client):
+    """The same, next to vllm-router."""
+    async for parts in _exporter(aiohttp_server, aiohttp_client, BACKENDS["vllm-router"]):
+        yield parts
+
+
+async def _exporter(aiohttp_server, aiohttp_client, table):
     backend = Backend()
     app = web.Application()
     app.router.add_get("/metrics", backend.metrics)
@@ -71,7 +83,7 @@ async def exporter(aiohttp_server, aiohttp_client):
     server = await aiohttp_server(app)
     clock = Clock()
     upstream = Upstream(str(server.make_url("")).rstrip("/"), timeout=2.0, max_bytes=1 << 24)
-    poller = Poller(upstream, VLLM, None, PollSettings(interval=0.2), clock=clock)
+    poller = Poller(upstream, table, None, PollSettings(interval=0.2), clock=clock)
 
     apps: list[web.Application] = []
 
@@ -157,6 +169,36 @@ async def test_kv_pressure_is_named_with_its_evidence_on_page_and_json(exporter)
     assert doc["series"]["gpu_busy"] == [[t, None] for t, _ in doc["series"]["gpu_busy"]]
     assert "no data" in spark_html(page, "gpu_busy")  # no NVML here: not a flat zero
     assert "<svg" not in spark_html(page, "gpu_busy")
+
+
+async def test_next_to_a_router_each_worker_is_judged_and_named(
+    router_exporter, tmp_path: Path
+) -> None:
+    """Real vllm-router pages: a replica killed, then failed by the router's health check."""
+    router = [fixture_text(f"vllm-router-0.1.17{c}.prom") for c in ("", "-one-down")]
+    client = await router_exporter[3]()
+    await poll(router_exporter, *router)
+    page, doc = await get(client)
+    dead = "http://127.0.0.1:18102"
+    assert [(f["alert"], f["labels"]) for f in doc["findings"]] == [
+        (
+            "InferenceRouterFailingWorker",
+            {"backend": "vllm-router", "model": "unknown", "worker": dead},
+        )
+    ]
+    evidence = {e["signal"]: e["value"] for e in doc["findings"][0]["evidence"]}
+    # 38 tries less 29 successes, of the 13 tries since the healthy page; its check passes.
+    assert evidence == {"router_worker_failure_share": 9 / 13, "router_worker_healthy": 1.0}
+    block = finding_html(page, "InferenceRouterFailingWorker")
+    assert f"worker={dead}" in block and "backend=" not in block  # the page's labels name those
+    dom = await asyncio.to_thread(
+        chromium, "--dump-dom", str(client.make_url("/")), profile=tmp_path / "profile"
+    )
+    assert dom.returncode == 0 and f"worker={dead}" in dom.stdout, dom.stderr
+    # Once the router's own check fails the replica, it has taken it out: nothing to page.
+    await poll(router_exporter, fixture_text("vllm-router-0.1.17-one-down-unhealthy.prom"))
+    _, doc = await get(client)
+    assert doc["state"] == "healthy", doc["findings"]
 
 
 async def test_a_quiet_sequence_has_no_finding(exporter) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from inferwatch.method import slo
 from inferwatch.method.alerts import RELATIONS, Alert, Cond
 from inferwatch.method.alerts.alert import LATENCY_UNITS
-from inferwatch.method.local import Samples, Window, holding, signal_readings
+from inferwatch.method.local import Samples, Window, holding, scoped, signal_readings
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import SEVERITY_ORDER, Spec
 
@@ -266,10 +266,14 @@ def phase_of(signals: Mapping[str, float | None], spec: Spec) -> tuple[str, str]
 
 
 def evaluate(window: Window, spec: Spec, labels: Mapping[str, str]) -> list[Finding]:
-    """The alerts whose conditions hold over the window (one exporter: one label set)."""
+    """The alerts whose conditions hold over the window: one exporter's (``labels``), and
+    those judged per label value (a router's worker, its label added)."""
     return [
         Finding(alert, labels, evidence, severity=spec.severity(alert))
         for alert, evidence in holding(signal_readings(window), spec)
+    ] + [
+        Finding(alert, {**labels, **value}, evidence, severity=spec.severity(alert))
+        for value, alert, evidence in scoped(window, spec)
     ]
 
 

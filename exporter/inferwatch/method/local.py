@@ -21,6 +21,7 @@ from inferwatch.method.quantile import histogram_quantile
 from inferwatch.method.recipes import (
     Aggregation,
     Gauge,
+    Less,
     Mean,
     Quantile,
     Rate,
@@ -72,12 +73,15 @@ class Matched(NamedTuple):
 @dataclass
 class Window:
     """Two scrapes of one exporter ``seconds`` apart; computes signal recipes over them
-    (``spec``: the thresholds a recipe reads, the built-in defaults without one)."""
+    (``spec``: the thresholds a recipe reads, the built-in defaults without one), over the
+    series in ``scope`` alone where it names labels."""
 
     before: Samples
     after: Samples
     seconds: float
     spec: Spec | None = None
+    # Only the series with these labels (label -> value): one worker of a router's.
+    scope: Mapping[str, str] = field(default_factory=dict)
     # What a window has read of its pages, by (page, name, where), and matched across them,
     # by (name, where): the signals of a verdict read the same series many times. Never
     # changed once read.
@@ -109,24 +113,18 @@ class Window:
 
     def _present(self, recipe: Recipe | None) -> bool:
         """Whether the newer page has series of every metric the recipe reads."""
-        if recipe is None:
-            return False
-        if isinstance(recipe, Ratio):
-            return self._present(recipe.numerator) and self._present(recipe.denominator)
-        if isinstance(recipe, Sum):
-            return all(self._present(part) for part in recipe.parts)
-        if isinstance(recipe, Rate):
-            name, where = recipe.counter, recipe.where
-        elif isinstance(recipe, Gauge):
-            name, where = recipe.metric, recipe.where
-        elif isinstance(recipe, Mean):
-            name, where = f"inferwatch_{recipe.histogram}_count", recipe.where
-        elif isinstance(recipe, (Quantile, ShareAbove)):
-            where = recipe.where if isinstance(recipe, Quantile) else {}
-            name = f"inferwatch_{recipe.histogram}_bucket"
-        else:
-            raise TypeError(recipe)
-        return bool(self._series(self.after, name, where))
+        return recipe is not None and all(
+            self._series(self.after, name, where) for name, where in _required(recipe)
+        )
+
+    def label_values(self, label: str, recipe: Recipe) -> set[str]:
+        """The values of ``label`` on the newer page's series that the recipe reads."""
+        return {
+            labels[label]
+            for name, where in _required(recipe)
+            for labels, _ in self._series(self.after, name, where).values()
+            if label in labels
+        }
 
     def value(self, recipe: Recipe | None) -> float | None:
         if recipe is None:
@@ -139,6 +137,11 @@ class Window:
         if isinstance(recipe, Sum):
             parts = [self.value(part) for part in recipe.parts]
             return None if None in parts else math.fsum(p for p in parts if p is not None)
+        if isinstance(recipe, Less):
+            minuend = self.value(recipe.minuend)
+            if minuend is None:
+                return None
+            return minuend - (self.value(recipe.subtrahend) or 0.0)
         if isinstance(recipe, Rate):
             return self._rate(recipe)
         if isinstance(recipe, Gauge):
@@ -159,6 +162,7 @@ class Window:
         read = (id(samples), name, tuple(where.items()))
         series = self._read.get(read)
         if series is None:
+            where = {**where, **{k: re.escape(v) for k, v in self.scope.items()}}
             series = self._read[read] = {
                 id(sample[0]): sample  # the page's own pair: nothing new per series
                 for sample in samples.get(name, [])
@@ -259,22 +263,49 @@ class Window:
         return max(0.0, 1.0 - math.fsum(below) / count)
 
 
+def _required(recipe: Recipe) -> list[tuple[str, Mapping[str, str]]]:
+    """The metrics (name, selector) a recipe needs series of to have a value."""
+    if isinstance(recipe, Ratio):
+        return _required(recipe.numerator) + _required(recipe.denominator)
+    if isinstance(recipe, Sum):
+        return [needed for part in recipe.parts for needed in _required(part)]
+    if isinstance(recipe, Less):
+        return _required(recipe.minuend)
+    if isinstance(recipe, Rate):
+        return [(recipe.counter, recipe.where)]
+    if isinstance(recipe, Gauge):
+        return [(recipe.metric, recipe.where)]
+    if isinstance(recipe, Mean):
+        return [(f"inferwatch_{recipe.histogram}_count", recipe.where)]
+    if isinstance(recipe, Quantile):
+        return [(f"inferwatch_{recipe.histogram}_bucket", recipe.where)]
+    if isinstance(recipe, ShareAbove):
+        return [(f"inferwatch_{recipe.histogram}_bucket", {})]
+    raise TypeError(recipe)
+
+
 Evidence = list[tuple[Cond, float | None]]
 
 
 def signal_readings(window: Window) -> dict[str, tuple[str, float | None]]:
-    """Every signal over the window: the signal read (itself or its fallback) and its value
-    (None: no data); ``exporter_up`` is 1 (it answered)."""
-    readings = {name: window.reading(name) for name in SIGNALS}
+    """Every signal over the window but those judged per label value (:func:`scoped`): the
+    signal read (itself or its fallback) and its value (None: no data); ``exporter_up`` is 1
+    (it answered)."""
+    readings = {name: window.reading(name) for name, s in SIGNALS.items() if s.per is None}
     readings["exporter_up"] = ("exporter_up", 1.0)
     return readings
 
 
+def _per(alert: Alert) -> str | None:
+    """The label an alert is judged per value of: its signals' ``per``, if any."""
+    return next((SIGNALS[c.signal].per for c in alert.conditions() if SIGNALS[c.signal].per), None)
+
+
 def holding(
-    readings: Mapping[str, tuple[str, float | None]], spec: Spec
+    readings: Mapping[str, tuple[str, float | None]], spec: Spec, per: str | None = None
 ) -> list[tuple[Alert, Evidence]]:
-    """The alerts whose conditions hold for these readings, each with its evidence (the
-    conditions naming the signal read)."""
+    """The alerts judged per ``per`` (None: per exporter) whose conditions hold for these
+    readings, each with its evidence (the conditions naming the signal read)."""
     values = {name: value for name, (_, value) in readings.items()}
 
     def holds(cond: Cond) -> bool:
@@ -283,6 +314,8 @@ def holding(
 
     out = []
     for alert in ALERTS.values():
+        if _per(alert) != per:
+            continue
         if alert.any_of:
             fires = any(holds(c) for c in alert.any_of)
         else:
@@ -297,4 +330,22 @@ def holding(
                     ],
                 )
             )
+    return out
+
+
+def scoped(window: Window, spec: Spec) -> list[tuple[dict[str, str], Alert, Evidence]]:
+    """The alerts judged per label value (a router's, per worker) that hold for one value:
+    the label and its value, the alert and its evidence, over the series of that value."""
+    out = []
+    for label in sorted({s.per for s in SIGNALS.values() if s.per}):
+        names = {c.signal for a in ALERTS.values() if _per(a) == label for c in a.conditions()}
+        values = set().union(
+            *(window.label_values(label, SIGNALS[n].local) for n in names if SIGNALS[n].local)
+        )
+        for value in sorted(values):
+            one = Window(
+                window.before, window.after, window.seconds, window.spec, scope={label: value}
+            )
+            readings = {name: one.reading(name) for name in names}
+            out += [({label: value}, a, ev) for a, ev in holding(readings, spec, label)]
     return out

@@ -84,4 +84,13 @@ class Sum:
     parts: tuple[Recipe, ...]
 
 
-Recipe = Quantile | Mean | Rate | Gauge | Ratio | ShareAbove | Sum
+@dataclass(frozen=True)
+class Less:
+    """``minuend`` less ``subtrahend``, which counts as zero where its series are absent
+    (PromQL's ``or 0 * ...``): a worker's tries less its successes, all where none answered."""
+
+    minuend: Recipe
+    subtrahend: Recipe
+
+
+Recipe = Quantile | Mean | Rate | Gauge | Ratio | ShareAbove | Sum | Less

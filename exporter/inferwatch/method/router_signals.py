@@ -2,11 +2,13 @@
 next to a router, ``--backend vllm-router`` or ``sglang-router``, one series per worker) and
 how the load is spread across a model's replicas.
 
-PromQL only: one exporter's pages show one replica, or one router.
+The router's own page judges each of its workers (``per="worker"``: the verdict of the sidecar
+next to it); the rest is PromQL only, as one exporter's pages show one replica, or one router.
 """
 
 from __future__ import annotations
 
+from inferwatch.method.recipes import Gauge, Less, Rate, Ratio
 from inferwatch.method.signal import INSTANCE, NODE, Signal
 
 # The router's mean time per answered request, and that of the replicas behind it (every
@@ -43,6 +45,8 @@ _OVERHEAD_SIGNALS = (
     ),
 )
 
+_TRIES = Rate("inferwatch_router_worker_requests_total")
+
 ROUTER_SIGNALS = (
     Signal(
         name="router_worker_failure_share",
@@ -56,7 +60,11 @@ ROUTER_SIGNALS = (
         "  - (\n    rate(inferwatch_router_worker_successes_total[%(window)s])\n"
         "    or 0 * rate(inferwatch_router_worker_requests_total[%(window)s])\n  )\n)\n"
         "/ rate(inferwatch_router_worker_requests_total[%(window)s])",
-        local=None,
+        local=Ratio(
+            Less(_TRIES, Rate("inferwatch_router_worker_successes_total")),
+            _TRIES,
+        ),
+        per="worker",
     ),
     Signal(
         name="router_worker_request_rate",
@@ -64,7 +72,8 @@ ROUTER_SIGNALS = (
         unit="per_second",
         level=NODE,
         promql="rate(inferwatch_router_worker_requests_total[%(window)s])",
-        local=None,
+        local=_TRIES,
+        per="worker",
     ),
     Signal(
         name="router_worker_circuit_state",
@@ -72,7 +81,8 @@ ROUTER_SIGNALS = (
         unit="count",
         level=NODE,
         promql="inferwatch_router_worker_circuit_state",
-        local=None,
+        local=Gauge("inferwatch_router_worker_circuit_state"),
+        per="worker",
     ),
     Signal(
         name="router_worker_healthy",
@@ -80,7 +90,8 @@ ROUTER_SIGNALS = (
         unit="count",
         level=NODE,
         promql="inferwatch_router_worker_healthy",
-        local=None,
+        local=Gauge("inferwatch_router_worker_healthy"),
+        per="worker",
     ),
     *_OVERHEAD_SIGNALS,
 )

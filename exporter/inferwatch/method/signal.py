@@ -37,3 +37,6 @@ class Signal:
     # The signal read in its place where this one's series are absent (not where they
     # merely saw nothing): a server without a TTFT histogram has the canary's first token.
     fallback: str | None = None
+    # The label whose every value the local form judges alone (a router's ``worker``): the
+    # PromQL form keeps it, so one exporter's pages hold one value of the signal per value.
+    per: str | None = None

@@ -302,6 +302,7 @@ class VerdictHistory:
             "findings": [
                 {
                     "alert": f.alert.name,
+                    "labels": dict(f.labels),  # the exporter's, and a router's worker
                     "severity": f.severity,
                     "phase": f.alert.phase,
                     "layer": f.alert.layer,

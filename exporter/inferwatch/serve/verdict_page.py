@@ -66,7 +66,10 @@ def _phase(doc: Mapping[str, Any]) -> str:
     )
 
 
-def _finding(f: Mapping[str, Any]) -> str:
+def _finding(f: Mapping[str, Any], labels: Mapping[str, str]) -> str:
+    """One finding; ``labels``: the exporter's, so only what names its subject is shown (a
+    router's worker)."""
+    about = " ".join(f"{k}={v}" for k, v in sorted(f["labels"].items()) if k not in labels)
     rows = "".join(
         f'<tr class="{"held" if e["holds"] else "nothold"}"><td>{_e(e["role"])}</td>'
         f"<td>{_e(e['label'])}</td><td>{_e(fmt(e['value'], e['unit']))}</td>"
@@ -83,7 +86,7 @@ def _finding(f: Mapping[str, Any]) -> str:
     indent = f' style="margin-left: {2 * f["depth"]}em"' if f["depth"] else ""
     return (
         f'<div class="finding {_e(f["severity"])}" data-alert="{_e(f["alert"])}"{indent}>'
-        f"<b>{_e(f['severity'].upper())} {_e(f['alert'])}</b> "
+        f"<b>{_e(f['severity'].upper())} {_e(f['alert'])}</b> {_e(about)} "
         f"<span class='muted'>{_e(f['phase'])} / {_e(f['layer'])}</span>{explained}"
         "<table><tr><th></th><th>signal</th><th>measured</th><th></th><th>threshold</th>"
         f"<th></th></tr>{rows}</table>"
@@ -189,7 +192,7 @@ def render_page(
 ) -> str:
     """The verdict page for ``doc`` (from :meth:`VerdictHistory.document`); with
     ``captures``, their list."""
-    findings = "".join(_finding(f) for f in doc["findings"])
+    findings = "".join(_finding(f, doc["labels"]) for f in doc["findings"])
     labels = " ".join(f"{k}={v}" for k, v in sorted(doc["labels"].items()))
     return (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
