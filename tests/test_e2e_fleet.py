@@ -9,7 +9,7 @@ rules and config. Each fault must reach Alertmanager naming the replica it is ab
 - A replica killed under traffic: InferenceRouterFailingWorker names its URL while the
   router's own health check still passes it (it checks every 60 s and fails a worker on the
   third miss), and the dead replica's sidecar says InferenceBackendDown; the other replica
-  has nothing above info.
+  has nothing above info; the sidecar next to the router names the worker on its page.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import aiohttp
 import pytest
 
 from demo.fleet import JUDGED, Fleet, pinned_clients, replica_killed
-from demo.stack import VllmServer
+from demo.stack import VllmServer, chromium
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.spec import seconds
 
@@ -39,14 +41,19 @@ def fleet(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> 
         local.stop()
 
 
-async def until_received(fleet: Fleet, fault, names: set[str], timeout: float) -> dict:
+async def until_received(
+    fleet: Fleet, fault, names: set[str], timeout: float, router_shows: str | None = None
+) -> dict:
     """Run ``fault`` until every alert of ``names`` reached the webhook (or ``timeout``);
     returns each firing alert's labels by name, the first time it arrived, and the seconds
-    from the fault's start, with what ``diagnose --prometheus`` said at that moment."""
+    from the fault's start, with what ``diagnose --prometheus`` said at that moment; and,
+    with ``router_shows``, the router sidecar's verdict the first time it listed that alert
+    (read every half second from the fault's start)."""
     already = len(fleet.receiver.notifications)
     stop = asyncio.Event()
     began = time.monotonic()
     task = asyncio.create_task(fault(fleet, stop))
+    watch = asyncio.create_task(router_verdict(fleet, router_shows, stop)) if router_shows else None
     received: dict[str, tuple[dict, float]] = {}
     report = None
     try:
@@ -60,7 +67,31 @@ async def until_received(fleet: Fleet, fault, names: set[str], timeout: float) -
     finally:
         stop.set()
         await task
-    return {"received": received, "began": began, "report": report}
+        verdict = await watch if watch else None
+    return {"received": received, "began": began, "report": report, "verdict": verdict}
+
+
+async def router_verdict(
+    fleet: Fleet, alert: str, stop: asyncio.Event
+) -> tuple[dict, Path, float] | None:
+    """The router sidecar's ``/verdict.json`` the first time it lists ``alert`` before
+    ``stop``, its page as served then (saved in the fleet's workdir) and when (monotonic).
+    vllm-router opens a dead worker's circuit on its tenth failure in a row, a second or so
+    after the kill under load, and sends it nothing more: the failures leave the window
+    one window later, so the verdict is read from the start rather than after the alert."""
+    url = f"{fleet.sidecars['router'].url}/"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        while not stop.is_set():
+            async with session.get(url + "verdict.json") as response:
+                doc = await response.json()
+            async with session.get(url) as response:
+                html = await response.text()
+            if any(f["alert"] == alert for f in doc["findings"]) and alert in html:
+                page = fleet.workdir / "verdict-router.html"
+                page.write_text(html)
+                return doc, page, time.monotonic()
+            await asyncio.sleep(0.5)
+    return None
 
 
 async def diagnose(fleet: Fleet) -> dict:
@@ -107,7 +138,9 @@ def test_a_killed_replica_is_named_before_the_routers_health_check_fails_it(flee
     fleet.settle()
     dead = fleet.replicas["b"].url
     expect = {"InferenceRouterFailingWorker", "InferenceBackendDown"}
-    result = asyncio.run(until_received(fleet, replica_killed, expect, 150))
+    result = asyncio.run(
+        until_received(fleet, replica_killed, expect, 150, "InferenceRouterFailingWorker")
+    )
     received = result["received"]
     assert expect <= set(received), sorted(received)
     failing, arrived = received["InferenceRouterFailingWorker"]
@@ -136,3 +169,18 @@ def test_a_killed_replica_is_named_before_the_routers_health_check_fails_it(flee
     assert workers[dead]["causes"] == ["InferenceRouterFailingWorker"]
     assert workers[dead]["router_worker_failure_share"] > 0.5
     assert workers[fleet.replicas["a"].url]["causes"] == []
+    # The sidecar next to the router says the same on its own page, naming the worker.
+    assert result["verdict"] is not None, "the router sidecar's verdict never named it"
+    doc, page, shown = result["verdict"]
+    named = [(f["alert"], f["labels"].get("worker")) for f in doc["findings"]]
+    print(f"  router sidecar's verdict {shown - fleet.killed_at:.1f} s after the kill: {named}")
+    assert named == [("InferenceRouterFailingWorker", dead)]  # the live replica is not named
+    shot = page.with_suffix(".png")
+    dom = chromium("--dump-dom", page.as_uri(), profile=fleet.workdir / "chromium")
+    assert dom.returncode == 0 and f"worker={dead}" in dom.stdout, dom.stderr
+    size = "--window-size=1200,900"
+    taken = chromium(
+        f"--screenshot={shot}", size, page.as_uri(), profile=fleet.workdir / "chromium"
+    )
+    assert taken.returncode == 0, taken.stderr
+    print(f"  router verdict page: {shot}")

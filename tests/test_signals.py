@@ -407,6 +407,11 @@ def test_a_routers_worker_signals_agree_in_promql_and_locally(tmp_path: Path) ->
     # The dead replica: 13 tries since the healthy page, 4 answered; its check still passes.
     dead = Window(healthy, one_down, WINDOW_SECONDS, SPEC, scope={"worker": workers[1]})
     assert dead.signal("router_worker_failure_share") == pytest.approx(9 / 13)
+    # A worker's first answers inside the window (its successes born there, as at the
+    # router's first traffic): no value yet, never every try read as failed.
+    unborn = {**healthy, "inferwatch_router_worker_successes_total": []}
+    first = Window(unborn, one_down, WINDOW_SECONDS, SPEC, scope={"worker": workers[0]})
+    assert first.signal("router_worker_failure_share") is None
     # The counters stand still for five pages, then jump: rate() over the window is the
     # increase between the two pages, as the local form reads it.
     out = promtool_tests(tmp_path, checks, [healthy] * STEPS + [one_down])

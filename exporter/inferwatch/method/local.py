@@ -138,10 +138,10 @@ class Window:
             parts = [self.value(part) for part in recipe.parts]
             return None if None in parts else math.fsum(p for p in parts if p is not None)
         if isinstance(recipe, Less):
-            minuend = self.value(recipe.minuend)
-            if minuend is None:
-                return None
-            return minuend - (self.value(recipe.subtrahend) or 0.0)
+            minuend, subtrahend = self.value(recipe.minuend), self.value(recipe.subtrahend)
+            if subtrahend is None and self._present(recipe.subtrahend):
+                return None  # its series were born inside the window: no rate yet, not zero
+            return None if minuend is None else minuend - (subtrahend or 0.0)
         if isinstance(recipe, Rate):
             return self._rate(recipe)
         if isinstance(recipe, Gauge):

@@ -87,7 +87,9 @@ class Sum:
 @dataclass(frozen=True)
 class Less:
     """``minuend`` less ``subtrahend``, which counts as zero where its series are absent
-    (PromQL's ``or 0 * ...``): a worker's tries less its successes, all where none answered."""
+    (PromQL's ``or 0 * ...``): a worker's tries less its successes, all where none answered.
+    No value where the subtrahend's series were born inside the window (a worker's first
+    answers): the local form has no rate for them yet, and zero would read as failures."""
 
     minuend: Recipe
     subtrahend: Recipe
