@@ -248,3 +248,65 @@ def test_a_request_whose_grammar_compiles_waits_deferred() -> None:
     sample = SGLANG.normalize('sglang:num_queue_reqs{model_name="m"} 3.0\n')
     assert sample.values["requests_waiting"] == {(("model", "m"),): 3.0}
     assert "requests_deferred" not in sample.values
+
+
+# Disaggregated prefill/decode: pages built from SGLang 0.5.23's own definitions (no public
+# capture of a PD pair's page was found), marked synthetic in their first line.
+PD_PREFILL = "sglang-0.5.23-synthetic-pd-prefill.prom"
+PD_DECODE = "sglang-0.5.23-synthetic-pd-decode.prom"
+QWEN3 = (("model", "Qwen/Qwen3-8B"),)
+
+
+def test_pd_prefill_converts_ms_and_mib_to_seconds_and_bytes() -> None:
+    text = fixture_text(PD_PREFILL)
+    sample = SGLANG.normalize(text)
+    seconds = sample.histograms["kv_transfer_seconds"][QWEN3]
+    # kv_transfer_latency_ms: 3.2, 7.9 and 41.0 ms; its bounds in seconds (1 ms -> 0.001).
+    assert seconds.count == 3.0
+    assert seconds.sum == pytest.approx(
+        page_value(text, "sglang:kv_transfer_latency_ms_sum") / 1000
+    )
+    assert seconds.buckets[:3] == (("0.001", 0.0), ("0.002", 0.0), ("0.005", 1.0))
+    assert seconds.buckets[-2:] == (("5.0", 3.0), ("+Inf", 3.0))
+    # kv_transfer_total_mb_sum 75 MiB (SGLang divides bytes by 1024**2).
+    assert sample.values["kv_transfer_bytes"] == {QWEN3: 75 * 1024.0**2}
+    boot = sample.histograms["kv_transfer_bootstrap_seconds"][QWEN3]
+    assert (boot.count, boot.sum) == (3.0, pytest.approx(0.1335))
+    assert sample.values["kv_transfer_failures"] == {QWEN3: 1.0}  # bootstrap 1, transfer none
+    # bootstrap queue 2, inflight 1; the decode queues (0 here) are not a prefill's.
+    assert sample.values["kv_transfer_requests_waiting"] == {
+        (*QWEN3, ("stage", "pending")): 2.0,
+        (*QWEN3, ("stage", "transferring")): 1.0,
+    }
+    # The disaggregation queues are not the waiting queue: num_queue_reqs alone.
+    assert sample.values["requests_waiting"] == {QWEN3: 3.0}
+
+
+def test_pd_decode_reads_its_queues_and_leaves_out_histograms_without_samples() -> None:
+    sample = SGLANG.normalize(fixture_text(PD_DECODE))
+    assert sample.values["kv_transfer_requests_waiting"] == {
+        (*QWEN3, ("stage", "pending")): 4.0,  # decode prealloc queue
+        (*QWEN3, ("stage", "transferring")): 2.0,  # decode transfer queue
+    }
+    assert sample.values["kv_transfer_failures"] == {QWEN3: 1.0}
+    for key in ("kv_transfer_seconds", "kv_transfer_bootstrap_seconds"):
+        assert key not in sample.histograms, key
+    # No family: absent on every SGLang page.
+    for key in ("kv_transfer_bytes", "kv_transfer_expired_requests", "kv_transfer_prompt_tokens"):
+        assert key not in sample.values, key
+
+
+def test_a_server_not_disaggregated_writes_the_pd_queues_at_zero_and_they_stay_absent() -> None:
+    text = fixture_text(FULL)  # real: engine_type="unified", all four PD queue gauges 0.0
+    assert page_value(text, "sglang:num_prefill_bootstrap_queue_reqs") == 0.0
+    assert page_value(text, "sglang:num_decode_transfer_queue_reqs") == 0.0
+    assert "kv_transfer_requests_waiting" not in SGLANG.normalize(text).values
+
+
+@pytest.mark.parametrize(
+    "fixture", [f for f in SGLANG_FIXTURES if f not in (PD_PREFILL, PD_DECODE)]
+)
+def test_without_disaggregation_families_the_transfer_series_are_absent(fixture: str) -> None:
+    sample = SGLANG.normalize(fixture_text(fixture))
+    found = [k for k in (*sample.values, *sample.histograms) if k.startswith("kv_transfer_")]
+    assert not found, found

@@ -460,3 +460,67 @@ def test_lora_info_is_read_from_its_newest_series() -> None:
     # Nothing running now: the newest series names no adapter.
     idle = text.replace(" 1.8e9", " 2.0e9")
     assert VLLM.normalize(idle).values["lora_adapters_active"] == {(("model", "tiny"),): 0.0}
+
+
+# Disaggregated prefill/decode: pages built from vLLM 0.34.0's own definitions (no public
+# capture of a NIXL or Mooncake page was found), marked synthetic in their first line.
+NIXL = "vllm-0.34.0-synthetic-nixl-decode.prom"
+MOONCAKE = "vllm-0.34.0-synthetic-mooncake-prefill.prom"
+QWEN = (("model", "Qwen/Qwen3-8B"), ("engine", "0"))
+
+
+def test_nixl_decode_reads_its_pulls_failures_and_the_requests_waiting_for_their_kv() -> None:
+    text = fixture_text(NIXL)
+    sample = VLLM.normalize(text)
+    seconds = sample.histograms["kv_transfer_seconds"][QWEN]
+    # Five reads: 0.012, 0.018, 0.031, 0.047, 0.22 s; the page's own buckets kept.
+    assert (seconds.count, seconds.sum) == (
+        5.0,
+        page_value(text, "vllm:nixl_xfer_time_seconds_sum"),
+    )
+    assert seconds.sum == pytest.approx(0.328)
+    assert dict(seconds.buckets)["0.025"] == 2.0 and seconds.buckets[-1] == ("+Inf", 5.0)
+    # The per-transfer size histogram's sum: 2 x 4 MiB + 2 x 8 MiB + 16 MiB.
+    assert sample.values["kv_transfer_bytes"] == {QWEN: 41943040.0}
+    # nixl_num_failed_transfers (2) already counts the failed notification (1): not added.
+    assert sample.values["kv_transfer_failures"] == {QWEN: 2.0}
+    # Tracked on the prefill instance: zero here, as the page says, not absent.
+    assert sample.values["kv_transfer_expired_requests"] == {QWEN: 0.0}
+    assert sample.values["kv_transfer_requests_waiting"] == {
+        (*QWEN, ("stage", "pending")): 1.0,  # waiting_to_start
+        (*QWEN, ("stage", "transferring")): 3.0,  # in_progress
+        (*QWEN, ("stage", "received")): 2.0,  # completed_waiting
+    }
+    # prompt_tokens_by_source{source="external_kv_transfer"} only, not local_compute's 120.
+    assert sample.values["kv_transfer_prompt_tokens"] == {QWEN: 4096.0}
+    assert sample.values["requests_waiting"] == {QWEN: 6.0}
+
+
+def test_mooncake_prefill_reads_its_pushes_and_adds_both_failure_counters() -> None:
+    sample = VLLM.normalize(fixture_text(MOONCAKE))
+    seconds = sample.histograms["kv_transfer_seconds"][QWEN]
+    assert (seconds.count, seconds.sum) == (3.0, pytest.approx(0.073))
+    assert seconds.buckets[0] == ("0.005", 1.0)  # Mooncake's buckets, not NIXL's
+    assert sample.values["kv_transfer_bytes"] == {QWEN: 10485760.0}  # 2 + 2 + 6 MiB
+    # failed_transfers 1 + failed_recvs 0.
+    assert sample.values["kv_transfer_failures"] == {QWEN: 1.0}
+    assert sample.values["kv_transfer_expired_requests"] == {QWEN: 3.0}
+    assert sample.values["kv_transfer_prompt_tokens"] == {QWEN: 0.0}
+    # A KV producer has no KV fetch gauge: absent, not zero.
+    assert "kv_transfer_requests_waiting" not in sample.values
+
+
+@pytest.mark.parametrize("fixture", [f for f in VLLM_FIXTURES if f not in (NIXL, MOONCAKE)])
+def test_without_a_kv_connector_the_transfer_series_are_absent(fixture: str) -> None:
+    sample = VLLM.normalize(fixture_text(fixture))
+    found = [k for k in (*sample.values, *sample.histograms) if k.startswith("kv_transfer_")]
+    # Except the tokens: vLLM 0.16+ always writes prompt_tokens_by_source, its
+    # external_kv_transfer source 0 without a connector (the server's own zero, kept).
+    assert found in ([], ["kv_transfer_prompt_tokens"]), found
+    if found:
+        assert set(sample.values["kv_transfer_prompt_tokens"].values()) == {0.0}
+
+
+def test_the_tokens_by_transfer_are_the_servers_own_zero_without_a_connector() -> None:
+    sample = VLLM.normalize(fixture_text("vllm-0.32.0-cpu-after-preemptions.prom"))
+    assert sample.values["kv_transfer_prompt_tokens"] == {E0: 0.0}

@@ -40,6 +40,7 @@ from inferwatch.metrics import (
     WINDOW_QUANTILES,
     Kind,
 )
+from inferwatch.metrics.kv_transfer import KV_TRANSFER
 from inferwatch.metrics.router import ROUTER
 from inferwatch.model import (
     BackendSample,
@@ -166,8 +167,13 @@ def test_every_exposed_family_is_in_the_contract() -> None:
     # With a GPU, a vLLM page, the derived signals and a baseline, every family shows but
     # those vLLM lacks (SGLang's own idle counter, TGI's step durations and token budget),
     # this server did not use (speculative decoding and LoRA were off) or an H100 has not
-    # (page retirement is for GPUs before Ampere); a router's series are a router's.
-    assert contract - families - {d.name for d in ROUTER.values()} == {
+    # (page retirement is for GPUs before Ampere); a router's series are a router's, and
+    # the KV transfer's a disaggregated pair's (but the tokens by transfer, 0, that vLLM
+    # writes on every page).
+    kv_transfer = {d.name for d in KV_TRANSFER.values()} - {
+        "inferwatch_kv_transfer_prompt_tokens_total"
+    }
+    assert contract - families - {d.name for d in ROUTER.values()} - kv_transfer == {
         "inferwatch_gpu_retired_pages_pending",
         "inferwatch_lora_adapters_active",
         "inferwatch_lora_adapters_max",

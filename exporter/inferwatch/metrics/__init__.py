@@ -10,6 +10,7 @@ from __future__ import annotations
 from inferwatch.gpu_gauges import GPU_GAUGES
 from inferwatch.metrics.definition import PREFIX, C, G, H, Kind, MetricDef, S
 from inferwatch.metrics.definition import defs as _defs
+from inferwatch.metrics.kv_transfer import KV_TRANSFER
 from inferwatch.metrics.router import ROUTER
 
 __all__ = ["PREFIX", "Kind", "MetricDef"]
@@ -91,6 +92,7 @@ BACKEND: dict[str, MetricDef] = _defs(
         "HTTP responses of the server's inference API by status class (2xx, 4xx, 5xx).",
         ("status",),
     ),
+    *KV_TRANSFER.values(),
     *ROUTER.values(),
 )
 

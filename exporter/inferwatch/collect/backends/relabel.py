@@ -14,7 +14,7 @@ from inferwatch.model import Labels
 from inferwatch.urls import without_any_userinfo
 
 # Contract labels in the order they are exposed; a backend maps its own label names onto them.
-LABEL_ORDER = ("model", "engine", "kind", "reason", "status", "worker", "policy")
+LABEL_ORDER = ("model", "engine", "kind", "reason", "stage", "status", "worker", "policy")
 
 # The contract's ``status`` is an HTTP status class: a server's "2xx" is kept and its code
 # "200" becomes "2xx"; any other value makes the family malformed (left out).

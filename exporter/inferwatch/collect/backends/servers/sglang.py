@@ -15,7 +15,8 @@ becomes::
 Absent, and why: ``requests_finished`` (``num_requests_total`` has no finish reason);
 ``request_decode_time_seconds`` (no family); ``engine_step_tokens`` / ``engine_step_seconds``
 (no per-step histogram, only busy-time counters and per-request stages); ``spec_decode_*``
-(only gauges of the last interval, such as ``spec_accept_rate``: a rate sums into no counter).
+(only gauges of the last interval, such as ``spec_accept_rate``: a rate sums into no counter);
+``kv_transfer_expired_requests`` and ``kv_transfer_prompt_tokens`` (no family).
 """
 
 from inferwatch.collect.backends.mapping import Backend
@@ -26,6 +27,24 @@ def _sglang_feed(key: str, name: str, **where: str) -> Feed:
     """A feed from ``sglang:<name>`` or, as the SMG router re-exposes it, ``sglang_<name>``."""
     return feed(key, *(Source(f"{prefix}{name}", where=where) for prefix in ("sglang:", "sglang_")))
 
+
+def _sglang_feed_scaled(key: str, name: str, scale: float) -> Feed:
+    """``_sglang_feed`` in another unit: ms to seconds, MiB to bytes."""
+    return feed(key, *(Source(f"{prefix}{name}", scale=scale) for prefix in ("sglang:", "sglang_")))
+
+
+def _both_prefixes(*names: str) -> tuple[Source, ...]:
+    return tuple(Source(f"{prefix}{name}") for prefix in ("sglang:", "sglang_") for name in names)
+
+
+# The disaggregation queues: the role (engine_type) that fills each, and the contract's
+# stage of a request waiting in it for its KV.
+_PD_QUEUES = {
+    "num_prefill_bootstrap_queue_reqs": ("prefill", "pending"),
+    "num_prefill_inflight_queue_reqs": ("prefill", "transferring"),
+    "num_decode_prealloc_queue_reqs": ("decode", "pending"),
+    "num_decode_transfer_queue_reqs": ("decode", "transferring"),
+}
 
 # SGLang's native inference routes outside /v1/.
 _INFERENCE = inference_api("/generate", "/encode", "/classify")
@@ -107,6 +126,36 @@ SGLANG = Backend(
             "request_time_per_output_token_seconds", "request_time_per_output_token_seconds"
         ),
         _sglang_feed("kv_cache_capacity_tokens", "max_total_num_tokens"),  # the KV pool's size
+        # Disaggregated prefill/decode (SGLang 0.5.23, sglang/srt/observability/
+        # metrics_collector.py): the prefill instance observes each transfer it sends, its
+        # latency in ms and its size in MiB (bytes / 1024**2). Not kv_transfer_speed_gb_s:
+        # a histogram of per-transfer speeds, which bytes over seconds already give; nor
+        # kv_transfer_alloc_ms (the decode's wait for KV memory, no transfer).
+        _sglang_feed_scaled("kv_transfer_seconds", "kv_transfer_latency_ms", 0.001),
+        _sglang_feed_scaled("kv_transfer_bytes", "kv_transfer_total_mb_sum", 1024.0**2),
+        _sglang_feed_scaled("kv_transfer_bootstrap_seconds", "kv_transfer_bootstrap_ms", 0.001),
+        # Requests, on the side that saw the failure.
+        feed_sum(
+            "kv_transfer_failures",
+            *_both_prefixes("num_bootstrap_failed_reqs_total", "num_transfer_failed_reqs_total"),
+        ),
+        # The prefill's bootstrap queue (waiting for its decode to pair) and inflight queue
+        # (sending), the decode's prealloc queue (pairing, allocating) and transfer queue
+        # (receiving), each on its role's instance only: every SGLang writes all four, 0 on
+        # a server that is not disaggregated (engine_type="unified"). Not
+        # decode_host_receive_queue_reqs: a part of the transfer queue.
+        feed_sum(
+            "kv_transfer_requests_waiting",
+            *(
+                Source(
+                    f"{prefix}{name}",
+                    where={"engine_type": (role, "dynamic").__contains__},
+                    constant={"stage": stage},
+                )
+                for prefix in ("sglang:", "sglang_")
+                for name, (role, stage) in _PD_QUEUES.items()
+            ),
+        ),
         # Status codes by class, summed over endpoint and method on the inference API only.
         feed(
             "http_requests",

@@ -18,6 +18,7 @@ from inferwatch.collect.backends.table import (
     Profiler,
     Source,
     feed,
+    feed_sum,
     inference_api,
     info,
     newest_info,
@@ -28,6 +29,13 @@ from inferwatch.collect.backends.table import (
 _INFERENCE = inference_api(
     "/invocations", "/pooling", "/classify", "/score", "/rerank", "/v2/rerank"
 )
+
+# vllm/v1/metrics/stats.py's KV_FETCH_STAGES in the contract's terms.
+_KV_FETCH_STAGES = {
+    "waiting_to_start": "pending",
+    "in_progress": "transferring",
+    "completed_waiting": "received",
+}
 
 VLLM = Backend(
     name="vllm",
@@ -106,6 +114,45 @@ VLLM = Backend(
         feed("lora_adapters_max", newest_info("vllm:lora_requests_info", "max_lora")),
         feed("spec_decode_draft_tokens", "vllm:spec_decode_num_draft_tokens_total"),
         feed("spec_decode_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_total"),
+        # Disaggregated prefill/decode (vLLM 0.34, vllm/distributed/kv_transfer/kv_connector/
+        # v1/nixl/stats.py and mooncake/stats.py): the connector's own families. NIXL pulls,
+        # so the decode instance times its reads; Mooncake pushes, so the prefill times its
+        # writes. Bytes: the sum of the per-transfer size histogram.
+        feed(
+            "kv_transfer_seconds", "vllm:nixl_xfer_time_seconds", "vllm:mooncake_xfer_time_seconds"
+        ),
+        feed(
+            "kv_transfer_bytes",
+            "vllm:nixl_bytes_transferred_sum",
+            "vllm:mooncake_bytes_transferred_sum",
+        ),
+        # NIXL's counts handshake and notification failures too; Mooncake's sender counts
+        # failed writes, its receiver failed receives.
+        feed_sum(
+            "kv_transfer_failures",
+            Source("vllm:nixl_num_failed_transfers_total"),
+            Source("vllm:mooncake_num_failed_transfers_total"),
+            Source("vllm:mooncake_num_failed_recvs_total"),
+        ),
+        feed(
+            "kv_transfer_expired_requests",
+            "vllm:nixl_num_kv_expired_reqs_total",
+            "vllm:mooncake_num_kv_expired_reqs_total",
+        ),
+        # A KV consumer's waiting requests by async KV load stage (vLLM 0.33+).
+        feed(
+            "kv_transfer_requests_waiting",
+            Source(
+                "vllm:num_requests_kv_fetch_by_stage",
+                where={"stage": _KV_FETCH_STAGES.__contains__},
+                labels={"stage": "stage"},
+                values={"stage": _KV_FETCH_STAGES},
+            ),
+        ),
+        feed(
+            "kv_transfer_prompt_tokens",
+            Source("vllm:prompt_tokens_by_source_total", where={"source": "external_kv_transfer"}),
+        ),
         # The API server's (prometheus-fastapi-instrumentator, status already 2xx...), summed
         # over handler and method on the inference API; vLLM already leaves out /metrics,
         # /health, /load, /ping, /version and /server_info.
