@@ -7,6 +7,7 @@ import gc
 import gzip
 import logging
 import platform
+import socket
 import time
 from pathlib import Path
 
@@ -173,10 +174,14 @@ async def test_metrics_answers_while_the_backend_hangs(poller_for, backend, aioh
     assert poller.snapshot.backend_up is False
 
 
-async def test_unreachable_backend(poller_for, aiohttp_client, unused_tcp_port) -> None:
-    poller = poller_for(f"http://127.0.0.1:{unused_tcp_port}")
-    client = await aiohttp_client(make_app(poller, run_poller=False))
-    await poller.poll_once()
+async def test_unreachable_backend(poller_for, aiohttp_client) -> None:
+    # A port bound and never listening refuses, and no other test's server can take it (a
+    # free port can be: pytest-xdist runs the others beside this one).
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        poller = poller_for(f"http://127.0.0.1:{held.getsockname()[1]}")
+        client = await aiohttp_client(make_app(poller, run_poller=False))
+        await poller.poll_once()
     page = await (await client.get("/metrics")).text()
     assert page_value(page, "inferwatch_backend_up", backend="vllm") == 0.0
     assert "cannot connect to" in poller.snapshot.collectors["backend"].error
