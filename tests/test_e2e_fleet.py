@@ -44,7 +44,8 @@ def fleet(vllm_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> 
 async def until_received(
     fleet: Fleet, fault, names: set[str], timeout: float, router_shows: str | None = None
 ) -> dict:
-    """Run ``fault`` until every alert of ``names`` reached the webhook (or ``timeout``);
+    """Run ``fault`` until every alert of ``names`` reached the webhook and, with
+    ``router_shows``, the router sidecar's verdict listed that alert (or ``timeout``);
     returns each firing alert's labels by name, the first time it arrived, and the seconds
     from the fault's start, with what ``diagnose --prometheus`` said at that moment; and,
     with ``router_shows``, the router sidecar's verdict the first time it listed that alert
@@ -60,8 +61,11 @@ async def until_received(
         while time.monotonic() - began < timeout and not task.done():
             for arrived, alert in fleet.receiver.firing(since=already):
                 received.setdefault(alert["labels"]["alertname"], (alert["labels"], arrived))
-            if names <= set(received):
+            if names <= set(received) and report is None:
                 report = await diagnose(fleet)
+            # The sidecar's verdict and Prometheus judge the same window apart: either may
+            # name the worker first, so the fault holds until both have.
+            if report is not None and (watch is None or watch.done()):
                 break
             await asyncio.sleep(0.5)
     finally:
