@@ -30,6 +30,7 @@ from demo.faults import (
 )
 from demo.local_stack import LocalStack, alertmanager_config
 from demo.stack import StackError
+from inferwatch.method.alerts import ALERTS
 from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
 from inferwatch.method.slo import FAST as SLO_PAGE
 
@@ -74,17 +75,17 @@ GAP = "InferenceClientGap"
 # Past the measured capacity: the queue (listed under the capacity ticket, which explains
 # it), the regression and what users see.
 PAST_CAPACITY = frozenset({QUEUEING, REGRESSION, CANARY, GAP})
-# Near the capacity, each prompt's prefill shares its steps with a full batch's decodes:
-# the first tokens slow before any queue forms, and the prefill bottleneck may hold, listed
-# under the capacity ticket (inhibited where the ticket came first).
-NEAR_CAPACITY_PREFILL = frozenset({"InferencePrefillBottleneck"})
+# Near the capacity, each step carries a full batch's decodes and admits new prompts'
+# prefill chunks: tokens and first tokens slow before any queue forms, and what the capacity
+# ticket explains may hold, listed under it (inhibited where the ticket came first).
+NEAR_CAPACITY_EXPLAINS = frozenset(ALERTS[NEAR_CAPACITY].explains)
 
 SCENARIOS = (
     Scenario(
         "load ramp",
         NEAR_CAPACITY,
         load_ramp,
-        also_allowed=PAST_CAPACITY | NEAR_CAPACITY_PREFILL,
+        also_allowed=PAST_CAPACITY | NEAR_CAPACITY_EXPLAINS,
         story="Traffic stepping up through the measured capacity: 60 % of it, then between "
         "the ticket's threshold and the capacity, then the overload: the capacity ticket "
         "comes while requests still meet their objectives, before the queue and the page.",

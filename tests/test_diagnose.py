@@ -288,7 +288,13 @@ def test_near_capacity_is_found_with_its_numbers_and_explains_the_queueing() -> 
     assert found["InferenceQueueingDelay"] == "InferenceNearCapacity"
     assert (
         "InferenceNearCapacity",
-        ("InferenceQueueingDelay", "InferenceLatencyRegression", "InferencePrefillBottleneck"),
+        (
+            "InferenceQueueingDelay",
+            "InferenceLatencyRegression",
+            "InferencePrefillBottleneck",
+            "InferenceDecodeBottleneck",
+            "InferencePrefillStallsDecode",
+        ),
         ("model",),
     ) in RELATIONS
     assert "share of the measured capacity in use (fleet) 96 % > 90 %" in render(report)

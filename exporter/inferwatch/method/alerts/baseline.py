@@ -128,9 +128,16 @@ NEAR_CAPACITY_ALERT = Alert(
     phase="any",
     layer="baseline",
     # Near the capacity, requests queue, and latency exceeds what the baseline measured at
-    # a lower load: both are the load's. So is a slow first token with no queue: each
-    # prompt's prefill shares its steps with a full batch's decodes.
-    explains=("InferenceQueueingDelay", "InferenceLatencyRegression", "InferencePrefillBottleneck"),
+    # a lower load: both are the load's. So are the phases' own symptoms before any queue:
+    # each step carries a full batch's decodes (slower tokens) and admits new prompts'
+    # prefill chunks (slower first tokens, and the streams' tail waits behind them).
+    explains=(
+        "InferenceQueueingDelay",
+        "InferenceLatencyRegression",
+        "InferencePrefillBottleneck",
+        "InferenceDecodeBottleneck",
+        "InferencePrefillStallsDecode",
+    ),
     for_default="5m",
     summary="{{ $labels.model }} is near the capacity its baseline measured",
     description="{{ $labels.model }} serves {{ $value | humanizePercentage }} of the capacity "
