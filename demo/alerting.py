@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -182,6 +183,13 @@ class Prometheus:
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
+
+    def start_afresh(self) -> Prometheus:
+        """Start again, on the same port, with no samples: what happened before is not
+        the history the rules judge (a calibration's load on the server, say)."""
+        self.stop()
+        shutil.rmtree(self.workdir / "prometheus-data", ignore_errors=True)
+        return self.start()
 
 
 class Alertmanager:
