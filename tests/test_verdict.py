@@ -204,6 +204,7 @@ async def test_next_to_a_router_each_worker_is_judged_and_named(
     assert [v for _, v in doc["series"]["router_request_rate"]] == pytest.approx([2.7, 0.6])
     assert "no data" not in spark_html(page, "router_request_rate")
     assert 'data-series="ttft_p95"' not in page  # no engine behind a router's port
+    assert doc["router"] and "phase: none" not in page and "<b>a router</b>" in page
 
 
 async def test_a_quiet_sequence_has_no_finding(exporter) -> None:

@@ -311,6 +311,7 @@ class VerdictHistory:
             "window_seconds": v.window_seconds,
             "rate_window": spec.timing.window,
             "labels": v.labels,
+            "router": self.sparklines == ROUTER_SERIES,  # no engine: no phase of its own
             "phase": v.phase,
             "phase_detail": v.phase_detail,
             "phase_signals": {k: number(x) for k, x in v.phase_signals.items()},
