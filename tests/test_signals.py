@@ -315,11 +315,13 @@ def snapshot(step: int) -> Snapshot:
 
 PAGES: list[Samples] = [read_page(render(snapshot(step)).decode()) for step in range(STEPS + 1)]
 WINDOW = Window(PAGES[0], PAGES[-1], seconds=WINDOW_SECONDS, spec=SPEC)
-# The signals of one exporter (not those judged per worker of a router: see the router test).
+# A router's, read off its own page (each worker's, and the router whole): the router test.
+ROUTER_PAGE = {signal.name for signal in ROUTER_SIGNALS if signal.local is not None}
+# The signals of one exporter next to a server.
 LOCAL = {
     name: WINDOW.value(s.local)
     for name, s in SIGNALS.items()
-    if s.local is not None and s.per is None
+    if s.local is not None and name not in ROUTER_PAGE
 }
 
 
@@ -369,7 +371,7 @@ def test_the_synthetic_pod_gives_every_signal_a_value() -> None:
         "exporter_up",  # the exporter answering is the local form's premise
         "gpu_collection_recent",  # needs a look-back of hours
         # A fleet's: one exporter's pages show one replica, or a router without its replicas.
-        *({s.name for s in (*ROUTER_SIGNALS, *FLEET_SIGNALS)} - PER_WORKER),
+        *({s.name for s in (*ROUTER_SIGNALS, *FLEET_SIGNALS)} - ROUTER_PAGE),
     }
 
 
@@ -559,3 +561,25 @@ def test_the_itl_tail_is_counted_at_a_bucket_bound_or_not_at_all() -> None:
     elsewhere = spec_from_config({"thresholds": {"itl_tail_bound_seconds": 0.3}})
     window = Window(PAGES[0], PAGES[-1], seconds=WINDOW_SECONDS, spec=elsewhere)
     assert window.signal("itl_tail_share") is None
+
+
+def test_a_router_whole_agrees_in_promql_and_locally(tmp_path: Path) -> None:
+    """The router whole, every worker added (the sparklines of the sidecar next to it), on
+    real vllm-router pages from one replica down to its circuit open: both forms agree."""
+    one_down, cb_open = _router_page("-one-down"), _router_page("-one-down-cb-open")
+    window = Window(one_down, cb_open, seconds=WINDOW_SECONDS, spec=SPEC)
+    values, checks = placeholders(SPEC), {}
+    for name in sorted(ROUTER_PAGE - PER_WORKER):
+        local = window.value(SIGNALS[name].local)
+        assert local is not None, name
+        promql = f"({SIGNALS[name].promql % values})"
+        checks[name] = [
+            _check(f"count({promql})", 1),
+            _check(f"abs(max({promql}) - {local!r}) <= bool 1e-9", 1),
+        ]
+    # 6 tries since one-down (77 to 83), 5 answered; one retry; both workers still routed to.
+    assert window.signal("router_failure_share") == pytest.approx(1 / 6)
+    assert window.signal("router_retry_rate") == pytest.approx(1 / WINDOW_SECONDS)
+    assert window.signal("router_workers_active") == 2
+    out = promtool_tests(tmp_path, checks, [one_down] * STEPS + [cb_open])
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -197,8 +197,14 @@ async def test_next_to_a_router_each_worker_is_judged_and_named(
     assert dom.returncode == 0 and f"worker={dead}" in dom.stdout, dom.stderr
     # Once the router's own check fails the replica, it has taken it out: nothing to page.
     await poll(router_exporter, fixture_text("vllm-router-0.1.17-one-down-unhealthy.prom"))
-    _, doc = await get(client)
+    page, doc = await get(client)
     assert doc["state"] == "healthy", doc["findings"]
+    # Its sparklines are the router's, every worker added: 50, 77 then 83 tries, 10 s apart.
+    assert list(doc["series"]) == list(verdict_module.ROUTER_SERIES)
+    assert [v for _, v in doc["series"]["router_request_rate"]] == pytest.approx([2.7, 0.6])
+    assert "no data" not in spark_html(page, "router_request_rate")
+    assert 'data-series="ttft_p95"' not in page  # no engine behind a router's port
+    assert doc["router"] and "phase: none" not in page and "<b>a router</b>" in page
 
 
 async def test_a_quiet_sequence_has_no_finding(exporter) -> None:

@@ -3,12 +3,13 @@ next to a router, ``--backend vllm-router`` or ``sglang-router``, one series per
 how the load is spread across a model's replicas.
 
 The router's own page judges each of its workers (``per="worker"``: the verdict of the sidecar
-next to it); the rest is PromQL only, as one exporter's pages show one replica, or one router.
+next to it) and shows the router whole (its sparklines); the rest is PromQL only, as one
+exporter's pages show one replica, or one router.
 """
 
 from __future__ import annotations
 
-from inferwatch.method.recipes import Gauge, Less, Rate, Ratio
+from inferwatch.method.recipes import Gauge, Less, Quantile, Rate, Ratio
 from inferwatch.method.signal import INSTANCE, NODE, Signal
 
 # The router's mean time per answered request, and that of the replicas behind it (every
@@ -46,6 +47,55 @@ _OVERHEAD_SIGNALS = (
 )
 
 _TRIES = Rate("inferwatch_router_worker_requests_total")
+
+# The router as a whole, every worker added: what the sidecar next to it draws (its verdict
+# page's sparklines, :data:`inferwatch.serve.verdict.ROUTER_SERIES`).
+_ALL_TRIES = "sum without (worker) (rate(inferwatch_router_worker_requests_total[%(window)s]))"
+_ROUTER_WHOLE = (
+    Signal(
+        name="router_request_rate",
+        label="router's requests/s to its workers, tries and retries",
+        unit="per_second",
+        level=NODE,
+        promql=_ALL_TRIES,
+        local=_TRIES,
+    ),
+    Signal(
+        name="router_failure_share",
+        label="router's requests to its workers that failed",
+        unit="ratio",
+        level=NODE,
+        promql=f"(\n  {_ALL_TRIES}\n  - (\n"
+        "    sum without (worker) (rate(inferwatch_router_worker_successes_total[%(window)s]))\n"
+        f"    or 0 * {_ALL_TRIES}\n  )\n)\n/ {_ALL_TRIES}",
+        local=Ratio(Less(_TRIES, Rate("inferwatch_router_worker_successes_total")), _TRIES),
+    ),
+    Signal(
+        name="router_retry_rate",
+        label="router's retries/s",
+        unit="per_second",
+        level=NODE,
+        promql="rate(inferwatch_router_retries_total[%(window)s])",
+        local=Rate("inferwatch_router_retries_total"),
+    ),
+    Signal(
+        name="router_duration_p95",
+        label="router's time per answered request p95",
+        unit="seconds",
+        level=NODE,
+        promql="histogram_quantile(0.95, rate(inferwatch_router_request_duration_seconds_bucket"
+        "[%(window)s]))",
+        local=Quantile("router_request_duration_seconds", 0.95),
+    ),
+    Signal(
+        name="router_workers_active",
+        label="workers the router routes to",
+        unit="count",
+        level=NODE,
+        promql="inferwatch_router_workers_active",
+        local=Gauge("inferwatch_router_workers_active"),
+    ),
+)
 
 ROUTER_SIGNALS = (
     Signal(
@@ -94,6 +144,7 @@ ROUTER_SIGNALS = (
         per="worker",
     ),
     *_OVERHEAD_SIGNALS,
+    *_ROUTER_WHOLE,
 )
 
 # A replica's requests in flight (running and waiting) over the rate window.

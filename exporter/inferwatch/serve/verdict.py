@@ -57,6 +57,14 @@ SERIES = (
     "queued_while_idle_ratio",
     "canary_ttft_gap",
 )
+# A router's sparklines (a sidecar next to it: no engine, no canary), the router whole.
+ROUTER_SERIES = (
+    "router_request_rate",
+    "router_failure_share",
+    "router_retry_rate",
+    "router_duration_p95",
+    "router_workers_active",
+)
 PHASE_CODES = {
     "prefill": "prefill",
     "decode": "decode",
@@ -199,6 +207,13 @@ class VerdictHistory:
         # Called with each new verdict, on the event loop (evidence capture's trigger).
         self.listeners: list[Callable[[Verdict], None]] = []
 
+    @property
+    def sparklines(self) -> tuple[str, ...]:
+        """The signals drawn: a server's, or a router's next to a router (known once
+        ``--backend auto`` has recognised it)."""
+        backend = self.poller.backend
+        return SERIES if backend is None or backend.serves_inference else ROUTER_SERIES
+
     async def refresh(self) -> None:
         """Record the poller's snapshot if it is new and ``step`` has passed; never raises."""
         snap, at = self.poller.snapshot, self.poller.last_poll_at
@@ -245,11 +260,11 @@ class VerdictHistory:
     ) -> tuple[Point, bytes, Samples, Verdict]:
         text = self._page(snap)
         page = self._reader.read(text.decode())
-        values: dict[str, float | None] = dict.fromkeys(SERIES)
+        values: dict[str, float | None] = dict.fromkeys(self.sparklines)
         read: dict[str, str] = {}
         if points and at > points[-1].at:
             window = Window(previous, page, at - points[-1].at, self.spec)
-            readings = {name: window.reading(name) for name in SERIES}
+            readings = {name: window.reading(name) for name in self.sparklines}
             values = {name: value for name, (_, value) in readings.items()}
             read = {name: signal for name, (signal, _) in readings.items() if signal != name}
         point = Point(at, self._wall(), snap.backend_up, values, read)
@@ -275,11 +290,11 @@ class VerdictHistory:
         newest point."""
         points = list(self._points)
         if not points:
-            return {name: [] for name in SERIES}
+            return {name: [] for name in self.sparklines}
         anchor = points[-1].wall - points[-1].at
         return {
             name: [(p.at + anchor, p.values.get(name)) for p in points[1:]]  # [0]: no window
-            for name in SERIES
+            for name in self.sparklines
         }
 
     def document(self) -> dict[str, Any]:
@@ -296,6 +311,7 @@ class VerdictHistory:
             "window_seconds": v.window_seconds,
             "rate_window": spec.timing.window,
             "labels": v.labels,
+            "router": self.sparklines == ROUTER_SERIES,  # no engine: no phase of its own
             "phase": v.phase,
             "phase_detail": v.phase_detail,
             "phase_signals": {k: number(x) for k, x in v.phase_signals.items()},
@@ -324,6 +340,6 @@ class VerdictHistory:
             # Each sparkline named by the signal its newest point read (a fallback: TGI's).
             "series_info": {
                 name: {"label": SIGNALS[read.get(name, name)].label, "unit": SIGNALS[name].unit}
-                for name in SERIES
+                for name in self.sparklines
             },
         }

@@ -59,8 +59,11 @@ def _phase(doc: Mapping[str, Any]) -> str:
     if doc["state"] == "collecting":
         return ""
     window = doc["window_seconds"]
+    phase = f"<b>phase: {_e(doc['phase'])}</b> ({_e(doc['phase_detail'])})"
+    if doc["router"]:
+        phase = "<b>a router</b>: each worker's phase is on the sidecar next to it"
     return (
-        f'<p id="phase"><b>phase: {_e(doc["phase"])}</b> ({_e(doc["phase_detail"])})<br>'
+        f'<p id="phase">{phase}<br>'
         f"<small>over the last {window:.0f} s of polls (rate window {_e(doc['rate_window'])})"
         "</small></p>"
     )
