@@ -80,6 +80,8 @@ FINISHED = {  # reason -> engine -> requests/s
     "error": {"0": 0.1, "1": 0.0},
     "abort": {"0": 0.0, "1": 0.05},
 }
+KV_FAILURES = {"0": 0.04, "1": 0.1}  # KV transfers failed per second
+KV_EXPIRED = {"0": 0.02, "1": 0.0}  # requests whose KV expired unfetched, per second
 QUEUED_WHILE_IDLE = {"0": 0.05, "1": 0.2}  # seconds per second
 DECODE_FLOOR = {"0": 0.004, "1": 0.006}
 FRONTEND_CPU = 0.7  # cores (one API server for both engines)
@@ -100,6 +102,10 @@ HISTOGRAMS = {
     "request_queue_time_seconds": (
         ("0.01", "0.1", "0.5", "1.0", "5.0", "+Inf"),
         {"0": ((1.0, 0.8, 0.4, 0.2, 0.05, 0.0), 0.12), "1": ((0.2, 0.5, 0.4, 0.3, 0.2, 0.0), 0.6)},
+    ),
+    "kv_transfer_seconds": (
+        ("0.05", "0.1", "0.5", "+Inf"),
+        {"0": ((0.6, 0.8, 0.3, 0.1), 0.12), "1": ((0.2, 0.5, 0.4, 0.1), 0.2)},
     ),
     "request_duration_seconds": (
         ("1.0", "5.0", "20.0", "+Inf"),
@@ -204,6 +210,8 @@ def backend_sample(step: int) -> BackendSample:
         "prompt_tokens": per_engine(lambda e: _counter(PROMPT_TOKENS[e], step)),
         "generation_tokens": per_engine(lambda e: _counter(GENERATION_TOKENS[e], step)),
         "engine_steps": per_engine(lambda e: _counter(ENGINE_STEPS[e], step)),
+        "kv_transfer_failures": per_engine(lambda e: _counter(KV_FAILURES[e], step)),
+        "kv_transfer_expired_requests": per_engine(lambda e: _counter(KV_EXPIRED[e], step)),
         "requests_finished": {
             _engine(e, ("reason", reason)): _counter(rates[e], step)
             for reason, rates in FINISHED.items()

@@ -136,6 +136,7 @@ class Window:
             return top / bottom
         if isinstance(recipe, Sum):
             parts = [self.value(part) for part in recipe.parts]
+            parts += [self.value(part) or 0.0 for part in recipe.optional]
             return None if None in parts else math.fsum(p for p in parts if p is not None)
         if isinstance(recipe, Less):
             minuend, subtrahend = self.value(recipe.minuend), self.value(recipe.subtrahend)

@@ -79,9 +79,12 @@ class ShareAbove:
 
 @dataclass(frozen=True)
 class Sum:
-    """The sum of recipes (none when any of them has no value)."""
+    """The sum of recipes (none when any of them has no value), and of the ``optional``
+    ones where they have series (PromQL's ``or 0 * ...``: a server without that counter)."""
 
     parts: tuple[Recipe, ...]
+    _: KW_ONLY
+    optional: tuple[Recipe, ...] = ()
 
 
 @dataclass(frozen=True)

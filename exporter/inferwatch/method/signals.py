@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from inferwatch.method.fallbacks import FALLBACKS
 from inferwatch.method.gpu_faults import GPU_HEALTH
+from inferwatch.method.kv_transfer_signals import KV_TRANSFER_SIGNALS
 from inferwatch.method.recipes import Gauge, Mean, Quantile, Rate, Ratio, ShareAbove, Sum
 from inferwatch.method.router_signals import FLEET_SIGNALS, ROUTER_SIGNALS
 from inferwatch.method.signal import INSTANCE, ITL, MODEL, NODE, QUEUE, TTFT, Signal
@@ -255,6 +256,7 @@ SIGNALS: dict[str, Signal] = {
                 Gauge("inferwatch_gpu_pcie_peak_bytes_per_second"),
             ),
         ),
+        *KV_TRANSFER_SIGNALS,
         Signal(
             name="canary_ttft_gap",
             label="client gap (canary TTFT - server TTFT)",

@@ -210,6 +210,21 @@ THRESHOLDS: dict[str, Threshold] = {
         "link sets the pace (tensor-parallel all-reduce, host transfers). The peak is the line "
         "rate, and payload rarely gets past ~90 % of it.",
     ),
+    "kv_transfer_failure_share": Threshold(
+        default=0.01,
+        unit="ratio",
+        why="A KV transfer between prefill and decode fails about never on a healthy link: "
+        "more than one in a hundred failed, or expired before the decode side read it, is "
+        "the connector, the network between the pools or KV released too early, and each "
+        "one costs a prefill again or the request.",
+    ),
+    "kv_transfer_ttft_share": Threshold(
+        default=0.5,
+        unit="ratio",
+        why="A transfer moves what the prefill computed; where it takes more than half of "
+        "the mean time to the first token, the first token waits for the KV to cross "
+        "between the pools more than for the prompt to be computed.",
+    ),
     "throttled_share": Threshold(
         default=0.5,
         unit="ratio",

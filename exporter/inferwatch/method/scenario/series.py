@@ -9,6 +9,7 @@ from inferwatch.method.quantile import histogram_quantile
 from inferwatch.method.scenario.workload import (
     CANARY_RESULTS,
     ITL_LE,
+    KV_TRANSFER_LE,
     LATENCY_LE,
     NVLINK_PEAK,
     PCIE_PEAK,
@@ -199,6 +200,26 @@ def _optional_series(r: Replica, backend: dict) -> list[dict]:
     return out
 
 
+def _kv_transfer_series(r: Replica, engine: dict) -> list[dict]:
+    """The KV transfer's histogram and counters, on an instance of a prefill/decode pair."""
+    kv = r.kv_transfer
+    if kv is None:
+        return []
+    metric = "inferwatch_kv_transfer"
+    out = _histogram(f"{metric}_seconds", engine, KV_TRANSFER_LE, kv.per_s, kv.seconds)
+    counters = (
+        ("bytes", kv.per_s * kv.bytes_each),
+        ("failures", kv.failures_per_s),
+        ("expired_requests", kv.expired_per_s),
+    )
+    out += [
+        _series(f"{metric}_{name}_total", _counter(per_s), **engine)
+        for name, per_s in counters
+        if per_s is not None
+    ]
+    return out
+
+
 def _server_cpu_series(r: Replica, target: dict) -> list[dict]:
     """The CPU under the server, where the sidecar reads it."""
     if r.server_cpu_cores is None:
@@ -321,6 +342,7 @@ def input_series(r: Replica | Router) -> list[dict]:
         *_engine_series(r, engine, backend),
         *_histograms(r, engine, backend),
         *_optional_series(r, backend),
+        *_kv_transfer_series(r, engine),
         *_server_cpu_series(r, target),
         *_gpu_series(r, target),
     ]

@@ -30,6 +30,7 @@ LATENCY_LE = (
 )
 TOKENS_LE = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 STEP_TOKENS_LE = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+KV_TRANSFER_LE = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)  # NIXL's
 # fmt: on
 # TGI's duration buckets (queue, request, batch steps): 0.1 ms x 1.5^i, i = 1..35.
 TGI_LE = tuple(0.0001 * 1.5**i for i in range(1, 36))
@@ -56,6 +57,19 @@ class Dist:
 # A healthy TGI's steps: prefill in (65.7, 98.5] ms, decode in (19.5, 29.2] ms.
 TGI_PREFILL = Dist({TGI_LE[16]: 1.0}, 0.08)
 TGI_DECODE = Dist({TGI_LE[13]: 1.0}, 0.025)
+
+
+@dataclass(frozen=True)
+class KVTransfer:
+    """One side of a disaggregated pair's KV transfers: those timed per second, how long
+    they took, the bytes each moved, failures and expired requests per second (None: the
+    server counts none, as SGLang its expired requests)."""
+
+    per_s: float = 2.0
+    seconds: Dist = Dist({0.1: 1.0}, 0.08)
+    bytes_each: float = 1.6e8
+    failures_per_s: float = 0.0
+    expired_per_s: float | None = 0.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +128,7 @@ class Replica:
     xid: dict[str, str] = field(default_factory=dict)  # XID -> its counter's values
     canary_gap: str | None = None  # the canary's TTFT gap (None: canary off)
     canary_probes: dict[str, float] | None = None  # probes/s by result (None: canary off)
+    kv_transfer: KVTransfer | None = None  # an instance of a prefill/decode pair
 
 
 @dataclass(frozen=True)
