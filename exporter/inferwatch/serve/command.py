@@ -271,6 +271,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         canary=canary_settings,
         allowed_hosts=config.web_allowed_host or (),
         listen_host=host,
+        otlp=config.otlp_settings(),
     )
     log_uncalibrated(spec, config)
     if config.web_config_file is not None:
@@ -286,6 +287,13 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         )
         warn_if_others_can_write(
             capture.directory, "--capture-dir", "what lies beside the archives"
+        )
+    if config.otlp_traces == "on":
+        log.info(
+            "receiving OTLP/HTTP traces at POST /v1/traces: the %d slowest requests of each "
+            "%g s window",
+            config.otlp_slowest,
+            spec.window_seconds,
         )
     if canary_settings is not None:
         log.info("%s", describe_canary(canary_settings, redact_url))
