@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import gzip
 import json
 import random
 from pathlib import Path
@@ -135,6 +136,19 @@ async def test_otlp_json_with_hex_ids_lists_the_same_request(exporter) -> None:
     assert answer.status == 200, await answer.text()
     assert await answer.json() == {}
     assert (await slow_requests(client))["ttft"] == [EXPECTED]
+
+
+async def test_gzip_is_bounded_decompressed(exporter) -> None:
+    client = await exporter(otlp=OtlpSettings(most=5, max_bytes=20_000))
+    body = export_request(request_span()).SerializeToString()
+    headers = {**PROTOBUF, "Content-Encoding": "gzip"}
+    answer = await client.post("/v1/traces", data=gzip.compress(body), headers=headers)
+    assert answer.status == 200, await answer.text()
+    assert (await slow_requests(client))["ttft"] == [EXPECTED]
+    bomb = gzip.compress(body + bytes(1 << 20))  # about 1 KiB on the wire
+    assert len(bomb) < 20_000
+    answer = await client.post("/v1/traces", data=bomb, headers=headers)
+    assert answer.status == 413
 
 
 async def test_missing_attributes_are_absent_not_zero(exporter) -> None:

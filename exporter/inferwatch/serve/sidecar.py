@@ -23,7 +23,6 @@ from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.exposition import Renderer
 from inferwatch.serve.listener import HEAD_TIMEOUT
 from inferwatch.serve.otlp import OtlpSettings
-from inferwatch.serve.slow_requests import SlowRequests
 from inferwatch.serve.verdict import VerdictHistory
 from inferwatch.serve.web import CAPTURER, POLLER, VERDICT, http_app
 from inferwatch.serve.webconfig import WebConfig
@@ -47,24 +46,19 @@ def make_app(
     otlp: OtlpSettings | None = None,
 ) -> web.Application:
     """The exporter's app over ``poller``; with ``run_poller`` its lifetime owns the poll
-    loop (and the verdict's, which records the polls; without it the verdict records on
-    request).
+    loop (and the verdict's, which records the polls; without, it records on request).
 
     ``spec`` (thresholds, rate window, runbook links) is the verdict's; the defaults when
     None. ``capture`` turns evidence capture on (``POST /capture``, ``GET /captures``, and
     the triggers of ``capture.on`` on the verdict); its connection to the server is its own.
     ``canary`` runs the canary's probe loop for the app's lifetime, on its own task.
-    ``head_timeout``: the seconds a connection has to send a request's head
-    (:func:`inferwatch.serve.web.http_app`).
-    ``allowed_hosts`` or, without them, the names of ``listen_host`` are the Host names
-    answered. ``otlp`` turns the OTLP trace receiver on (``POST /v1/traces``): the slowest
-    requests of the verdict's window join its document.
+    ``head_timeout`` (the seconds a connection has to send a request's head), ``allowed_hosts``
+    (or, without them, the names of ``listen_host``: the Host names answered) and ``otlp``
+    (the OTLP trace receiver): :func:`inferwatch.serve.web.http_app`'s.
     """
     spec = spec_from_config({}) if spec is None else spec
     renderer = Renderer(lambda: poller.snapshot)
     verdict = VerdictHistory(poller, spec, page=renderer.page_of)
-    if otlp is not None:
-        verdict.slow_requests = SlowRequests(spec.window_seconds, otlp.most)
     capturer = None
     if capture is not None:
         upstream = poller.upstream
@@ -87,7 +81,7 @@ def make_app(
         allowed_hosts=allowed_hosts,
         head_timeout=head_timeout,
         listen_host=listen_host,
-        otlp_max_bytes=otlp.max_bytes if otlp is not None else None,
+        otlp=otlp,
     )
     if capturer is not None:
         app.cleanup_ctx.append(_capture_lifetime)
