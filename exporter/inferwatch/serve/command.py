@@ -237,6 +237,17 @@ def log_uncalibrated(spec: Spec, config: ServeConfig) -> None:
         )
 
 
+def log_otlp(config: ServeConfig, spec: Spec) -> None:
+    """Say that the OTLP trace receiver is on, and what it keeps."""
+    if config.otlp_traces == "on":
+        log.info(
+            "receiving OTLP/HTTP traces at POST /v1/traces: the %d slowest requests of each "
+            "%g s window",
+            config.otlp_slowest,
+            spec.window_seconds,
+        )
+
+
 def run(config: ServeConfig, spec: Spec | None = None) -> None:
     """Serve until a signal; ``spec`` (default: the defaults) is the verdict's and sets the
     window of the canary's TTFT gap and of the latency quantiles."""
@@ -271,6 +282,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         canary=canary_settings,
         allowed_hosts=config.web_allowed_host or (),
         listen_host=host,
+        otlp=config.otlp_settings(),
     )
     log_uncalibrated(spec, config)
     if config.web_config_file is not None:
@@ -287,6 +299,7 @@ def run(config: ServeConfig, spec: Spec | None = None) -> None:
         warn_if_others_can_write(
             capture.directory, "--capture-dir", "what lies beside the archives"
         )
+    log_otlp(config, spec)
     if canary_settings is not None:
         log.info("%s", describe_canary(canary_settings, redact_url))
     settle_process()

@@ -13,6 +13,8 @@ from inferwatch.capture.store import CaptureStore
 from inferwatch.collect.canary import CanarySettings
 from inferwatch.collect.derive import weights_bytes_in
 from inferwatch.collect.upstream import Upstream
+from inferwatch.serve.otlp import DEFAULT_MAX_BYTES, OtlpSettings
+from inferwatch.serve.slow_requests import DEFAULT_MOST
 from inferwatch.settings import (
     ConfigError,
     read_secret,
@@ -72,6 +74,9 @@ class ServeConfig:
     capture_profiler_steps: int = 100
     capture_pid: int | None = None
     web_allowed_host: tuple[str, ...] | None = None
+    otlp_traces: str = "off"
+    otlp_slowest: int = DEFAULT_MOST
+    otlp_max_bytes: int = DEFAULT_MAX_BYTES
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> ServeConfig:
@@ -122,6 +127,12 @@ class ServeConfig:
             profiler_steps=self.capture_profiler_steps,
             pid=self.capture_pid,
         )
+
+    def otlp_settings(self) -> OtlpSettings | None:
+        """The OTLP trace receiver's settings (None when off)."""
+        if self.otlp_traces != "on":
+            return None
+        return OtlpSettings(most=self.otlp_slowest, max_bytes=self.otlp_max_bytes)
 
     def backend_headers(self) -> dict[str, str]:
         """Extra headers for every backend request; reads the token file (ConfigError)."""

@@ -10,7 +10,9 @@ from inferwatch.collect.backends import BACKENDS
 from inferwatch.collect.poller import DEFAULT_MAX_LABEL_BYTES, DEFAULT_MAX_SERIES
 from inferwatch.collect.steps import DEFAULT_KNOWN_STEP
 from inferwatch.method.alerts import ALERTS
+from inferwatch.serve.otlp import DEFAULT_MAX_BYTES
 from inferwatch.serve.request_checks import host_names
+from inferwatch.serve.slow_requests import DEFAULT_MOST
 from inferwatch.settings import (
     Option,
     bounded_float,
@@ -324,6 +326,28 @@ OPTIONS = (
         default=None,
         help="the server's process for py-spy (default: the one listening on the backend URL's port)",
         metavar="PID",
+    ),
+    Option(
+        "--otlp-traces",
+        parse=str,
+        default="off",
+        help="receive the server's request spans over OTLP/HTTP at POST /v1/traces (vLLM: "
+        "--otlp-traces-endpoint) and list the rate window's slowest requests on the verdict",
+        choices=("on", "off"),
+    ),
+    Option(
+        "--otlp-slowest",
+        parse=bounded_int(1, 100),
+        default=DEFAULT_MOST,
+        help="slowest requests of the rate window listed, by TTFT and by time per output token",
+        metavar="N",
+    ),
+    Option(
+        "--otlp-max-bytes",
+        parse=positive_int,
+        default=DEFAULT_MAX_BYTES,
+        help="largest OTLP body accepted, decompressed; a bigger one is refused with 413",
+        metavar="N",
     ),
     Option(
         "--log.level",

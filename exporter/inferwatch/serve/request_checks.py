@@ -22,6 +22,7 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
 from inferwatch.serve.basic_auth import UNAUTHENTICATED_PATHS
+from inferwatch.serve.otlp import PATH as OTLP_PATH
 
 # Methods that change nothing: the others must come from the exporter's own origin, as JSON.
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
@@ -35,7 +36,8 @@ def request_checks(allowed_hosts: Collection[str] = (), listen_host: str = "") -
     address's own (:func:`own_host`; ``listen_host`` as ``--web.listen-address`` names it),
     and a state-changing request (not GET or HEAD) from another origin or not a JSON one (a
     form or a simple ``fetch`` cannot send ``Content-Type: application/json`` to another
-    origin unasked: the browser asks first, and the app answers no CORS)."""
+    origin unasked: the browser asks first, and the app answers no CORS); ``POST /v1/traces``
+    may be protobuf instead, which a browser cannot send unasked either."""
     allowed = frozenset(allowed_hosts)
     own = own_names(listen_host)
 
@@ -60,7 +62,9 @@ def request_checks(allowed_hosts: Collection[str] = (), listen_host: str = "") -
             if reason is not None:
                 return _refuse(403, f"{request.method} refused: {reason}")
             media = request.headers.get(hdrs.CONTENT_TYPE, "").partition(";")[0]
-            if media.strip().lower() != "application/json":
+            # The OTLP receiver checks its own types, JSON or protobuf: neither is one a
+            # browser sends to another origin without asking first.
+            if request.path != OTLP_PATH and media.strip().lower() != "application/json":
                 return _refuse(415, f"{request.method} needs Content-Type: application/json")
         return await handler(request)
 

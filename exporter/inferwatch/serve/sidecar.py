@@ -22,6 +22,7 @@ from inferwatch.collect.poller import Poller
 from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.serve.exposition import Renderer
 from inferwatch.serve.listener import HEAD_TIMEOUT
+from inferwatch.serve.otlp import OtlpSettings
 from inferwatch.serve.verdict import VerdictHistory
 from inferwatch.serve.web import CAPTURER, POLLER, VERDICT, http_app
 from inferwatch.serve.webconfig import WebConfig
@@ -42,19 +43,18 @@ def make_app(
     allowed_hosts: Collection[str] = (),
     head_timeout: float = HEAD_TIMEOUT,
     listen_host: str = "",
+    otlp: OtlpSettings | None = None,
 ) -> web.Application:
     """The exporter's app over ``poller``; with ``run_poller`` its lifetime owns the poll
-    loop (and the verdict's, which records the polls; without it the verdict records on
-    request).
+    loop (and the verdict's, which records the polls; without, it records on request).
 
     ``spec`` (thresholds, rate window, runbook links) is the verdict's; the defaults when
     None. ``capture`` turns evidence capture on (``POST /capture``, ``GET /captures``, and
     the triggers of ``capture.on`` on the verdict); its connection to the server is its own.
     ``canary`` runs the canary's probe loop for the app's lifetime, on its own task.
-    ``head_timeout``: the seconds a connection has to send a request's head
-    (:func:`inferwatch.serve.web.http_app`).
-    ``allowed_hosts`` or, without them, the names of ``listen_host`` are the Host names
-    answered.
+    ``head_timeout`` (the seconds a connection has to send a request's head), ``allowed_hosts``
+    (or, without them, the names of ``listen_host``: the Host names answered) and ``otlp``
+    (the OTLP trace receiver): :func:`inferwatch.serve.web.http_app`'s.
     """
     spec = spec_from_config({}) if spec is None else spec
     renderer = Renderer(lambda: poller.snapshot)
@@ -81,6 +81,7 @@ def make_app(
         allowed_hosts=allowed_hosts,
         head_timeout=head_timeout,
         listen_host=listen_host,
+        otlp=otlp,
     )
     if capturer is not None:
         app.cleanup_ctx.append(_capture_lifetime)

@@ -31,6 +31,7 @@ from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import Spec
 from inferwatch.model import Snapshot
 from inferwatch.serve.exposition import render
+from inferwatch.serve.slow_requests import SlowRequests
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +207,8 @@ class VerdictHistory:
         self.verdict = COLLECTING
         # Called with each new verdict, on the event loop (evidence capture's trigger).
         self.listeners: list[Callable[[Verdict], None]] = []
+        # The slowest requests of the window, from the server's spans (None: not received).
+        self.slow_requests: SlowRequests | None = None
 
     @property
     def sparklines(self) -> tuple[str, ...]:
@@ -342,4 +345,5 @@ class VerdictHistory:
                 name: {"label": SIGNALS[read.get(name, name)].label, "unit": SIGNALS[name].unit}
                 for name in self.sparklines
             },
+            "slow_requests": None if self.slow_requests is None else self.slow_requests.document(),
         }

@@ -186,6 +186,56 @@ def _captures(doc: Mapping[str, Any] | None) -> str:
     )
 
 
+_SLOW_KINDS = {"ttft": "by time to first token", "per_token": "by time per output token"}
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value * 1000:.1f} ms"
+
+
+def _slow_row(r: Mapping[str, Any]) -> str:
+    finished = r.get("finished")
+    cells = (
+        r.get("request_id", ""),
+        r.get("trace_id", ""),
+        _seconds(r.get("ttft_seconds")),
+        _seconds(r.get("queue_seconds")),
+        _seconds(r.get("prefill_seconds")),
+        _seconds(r.get("decode_seconds")),
+        _seconds(r.get("per_token_seconds")),
+        r.get("prompt_tokens", ""),
+        r.get("output_tokens", ""),
+        "" if finished is None else time.strftime("%H:%M:%S", time.gmtime(finished)),
+        r.get("ttft_dominated_by", ""),
+        r.get("dominated_by", ""),
+    )
+    return "<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>"
+
+
+def _slow_requests(doc: Mapping[str, Any] | None) -> str:
+    """The window's slowest requests from the server's spans; nothing when not received."""
+    if doc is None:
+        return ""
+    head = (
+        "<tr><th>request</th><th>trace</th><th>TTFT</th><th>queue</th><th>prefill</th>"
+        "<th>decode</th><th>per token</th><th>prompt</th><th>output</th><th>finished (UTC)</th>"
+        "<th>TTFT mostly</th><th>mostly</th></tr>"
+    )
+    tables = "".join(
+        f'<h3>{_e(title)}</h3><table data-slowest="{_e(kind)}">{head}'
+        f"{''.join(_slow_row(r) for r in doc[kind])}</table>"
+        if doc[kind]
+        else f'<h3>{_e(title)}</h3><p class="nodata">no request spans in the window</p>'
+        for kind, title in _SLOW_KINDS.items()
+    )
+    lines = "".join(f"<li>{_e(line)}</li>" for line in doc["summary"])
+    return (
+        f'<div id="slow-requests"><h2>Slowest requests</h2><p><small>the {doc["most"]:d} '
+        f"slowest of the last {doc['window_seconds']:g} s, from the server's request spans "
+        f"(OTLP)</small></p><ul>{lines}</ul>{tables}</div>"
+    )
+
+
 def render_page(
     doc: Mapping[str, Any],
     backend: str,
@@ -205,7 +255,7 @@ def render_page(
         f"<p>Sidecar exporter for LLM inference servers: backend <b>{_e(backend)}</b> at "
         f"<code>{_e(url)}</code>, polled every {interval:g} s. <small>{_e(labels)}</small></p>"
         f'{_banner(doc)}{_phase(doc)}<div id="findings">{findings}</div>{_sparks(doc)}'
-        f"{_captures(captures)}"
+        f"{_slow_requests(doc.get('slow_requests'))}{_captures(captures)}"
         '<p><a href="metrics">metrics</a> · <a href="healthz">healthz</a> · '
         '<a href="verdict.json">verdict.json</a></p>'
         f"<p><small>refreshes every {REFRESH_SECONDS} s; the same conditions as the alert "

@@ -29,8 +29,11 @@ from inferwatch.logs import LogLimiter
 from inferwatch.method.spec import spec_document
 from inferwatch.serve.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Renderer
 from inferwatch.serve.listener import HEAD_TIMEOUT
+from inferwatch.serve.otlp import OtlpSettings
+from inferwatch.serve.otlp import install as install_otlp
 from inferwatch.serve.request_checks import request_checks
 from inferwatch.serve.runbook_page import RunbookPages
+from inferwatch.serve.slow_requests import SlowRequests
 from inferwatch.serve.verdict import VerdictHistory
 from inferwatch.serve.verdict_page import render_page
 from inferwatch.serve.webconfig import WebConfig
@@ -285,6 +288,7 @@ def http_app(
     allowed_hosts: Collection[str] = (),
     head_timeout: float = HEAD_TIMEOUT,
     listen_host: str = "",
+    otlp: OtlpSettings | None = None,
 ) -> web.Application:
     """The routes over the sidecar's parts (built by :func:`inferwatch.serve.sidecar.
     make_app`, the one place that wires them).
@@ -298,7 +302,9 @@ def http_app(
     routes answer 404 with why. A connection that takes longer than ``head_timeout`` seconds
     to send a request's head, counted from its accept or its last answer, is closed
     (:mod:`inferwatch.serve.listener`): aiohttp's keep-alive timeout closes one that waits
-    for a head, half-sent or not.
+    for a head, half-sent or not. ``otlp`` turns on ``POST /v1/traces``
+    (:mod:`inferwatch.serve.otlp`): the slowest requests of the verdict's window from the
+    server's spans, in the verdict's document.
     """
     security = web_config or WebConfig()
     app = web.Application(
@@ -316,6 +322,9 @@ def http_app(
     if capturer is not None:
         app[CAPTURER] = capturer
     app.router.add_post("/capture", start_capture)
+    if otlp is not None:
+        verdict.slow_requests = SlowRequests(verdict.window, otlp.most)
+        install_otlp(app, verdict.slow_requests, otlp.max_bytes)
     app.router.add_get("/captures", list_captures)
     app.router.add_get("/captures/{name}", download_capture)
     app.router.add_get("/", landing)

@@ -1,0 +1,284 @@
+"""The OTLP/HTTP trace receiver (``POST /v1/traces``) and the slowest requests of the window,
+from a real vLLM 0.32 ``llm_request`` span (tests/fixtures/vllm-0.32.0-cpu-llm_request-span.json)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import gzip
+import json
+import random
+from pathlib import Path
+
+import bcrypt
+import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from demo.stack import chromium
+from inferwatch.collect.backends import VLLM
+from inferwatch.collect.poller import Poller, PollSettings
+from inferwatch.collect.upstream import Upstream
+from inferwatch.serve.basic_auth import BasicAuthUsers
+from inferwatch.serve.otlp import OtlpSettings
+from inferwatch.serve.sidecar import make_app
+from inferwatch.serve.slow_requests import SLICES, Request, SlowRequests
+from inferwatch.serve.webconfig import WebConfig
+
+FIXTURE = json.loads(
+    (Path(__file__).parent / "fixtures" / "vllm-0.32.0-cpu-llm_request-span.json").read_text()
+)
+DECODED = FIXTURE["decoded"]
+ATTRS = DECODED["attrs"]
+PROTOBUF = {"Content-Type": "application/x-protobuf"}
+JSON = {"Content-Type": "application/json"}
+# What vLLM sends before its first request: its start-up spans, 13 in the run captured.
+STARTUP = ["Load weights", *(["Warmup (CPU)"] * 12)]
+
+# The request as the verdict must list it: the span's own values, nothing computed but the
+# time per output token after the first, and which phase was the longest.
+EXPECTED = {
+    "trace_id": DECODED["trace"],
+    "request_id": "cmpl-direct-tp-1-0",
+    "ttft_seconds": ATTRS["gen_ai.latency.time_to_first_token"],
+    "queue_seconds": ATTRS["gen_ai.latency.time_in_queue"],
+    "prefill_seconds": ATTRS["gen_ai.latency.time_in_model_prefill"],
+    "decode_seconds": ATTRS["gen_ai.latency.time_in_model_decode"],
+    "e2e_seconds": ATTRS["gen_ai.latency.e2e"],
+    "per_token_seconds": (0.03655648231506348 - 0.006859540939331055) / 15,
+    "prompt_tokens": 18,
+    "output_tokens": 16,
+    "finished": 1796474390081807881 / 1e9,
+    "ttft_dominated_by": "prefill",  # 30 us in the queue, 4.5 ms of prefill
+    "dominated_by": "decode",
+}
+
+
+def request_span() -> Span:
+    return json_format.ParseDict(FIXTURE["otlp_json_span"], Span())
+
+
+def export_request(*spans: Span, startup: bool = True) -> ExportTraceServiceRequest:
+    """An ExportTraceServiceRequest as vLLM's exporter batches it: one resource, one scope."""
+    message = ExportTraceServiceRequest()
+    resource_spans = message.resource_spans.add()
+    for key, value in DECODED["res"].items():
+        attr = resource_spans.resource.attributes.add()
+        attr.key, attr.value.string_value = key, value
+    scope_spans = resource_spans.scope_spans.add()
+    scope_spans.scope.name = DECODED["scope"]
+    for name in STARTUP if startup else ():
+        scope_spans.spans.add(name=name, trace_id=bytes(range(16)), span_id=bytes(8))
+    scope_spans.spans.extend(spans)
+    return message
+
+
+def otlp_json(message: ExportTraceServiceRequest) -> bytes:
+    """The OTLP JSON encoding: protobuf's JSON mapping, but trace and span ids in hex."""
+    doc = json_format.MessageToDict(message)
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for span in ss["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return json.dumps(doc).encode()
+
+
+@pytest.fixture
+async def exporter(aiohttp_client):
+    """make_client(**make_app kwargs): an exporter (never polling) over a closed port."""
+    upstream = Upstream("http://127.0.0.1:9", timeout=1.0, max_bytes=1 << 20)
+    poller = Poller(upstream, VLLM, None, PollSettings(interval=0.2))
+
+    async def client(**kwargs):
+        return await aiohttp_client(make_app(poller, run_poller=False, **kwargs))
+
+    yield client
+    await upstream.close()
+
+
+ON = OtlpSettings(most=5)
+
+
+async def slow_requests(client, **kwargs) -> dict:
+    answer = await client.get("/verdict.json", **kwargs)
+    assert answer.status == 200
+    return (await answer.json())["slow_requests"]
+
+
+async def test_protobuf_from_vllm_lists_the_request(exporter) -> None:
+    client = await exporter(otlp=ON)
+    body = export_request(request_span()).SerializeToString()
+    answer = await client.post("/v1/traces", data=body, headers=PROTOBUF)
+    assert answer.status == 200, await answer.text()
+    assert answer.headers["Content-Type"] == "application/x-protobuf"
+    ExportTraceServiceResponse().ParseFromString(await answer.read())  # an empty one
+    doc = await slow_requests(client)
+    assert doc["ttft"] == [EXPECTED] and doc["per_token"] == [EXPECTED]
+    assert doc["received"] == 1  # the 13 start-up spans are not requests
+    assert doc["summary"][0] == (
+        "none of the 1 slowest first tokens spent over 80 % of their TTFT in the queue or "
+        "in prefill"
+    )
+
+
+async def test_otlp_json_with_hex_ids_lists_the_same_request(exporter) -> None:
+    client = await exporter(otlp=ON)
+    body = otlp_json(export_request(request_span()))
+    assert DECODED["trace"].encode() in body  # hex on the wire, as OTLP JSON has it
+    answer = await client.post("/v1/traces", data=body, headers=JSON)
+    assert answer.status == 200, await answer.text()
+    assert await answer.json() == {}
+    assert (await slow_requests(client))["ttft"] == [EXPECTED]
+
+
+async def test_gzip_is_bounded_decompressed(exporter) -> None:
+    client = await exporter(otlp=OtlpSettings(most=5, max_bytes=20_000))
+    body = export_request(request_span()).SerializeToString()
+    headers = {**PROTOBUF, "Content-Encoding": "gzip"}
+    answer = await client.post("/v1/traces", data=gzip.compress(body), headers=headers)
+    assert answer.status == 200, await answer.text()
+    assert (await slow_requests(client))["ttft"] == [EXPECTED]
+    bomb = gzip.compress(body + bytes(1 << 20))  # about 1 KiB on the wire
+    assert len(bomb) < 20_000
+    answer = await client.post("/v1/traces", data=bomb, headers=headers)
+    assert answer.status == 413
+
+
+async def test_missing_attributes_are_absent_not_zero(exporter) -> None:
+    client = await exporter(otlp=ON)
+    span = request_span()
+    keep = {"gen_ai.latency.time_to_first_token", "gen_ai.request.id"}
+    kept = [a for a in span.attributes if a.key in keep]
+    del span.attributes[:]
+    span.attributes.extend(kept)
+    body = export_request(span, startup=False).SerializeToString()
+    assert (await client.post("/v1/traces", data=body, headers=PROTOBUF)).status == 200
+    doc = await slow_requests(client)
+    assert doc["ttft"] == [
+        {
+            "trace_id": DECODED["trace"],
+            "request_id": "cmpl-direct-tp-1-0",
+            "ttft_seconds": ATTRS["gen_ai.latency.time_to_first_token"],
+            "finished": EXPECTED["finished"],
+        }
+    ]
+    assert doc["per_token"] == []  # no e2e, no token count: not ranked at all
+
+
+async def test_bounds_and_refusals(exporter) -> None:
+    client = await exporter(otlp=OtlpSettings(most=5, max_bytes=2000))
+    big = export_request(*[request_span()] * 5).SerializeToString()
+    assert len(big) > 2000
+    answer = await client.post("/v1/traces", data=big, headers=PROTOBUF)
+    assert answer.status == 413 and (await answer.text()).count("\n") == 1
+
+    async def chunks():  # no Content-Length: refused once the bytes read pass the limit
+        for _ in range(4):
+            yield big[:1000]
+
+    answer = await client.post("/v1/traces", data=chunks(), headers=PROTOBUF)
+    assert answer.status == 413
+    answer = await client.post("/v1/traces", data=b"x", headers={"Content-Type": "text/plain"})
+    assert answer.status == 415
+    for body, headers in (
+        (b"\xff\xff\xff\xff", PROTOBUF),
+        (b"{", JSON),
+        (b"[]", JSON),
+        (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}', JSON),
+    ):
+        answer = await client.post("/v1/traces", data=body, headers=headers)
+        text = await answer.text()
+        assert answer.status == 400 and text.count("\n") == 1, (body, text)
+        assert text.startswith("not an OTLP ExportTraceServiceRequest")
+    assert (await slow_requests(client))["received"] == 0
+
+
+async def test_off_by_default(exporter) -> None:
+    client = await exporter()
+    body = export_request(request_span()).SerializeToString()
+    answer = await client.post("/v1/traces", data=body, headers=PROTOBUF)
+    assert answer.status in (404, 405)
+    assert (await slow_requests(client)) is None
+
+
+async def test_auth_and_cross_site(exporter) -> None:
+    users = BasicAuthUsers({"alice": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4))})
+    client = await exporter(otlp=ON, web_config=WebConfig(users=users))
+    body = export_request(request_span()).SerializeToString()
+    assert (await client.post("/v1/traces", data=body, headers=PROTOBUF)).status == 401
+    login = "Basic " + base64.b64encode(b"alice:s3cret").decode()
+    cross = {**PROTOBUF, "Authorization": login, "Origin": "http://evil.example"}
+    assert (await client.post("/v1/traces", data=body, headers=cross)).status == 403
+    site = {**PROTOBUF, "Authorization": login, "Sec-Fetch-Site": "cross-site"}
+    assert (await client.post("/v1/traces", data=body, headers=site)).status == 403
+    ok = {**PROTOBUF, "Authorization": login}
+    assert (await client.post("/v1/traces", data=body, headers=ok)).status == 200
+    doc = await slow_requests(client, headers={"Authorization": login})
+    assert doc["received"] == 1
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_bound_holds_under_many_spans() -> None:
+    clock = Clock()
+    slow = SlowRequests(300.0, 5, clock=clock)
+    rng = random.Random(53)
+    every: list[Request] = []
+    for _ in range(300):  # a batch a second over the window, 200 requests each
+        batch = [
+            Request(request_id=str(len(every) + i), ttft=rng.random(), e2e=5.0, output_tokens=100)
+            for i in range(200)
+        ]
+        every += batch
+        slow.add(batch)
+        clock.now += 1.0
+        held = sum(len(h) for s in slow._slices for h in s.heaps.values())
+        assert held <= 2 * 5 * (SLICES + 1)
+    top = sorted(every, key=lambda r: r.ttft, reverse=True)[:5]
+    assert slow.slowest("ttft") == top
+    # Past the window and one slice, nothing is left.
+    clock.now += 300.0 + 30.0 + 1.0
+    assert slow.slowest("ttft") == [] and slow.slowest("per_token") == []
+
+
+def test_a_queue_bound_summary() -> None:
+    slow = SlowRequests(300.0, 5, clock=Clock())
+    queued = [Request(ttft=1.0, queue=0.9, prefill=0.1, decode=2.0) for _ in range(3)]
+    slow.add([*queued, Request(ttft=0.5, queue=0.1, prefill=0.4, decode=0.1)])
+    assert slow.document()["summary"] == [
+        "3 of the 4 slowest first tokens spent over 80 % of their TTFT in the queue"
+    ]
+
+
+async def test_a_real_browser_renders_the_table(exporter, tmp_path: Path) -> None:
+    client = await exporter(otlp=ON)
+    span = request_span()
+    hostile = copy.deepcopy(span)
+    for attr in hostile.attributes:
+        if attr.key == "gen_ai.request.id":
+            attr.value.string_value = "<img src=x onerror=alert(1)>"
+    body = export_request(span, hostile).SerializeToString()
+    assert (await client.post("/v1/traces", data=body, headers=PROTOBUF)).status == 200
+    url = str(client.make_url("/"))
+    dom = await asyncio.to_thread(chromium, "--dump-dom", url, profile=tmp_path / "profile")
+    assert dom.returncode == 0, dom.stderr
+    text = dom.stdout
+    assert '<table data-slowest="ttft">' in text and '<table data-slowest="per_token">' in text
+    assert (
+        "<td>cmpl-direct-tp-1-0</td><td>0af7651916cd43dd8448eb211c80319c</td><td>6.9 ms</td>"
+        in text
+    )
+    assert "&lt;img src=x onerror=alert(1)&gt;" in text and "<img" not in text
