@@ -25,7 +25,7 @@ from inferwatch.collect.backends import VLLM
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
 from inferwatch.serve.basic_auth import BasicAuthUsers
-from inferwatch.serve.otlp import OtlpSettings
+from inferwatch.serve.otlp import REQUEST_ID_CHARS, OtlpSettings
 from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.slow_requests import SLICES, Request, SlowRequests
 from inferwatch.serve.webconfig import WebConfig
@@ -170,6 +170,19 @@ async def test_missing_attributes_are_absent_not_zero(exporter) -> None:
         }
     ]
     assert doc["per_token"] == []  # no e2e, no token count: not ranked at all
+
+
+async def test_a_long_request_id_is_cut(exporter) -> None:
+    """The server chooses a request id's length (a client's X-Request-Id): kept bounded."""
+    client = await exporter(otlp=ON)
+    span = request_span()
+    for attribute in span.attributes:
+        if attribute.key == "gen_ai.request.id":
+            attribute.value.string_value = "x" * 100_000
+    body = export_request(span, startup=False).SerializeToString()
+    assert (await client.post("/v1/traces", data=body, headers=PROTOBUF)).status == 200
+    (kept,) = (await slow_requests(client))["ttft"]
+    assert kept["request_id"] == "x" * REQUEST_ID_CHARS
 
 
 async def test_bounds_and_refusals(exporter) -> None:

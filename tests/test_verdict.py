@@ -12,6 +12,7 @@ from unittest.mock import ANY
 import bcrypt
 import pytest
 from aiohttp import web
+from test_otlp import PROTOBUF, export_request, request_span
 
 from demo.stack import chromium
 from inferwatch.collect.backends import BACKENDS, VLLM
@@ -21,6 +22,7 @@ from inferwatch.method.findings import Report, fmt
 from inferwatch.method.spec import spec_from_config
 from inferwatch.serve import verdict as verdict_module
 from inferwatch.serve.basic_auth import BasicAuthUsers
+from inferwatch.serve.otlp import OtlpSettings
 from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.web import VERDICT
 from inferwatch.serve.webconfig import WebConfig
@@ -304,6 +306,48 @@ async def test_the_spec_given_is_the_verdicts(exporter) -> None:
     assert names == {
         "InferenceKVCachePressure": "https://runbooks.example/InferenceKVCachePressure.md",
         "InferenceQueueingDelay": "https://runbooks.example/InferenceQueueingDelay.md",
+    }
+
+
+def queued_span(seconds: float):
+    """The real span, as if it had waited ``seconds`` in the queue before its prefill."""
+    span = request_span()
+    for attribute in span.attributes:
+        if attribute.key in ("gen_ai.latency.time_in_queue", "gen_ai.latency.time_to_first_token"):
+            attribute.value.double_value += seconds
+    return span
+
+
+async def test_a_finding_the_slowest_requests_contradict_says_so(exporter) -> None:
+    """The pages say the first tokens queue (InferenceQueueingDelay at a calibrated 30 %); the
+    real vLLM span says its first token waited in prefill (30 us queued, 4.5 ms of prefill):
+    the finding says the spans disagree, until slower requests that queued agree with it."""
+    spec = spec_from_config({"thresholds": {"queue_share_high": 0.3}})
+    client = await exporter[3](spec=spec, otlp=OtlpSettings(most=5))
+    await poll(exporter, KV_FULL, AFTER)
+
+    async def send(*spans) -> None:
+        body = export_request(*spans, startup=False).SerializeToString()
+        assert (await client.post("/v1/traces", data=body, headers=PROTOBUF)).status == 200
+
+    await send(request_span())
+    page, doc = await get(client)
+    said = {f["alert"]: f["requests"] for f in doc["findings"]}
+    assert said == {
+        "InferenceKVCachePressure": None,  # it names no place a first token waited
+        "InferenceQueueingDelay": {
+            "agree": False,
+            "text": "the spans disagree: 1 of the 1 slowest first tokens waited longest in "
+            "prefill, not in the queue",
+        },
+    }
+    assert said["InferenceQueueingDelay"]["text"] in finding_html(page, "InferenceQueueingDelay")
+    await send(*(queued_span(1.0 + i) for i in range(3)))
+    _, doc = await get(client)
+    said = {f["alert"]: f["requests"] for f in doc["findings"]}
+    assert said["InferenceQueueingDelay"] == {
+        "agree": True,
+        "text": "the spans agree: 3 of the 4 slowest first tokens waited longest in the queue",
     }
 
 

@@ -161,6 +161,32 @@ class SlowRequests:
         }
 
 
+# Where a first token waited, as a sentence says it.
+PLACES = {"queue": "in the queue", "prefill": "in prefill"}
+
+
+def spans_say(waits_in: str, ttft: list[Request]) -> dict[str, Any] | None:
+    """What the slowest first tokens' own spans say of a finding that names where they waited
+    (``Alert.first_token_waits_in``): ``{"agree": ..., "text": ...}`` by the majority of those
+    whose span tells; None where the finding names no place or no span tells."""
+    told = [r.ttft_dominated_by for r in ttft if r.ttft_dominated_by is not None]
+    if waits_in not in PLACES or not told:
+        return None
+    agree = told.count(waits_in)
+    if 2 * agree > len(told):
+        return {
+            "agree": True,
+            "text": f"the spans agree: {agree} of the {len(told)} slowest first tokens "
+            f"waited longest {PLACES[waits_in]}",
+        }
+    (elsewhere,) = set(PLACES) - {waits_in}
+    return {
+        "agree": False,
+        "text": f"the spans disagree: {len(told) - agree} of the {len(told)} slowest first "
+        f"tokens waited longest {PLACES[elsewhere]}, not {PLACES[waits_in]}",
+    }
+
+
 def _share(part: float | None, whole: float | None) -> float | None:
     if part is None or whole is None or whole <= 0:
         return None

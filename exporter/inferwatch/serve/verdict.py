@@ -31,7 +31,7 @@ from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import Spec
 from inferwatch.model import Snapshot
 from inferwatch.serve.exposition import render
-from inferwatch.serve.slow_requests import SlowRequests
+from inferwatch.serve.slow_requests import SlowRequests, spans_say
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +303,7 @@ class VerdictHistory:
     def document(self) -> dict[str, Any]:
         """The verdict as JSON (``/verdict.json``); the page shows the same."""
         v, spec = self.verdict, self.spec
+        slowest = self.slow_requests.slowest("ttft") if self.slow_requests is not None else []
         read = self._points[-1].read if self._points else {}
         return {
             "state": v.state,
@@ -331,6 +332,8 @@ class VerdictHistory:
                     "depth": f.depth,
                     "evidence": evidence(f, spec),
                     "runbook": spec.runbook_url(f.alert.name, ""),
+                    # The slowest requests' spans, for or against where it says they waited.
+                    "requests": spans_say(f.alert.first_token_waits_in, slowest),
                 }
                 for f in v.findings
             ],

@@ -33,6 +33,7 @@ td,th{padding:.25em .6em;text-align:left;vertical-align:top;border-bottom:1px so
 .spark svg{display:block;background:#fafafa}
 .nodata{color:#888;font-style:italic}
 small,.muted{color:#666}
+small.agree{color:#070}small.disagree{color:#c00;font-weight:bold}
 """
 
 
@@ -86,11 +87,17 @@ def _finding(f: Mapping[str, Any], labels: Mapping[str, str]) -> str:
         if f["explained_by"]
         else ""
     )
+    said = f.get("requests")
+    spans = (
+        f'<br><small class="{"agree" if said["agree"] else "disagree"}">{_e(said["text"])}</small>'
+        if said
+        else ""
+    )
     indent = f' style="margin-left: {2 * f["depth"]}em"' if f["depth"] else ""
     return (
         f'<div class="finding {_e(f["severity"])}" data-alert="{_e(f["alert"])}"{indent}>'
         f"<b>{_e(f['severity'].upper())} {_e(f['alert'])}</b> {_e(about)} "
-        f"<span class='muted'>{_e(f['phase'])} / {_e(f['layer'])}</span>{explained}"
+        f"<span class='muted'>{_e(f['phase'])} / {_e(f['layer'])}</span>{explained}{spans}"
         "<table><tr><th></th><th>signal</th><th>measured</th><th></th><th>threshold</th>"
         f"<th></th></tr>{rows}</table>"
         f'<a href="{_e(f["runbook"])}">runbook</a></div>'

@@ -135,6 +135,10 @@ class Alert:
     # Says what users see, not why: the client's view (the canary's alerts), which the
     # server-side causes found with it explain; ranked after the causes when none holds.
     symptom: bool = False
+    # Where this cause says a slow first token waited, "queue" or "prefill": the server's own
+    # request spans (the verdict's slowest requests, ``serve --otlp-traces on``) confirm or
+    # contradict it.
+    first_token_waits_in: str = ""
     # A critical alert about requests the server never counts (a dead server, a path to it
     # that fails): no SLI sees them, so it pages even where the SLOs do the paging.
     outside_the_slis: bool = False

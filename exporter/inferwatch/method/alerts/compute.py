@@ -124,6 +124,7 @@ PREFILL_BOTTLENECK = Alert(
     phase="prefill",
     layer="compute",
     explains=USERS_SEE,
+    first_token_waits_in="prefill",
     for_default="5m",
     summary="Prefill is the bottleneck on {{ $labels.instance }} ({{ $labels.model }})",
     # Where the server has no TTFT histogram (TGI), the canary's first tokens, the queue

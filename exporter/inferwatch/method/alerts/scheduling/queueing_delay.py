@@ -84,6 +84,7 @@ QUEUEING_DELAY = Alert(
     phase="prefill",
     layer="scheduling",
     explains=USERS_SEE,
+    first_token_waits_in="queue",
     for_default="5m",
     summary="{{ $labels.model }}: time to first token is dominated by queueing",
     description="TTFT p95 of {{ $labels.model }} across replicas is "
