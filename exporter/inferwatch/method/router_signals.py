@@ -47,17 +47,34 @@ _OVERHEAD_SIGNALS = (
 )
 
 _TRIES = Rate("inferwatch_router_worker_requests_total")
+# A worker's tries less its successes (none: a worker that never answered), over its tries:
+# the failures' own series is born at the first failure, often already at ten, and
+# Prometheus sees no increase in that.
+_FAILURE_SHARE = Ratio(Less(_TRIES, Rate("inferwatch_router_worker_successes_total")), _TRIES)
+
+
+def _rate(counter: str, whole: bool) -> str:
+    """A router counter's rate per worker, or every worker added (``whole``)."""
+    rate = f"rate({counter}[%(window)s])"
+    return f"sum without (worker) ({rate})" if whole else rate
+
+
+def _failure_share(whole: bool) -> str:
+    """:data:`_FAILURE_SHARE` in PromQL, per worker or every worker added."""
+    tries = _rate("inferwatch_router_worker_requests_total", whole)
+    successes = _rate("inferwatch_router_worker_successes_total", whole)
+    return f"(\n  {tries}\n  - (\n    {successes}\n    or 0 * {tries}\n  )\n)\n/ {tries}"
+
 
 # The router as a whole, every worker added: what the sidecar next to it draws (its verdict
 # page's sparklines, :data:`inferwatch.serve.verdict.ROUTER_SERIES`).
-_ALL_TRIES = "sum without (worker) (rate(inferwatch_router_worker_requests_total[%(window)s]))"
 _ROUTER_WHOLE = (
     Signal(
         name="router_request_rate",
         label="router's requests/s to its workers, tries and retries",
         unit="per_second",
         level=NODE,
-        promql=_ALL_TRIES,
+        promql=_rate("inferwatch_router_worker_requests_total", whole=True),
         local=_TRIES,
     ),
     Signal(
@@ -65,10 +82,8 @@ _ROUTER_WHOLE = (
         label="router's requests to its workers that failed",
         unit="ratio",
         level=NODE,
-        promql=f"(\n  {_ALL_TRIES}\n  - (\n"
-        "    sum without (worker) (rate(inferwatch_router_worker_successes_total[%(window)s]))\n"
-        f"    or 0 * {_ALL_TRIES}\n  )\n)\n/ {_ALL_TRIES}",
-        local=Ratio(Less(_TRIES, Rate("inferwatch_router_worker_successes_total")), _TRIES),
+        promql=_failure_share(whole=True),
+        local=_FAILURE_SHARE,
     ),
     Signal(
         name="router_retry_rate",
@@ -103,17 +118,8 @@ ROUTER_SIGNALS = (
         label="router's requests to a worker that failed",
         unit="ratio",
         level=NODE,
-        # Its tries less its successes (none: a worker that never answered): the failures'
-        # own series is born at the first failure, often already at ten, and Prometheus
-        # sees no increase in that.
-        promql="(\n  rate(inferwatch_router_worker_requests_total[%(window)s])\n"
-        "  - (\n    rate(inferwatch_router_worker_successes_total[%(window)s])\n"
-        "    or 0 * rate(inferwatch_router_worker_requests_total[%(window)s])\n  )\n)\n"
-        "/ rate(inferwatch_router_worker_requests_total[%(window)s])",
-        local=Ratio(
-            Less(_TRIES, Rate("inferwatch_router_worker_successes_total")),
-            _TRIES,
-        ),
+        promql=_failure_share(whole=False),
+        local=_FAILURE_SHARE,
         per="worker",
     ),
     Signal(
@@ -121,7 +127,7 @@ ROUTER_SIGNALS = (
         label="router's requests/s to a worker",
         unit="per_second",
         level=NODE,
-        promql="rate(inferwatch_router_worker_requests_total[%(window)s])",
+        promql=_rate("inferwatch_router_worker_requests_total", whole=False),
         local=_TRIES,
         per="worker",
     ),
