@@ -165,11 +165,13 @@ class SlowRequests:
 PLACES = {"queue": "in the queue", "prefill": "in prefill"}
 
 
-def spans_say(waits_in: str, ttft: list[Request]) -> dict[str, Any] | None:
-    """What the slowest first tokens' own spans say of a finding that names where they waited
-    (``Alert.first_token_waits_in``): ``{"agree": ..., "text": ...}`` by the majority of those
-    whose span tells; None where the finding names no place or no span tells."""
-    told = [r.ttft_dominated_by for r in ttft if r.ttft_dominated_by is not None]
+def spans_say(waits_in: str, slow: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the slowest first tokens' own spans (``slow``: :meth:`SlowRequests.document`)
+    say of a finding that names where they waited (``Alert.first_token_waits_in``):
+    ``{"agree": ..., "text": ...}`` by the majority of those whose span tells; None where the
+    finding names no place, no span tells, or none is received."""
+    ttft = slow["ttft"] if slow is not None else []
+    told = [r["ttft_dominated_by"] for r in ttft if "ttft_dominated_by" in r]
     if waits_in not in PLACES or not told:
         return None
     agree = told.count(waits_in)

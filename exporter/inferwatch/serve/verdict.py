@@ -303,7 +303,7 @@ class VerdictHistory:
     def document(self) -> dict[str, Any]:
         """The verdict as JSON (``/verdict.json``); the page shows the same."""
         v, spec = self.verdict, self.spec
-        slowest = self.slow_requests.slowest("ttft") if self.slow_requests is not None else []
+        slow = None if self.slow_requests is None else self.slow_requests.document()
         read = self._points[-1].read if self._points else {}
         return {
             "state": v.state,
@@ -333,7 +333,7 @@ class VerdictHistory:
                     "evidence": evidence(f, spec),
                     "runbook": spec.runbook_url(f.alert.name, ""),
                     # The slowest requests' spans, for or against where it says they waited.
-                    "requests": spans_say(f.alert.first_token_waits_in, slowest),
+                    "requests": spans_say(f.alert.first_token_waits_in, slow),
                 }
                 for f in v.findings
             ],
@@ -348,5 +348,5 @@ class VerdictHistory:
                 name: {"label": SIGNALS[read.get(name, name)].label, "unit": SIGNALS[name].unit}
                 for name in self.sparklines
             },
-            "slow_requests": None if self.slow_requests is None else self.slow_requests.document(),
+            "slow_requests": slow,
         }
