@@ -313,12 +313,16 @@ FLEET_SPEC = spec_from_config({"alerting": {"rate_window": "10s"}})
 
 def fleet_rules(path: Path) -> Path:
     """Two replicas of tiny, A holding nine times B's requests with a queue, and a router
-    whose requests to B fail nine in ten while its health check passes B; counters grow by
-    ``time()`` (1/s) so that their rates are constant from the second evaluation."""
+    whose requests to B fail nine in ten while its health check passes B, and whose health
+    check fails C, whose server answers its sidecar (read on loopback, as in a pod); counters
+    grow by ``time()`` (1/s) so that their rates are constant from the second evaluation."""
     replica = {"backend": "vllm", "model": "tiny", "namespace": "prod", "job": "inferwatch"}
     a, b = {"instance": "a:10177", **replica}, {"instance": "b:10177", **replica}
     router = {"instance": "r:10177", "backend": "vllm-router", "model": "unknown"}
     to_a, to_b = {**router, "worker": "http://a:8000"}, {**router, "worker": "http://b:8000"}
+    to_c = {**router, "worker": "http://c:8000"}
+    c = {"instance": "c:10177", "job": "inferwatch", "backend": "vllm"}
+    c_info = {**c, "model": "tiny", "version": "0.32.0", "server": "http://127.0.0.1:8000"}
 
     def grows(per_second: float, labels: dict[str, str]) -> str:
         return constant(per_second, labels).replace(
@@ -343,6 +347,15 @@ def fleet_rules(path: Path) -> Path:
                 "expr": "vector(1)",
             },
             *({"record": name, "expr": f"{x} or {y}"} for name, x, y in records),
+            *(
+                {"record": name, "expr": expr}
+                for name, expr in (
+                    ("inferwatch_router_worker_healthy", constant(0, to_c)),
+                    ("inferwatch_router_worker_circuit_state", constant(0, to_c)),
+                    ("inferwatch_backend_info", constant(1, c_info)),
+                    ("inferwatch_backend_up", constant(1, c)),
+                )
+            ),
         ],
     }
     path.write_text(yaml.safe_dump({"groups": [group]}))
@@ -371,12 +384,14 @@ def test_the_fleet_view_names_the_hot_replica_and_the_worker_the_router_fails(
     assert [a.name for a in hot.causes] == ["InferenceReplicaImbalance"]
     assert (cold.labels["instance"], cold.causes) == ("b:10177", ())
     (router,) = report.fleet.routers
-    healthy, failing = router.workers
+    healthy, failing, excluded = router.workers
     assert (router.labels["instance"], router.causes) == ("r:10177", ())
     assert (healthy.worker, healthy.causes) == ("http://a:8000", ())
     assert failing.worker == "http://b:8000"
     assert failing.readings["router_worker_failure_share"] == pytest.approx(0.9)
     assert [a.name for a in failing.causes] == ["InferenceRouterFailingWorker"]
+    assert excluded.worker == "http://c:8000"
+    assert [a.name for a in excluded.causes] == ["InferenceRouterExcludesLiveWorker"]
     # The finding's evidence is its worker's, not the first worker's of the same router.
     (found,) = [f for f in report.findings if f.labels.get("worker") == failing.worker]
     assert found.evidence[0][1] == pytest.approx(0.9)
@@ -390,6 +405,10 @@ def test_the_fleet_view_names_the_hot_replica_and_the_worker_the_router_fails(
     assert (
         "  http://b:8000  1 requests/s, 90 % failed, health check passes, circuit closed  "
         "InferenceRouterFailingWorker (availability)"
+    ) in text
+    assert (
+        "  http://c:8000  n/a requests/s, n/a failed, health check fails it, circuit closed  "
+        "InferenceRouterExcludesLiveWorker (scheduling)"
     ) in text
     doc = report_json(report)["fleet"]
     assert doc["models"][0]["replicas"][0]["causes"] == ["InferenceReplicaImbalance"]

@@ -27,6 +27,8 @@ import pytest
 from demo.fleet import JUDGED, Fleet, pinned_clients, replica_killed
 from demo.stack import VllmServer, chromium
 from inferwatch.method.alerts import ALERTS
+from inferwatch.method.rules import placeholders
+from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import seconds
 
 pytestmark = pytest.mark.e2e
@@ -136,6 +138,24 @@ def test_clients_pinned_to_one_replica_name_it(fleet: Fleet) -> None:
     allowed = {"InferenceReplicaImbalance", *ALERTS["InferenceReplicaImbalance"].explains}
     unrelated = {n for n, (a, _) in received.items() if a.get("severity") in JUDGED} - allowed
     assert not unrelated, unrelated
+
+
+def test_the_rules_find_each_routers_worker_by_its_sidecar(fleet: Fleet) -> None:
+    """The real router's ``worker`` URLs and the real sidecars' ``server`` labels meet in
+    PromQL: each worker's server answers, and the router has neither out (what
+    InferenceRouterExcludesLiveWorker fires on when the router has one out)."""
+    assert fleet.prometheus is not None
+    values = placeholders(fleet.spec)
+    workers = sorted(r.url for r in fleet.replicas.values())
+    for signal, value in (("router_worker_server_answers", 1), ("router_worker_out", 0)):
+        deadline = time.monotonic() + 30  # the sidecars' first scrapes, when run alone
+        while True:
+            found = fleet.prometheus.query(SIGNALS[signal].promql % values)
+            got = sorted((s["metric"]["worker"], float(s["value"][1])) for s in found)
+            if got == [(w, value) for w in workers] or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert got == [(w, value) for w in workers], (signal, got)
 
 
 def test_a_killed_replica_is_named_before_the_routers_health_check_fails_it(fleet: Fleet) -> None:

@@ -111,7 +111,7 @@ async def test_serves_the_normalized_capture_without_touching_the_backend(
     assert backend.requests == polled  # scrapes are served from the snapshot
     assert page_value(page, "inferwatch_requests_waiting", **TINY) == 20.0
     assert page_value(page, "inferwatch_backend_up", backend="vllm") == 1.0
-    info = {"backend": "vllm", "model": "tiny", "version": "0.32.0"}
+    info = {"backend": "vllm", "model": "tiny", "version": "0.32.0", "server": backend.url}
     assert page_value(page, "inferwatch_backend_info", **info) == 1.0
     ttft = "inferwatch_time_to_first_token_seconds_bucket"
     assert page_value(page, ttft, le="0.04", **TINY) == 17.0
@@ -236,10 +236,17 @@ async def test_healthz_and_landing_page(poller_for, backend, aiohttp_client) -> 
     assert '<a href="metrics">' in landing and backend.url in landing
 
 
-def test_credentials_in_the_backend_url_never_reach_logs_or_pages() -> None:
-    from inferwatch.urls import redact_url
-
-    assert redact_url("http://user:s3cret@vllm:8000/metrics") == "http://vllm:8000/metrics"
+async def test_credentials_in_the_backend_url_never_reach_logs_or_pages(
+    poller_for, backend, aiohttp_client
+) -> None:
+    """The page names the server the sidecar reads by its origin (what a router calls the
+    worker), without the URL's ``user:password@``."""
+    poller = poller_for(backend.url.replace("http://", "http://user:s3cret@"))
+    client = await aiohttp_client(make_app(poller, run_poller=False))
+    await poller.poll_once()
+    page = await (await client.get("/metrics")).text()
+    assert page_value(page, "inferwatch_backend_info", server=backend.url) == 1.0
+    assert "s3cret" not in page
 
 
 # --- OpenMetrics on request, and the exporter's own process series ------------------------

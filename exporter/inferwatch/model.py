@@ -280,3 +280,6 @@ class Snapshot:
     sources: Mapping[str, SourceSample] = field(default_factory=lambda: EMPTY)
     # Backend series left out since start, by reason (metrics.SERIES_DROPPED_REASONS).
     series_dropped: Mapping[str, float] = field(default_factory=lambda: EMPTY)
+    # The backend's origin (``scheme://host:port``, never its credentials): the server a
+    # router names as its worker, on ``inferwatch_backend_info``'s ``server`` label.
+    server: str = ""

@@ -38,6 +38,7 @@ from inferwatch.model import (
     Snapshot,
     SourceSample,
 )
+from inferwatch.urls import redact_url
 
 log = logging.getLogger("inferwatch.poller")
 
@@ -209,6 +210,7 @@ class Poller:
             else {},
             sources=MappingProxyType(sources),
             series_dropped=MappingProxyType(dict(self._series_dropped)),
+            server=redact_url(self.upstream.origin()),
         )
         self.last_poll_at = now
         return self.snapshot

@@ -66,6 +66,33 @@ def _failure_share(whole: bool) -> str:
     return f"(\n  {tries}\n  - (\n    {successes}\n    or 0 * {tries}\n  )\n)\n/ {tries}"
 
 
+# Either of a router's verdicts on a worker, 1 where it has the worker out; vllm-router's
+# circuit series is born at the worker's first request.
+_HEALTH_FAILED = "(1 - inferwatch_router_worker_healthy)"
+_CIRCUIT_NOT_CLOSED = "(inferwatch_router_worker_circuit_state > bool 0)"
+
+# A router's worker by its origin (``server``), as a replica's sidecar names the server it
+# reads (``inferwatch_backend_info``'s ``server``: scheme://host:port).
+_WORKER_ORIGIN = (
+    "label_replace(\n"
+    "    inferwatch_router_worker_healthy or inferwatch_router_worker_circuit_state,\n"
+    '    "server", "$1", "worker", "(https?://[^/?#]+).*"\n'
+    "  )"
+)
+# The servers that answer their sidecars, by origin. A sidecar that reads its server on
+# loopback (a pod is one network namespace) names it as the router does by its own address:
+# the host of its ``instance`` and the server's port.
+_SERVERS_ANSWERING = (
+    "label_replace(\n"
+    "    label_join(\n"
+    '      inferwatch_backend_info{server!=""} and on (instance, job) (inferwatch_backend_up == 1),\n'
+    '      "server_at", "|", "server", "instance"\n'
+    "    ),\n"
+    '    "server", "$1$3$2", "server_at",\n'
+    '    "(https?://)(?:localhost|127[.][0-9.]+)(:[0-9]+)?[|](.+):[0-9]+"\n'
+    "  )"
+)
+
 # The router as a whole, every worker added: what the sidecar next to it draws (its verdict
 # page's sparklines, :data:`inferwatch.serve.verdict.ROUTER_SERIES`).
 _ROUTER_WHOLE = (
@@ -148,6 +175,25 @@ ROUTER_SIGNALS = (
         promql="inferwatch_router_worker_healthy",
         local=Gauge("inferwatch_router_worker_healthy"),
         per="worker",
+    ),
+    Signal(
+        name="router_worker_out",
+        label="router has a worker out (its health check failed, or its circuit not closed)",
+        unit="count",
+        level=NODE,
+        # In parentheses: a condition compares the signal, and ``or`` binds looser.
+        promql=f"(\n  clamp_max({_HEALTH_FAILED} + {_CIRCUIT_NOT_CLOSED}, 1)\n"
+        f"  or {_HEALTH_FAILED}\n  or {_CIRCUIT_NOT_CLOSED}\n)",
+        local=None,
+    ),
+    Signal(
+        name="router_worker_server_answers",
+        label="the server behind a router's worker answers its own sidecar",
+        unit="count",
+        level=NODE,
+        promql=f"0 * max without (server) (\n  {_WORKER_ORIGIN}\n  and on (server)\n"
+        f"  {_SERVERS_ANSWERING}\n) + 1",
+        local=None,
     ),
     *_OVERHEAD_SIGNALS,
     *_ROUTER_WHOLE,

@@ -333,8 +333,9 @@ SELF: dict[str, MetricDef] = _defs(
     MetricDef(
         "backend_info",
         G,
-        "Backend identity; labels carry backend, version and model.",
-        ("version",),
+        "Backend identity; labels carry backend, version, model and the server's origin "
+        "(server: scheme://host:port, never its credentials).",
+        ("version", "server"),
     ),
     MetricDef(
         "backend_series_dropped",

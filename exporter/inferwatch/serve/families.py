@@ -44,6 +44,8 @@ def write_snapshot(snap: Snapshot, sink: Sink) -> None:
     if sample is not None:
         prefix = (("backend", sample.backend),)
         info = (*prefix, ("version", sample.version), ("model", sample.model))
+        if snap.server:
+            info = (*info, ("server", snap.server))
         sink.scalars("backend_info", {info: 1.0})
         for key, series in sample.values.items():
             sink.scalars(key, series, prefix)
