@@ -10,9 +10,11 @@ import gzip
 import json
 import random
 from pathlib import Path
+from unittest.mock import ANY
 
 import bcrypt
 import pytest
+from aiohttp import web
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -24,11 +26,15 @@ from demo.stack import chromium
 from inferwatch.collect.backends import VLLM
 from inferwatch.collect.poller import Poller, PollSettings
 from inferwatch.collect.upstream import Upstream
+from inferwatch.method.alerts import ALERTS
+from inferwatch.method.findings import Finding, fmt
 from inferwatch.serve.basic_auth import BasicAuthUsers
 from inferwatch.serve.otlp import REQUEST_ID_CHARS, OtlpSettings
 from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.slow_requests import SLICES, Request, SlowRequests
 from inferwatch.serve.webconfig import WebConfig
+from inferwatch.tools import diagnose
+from inferwatch.tools.report import render, report_json
 
 FIXTURE = json.loads(
     (Path(__file__).parent / "fixtures" / "vllm-0.32.0-cpu-llm_request-span.json").read_text()
@@ -295,3 +301,70 @@ async def test_a_real_browser_renders_the_table(exporter, tmp_path: Path) -> Non
         in text
     )
     assert "&lt;img src=x onerror=alert(1)&gt;" in text and "<img" not in text
+
+
+# --- diagnose --exporter lists them ----------------------------------------------------------
+
+
+async def test_diagnose_lists_the_slowest_requests_under_the_findings(exporter) -> None:
+    """``diagnose --exporter`` reads the sidecar's slowest requests and says, under a finding
+    that names where first tokens waited, whether the spans agree."""
+    client = await exporter(otlp=ON)
+    body = export_request(request_span()).SerializeToString()
+    assert (await client.post("/v1/traces", data=body, headers=PROTOBUF)).status == 200
+    url = str(client.make_url("")).rstrip("/")
+    report = await diagnose.from_exporter(url, interval=0.1)
+    assert report.slow_requests == await slow_requests(client)
+    text = render(report)
+    assert "slowest requests of the last 300 s, from the server's spans (1 received):" in text
+    e = {k: fmt(v, "seconds") for k, v in EXPECTED.items() if k.endswith("_seconds")}
+    assert (
+        f"  by TTFT: cmpl-direct-tp-1-0 (trace {DECODED['trace']})  TTFT {e['ttft_seconds']}, "
+        f"per token {e['per_token_seconds']}; queue {e['queue_seconds']}, prefill "
+        f"{e['prefill_seconds']}, decode {e['decode_seconds']}; 18 prompt, 16 output tokens"
+    ) in text
+    # Under a finding that says where the first tokens waited: what their spans say.
+    pod = {"backend": "vllm", "model": "tiny"}
+    report.findings = [Finding(ALERTS["InferenceQueueingDelay"], pod)]
+    assert (
+        "         the spans disagree: 1 of the 1 slowest first tokens waited longest in "
+        "prefill, not in the queue"
+    ) in render(report)
+    (finding,) = report_json(report)["findings"]
+    assert finding["requests"] == {"agree": False, "text": ANY}
+    assert report_json(report)["slow_requests"] == report.slow_requests
+
+
+async def test_diagnose_takes_no_slowest_requests_it_cannot_read(aiohttp_server) -> None:
+    """An exporter that serves no verdict, or slowest requests of another shape (numbers as
+    text): no list, or n/a where a value is not a number; never a crash."""
+    verdicts = iter(
+        [
+            web.Response(status=404),
+            web.json_response({"slow_requests": {"ttft": "x", "per_token": []}}),
+            web.json_response(
+                {
+                    "slow_requests": {
+                        "window_seconds": "300",
+                        "ttft": [{"request_id": "r", "ttft_seconds": "9"}],
+                        "per_token": [],
+                    }
+                }
+            ),
+        ]
+    )
+    page = '# TYPE inferwatch_build_info gauge\ninferwatch_build_info{version="1"} 1\n'
+
+    async def answer(request: web.Request) -> web.Response:
+        if request.path == "/metrics":
+            return web.Response(text=page, content_type="text/plain")
+        return next(verdicts) if request.path == "/verdict.json" else web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_get("/{path:.*}", answer)
+    url = str((await aiohttp_server(app)).make_url("")).rstrip("/")
+    assert (await diagnose.from_exporter(url, interval=0.01)).slow_requests is None
+    assert (await diagnose.from_exporter(url, interval=0.01)).slow_requests is None
+    report = await diagnose.from_exporter(url, interval=0.01)
+    assert "  by TTFT: r (trace n/a)  TTFT n/a, per token n/a;" in render(report)
+    assert "slowest requests of the last n/a" in render(report)

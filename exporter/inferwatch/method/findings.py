@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inferwatch.method import slo
 from inferwatch.method.alerts import RELATIONS, Alert, Cond
@@ -87,6 +87,9 @@ class Report:
     judged_with: str = "the built-in defaults"  # which spec: a config file, the exporter's
     sidecar: str | None = None  # the exporter diagnosed (``scheme://host:port/``), if one
     fleet: Fleet | None = None  # which replica, which worker (``--prometheus`` only)
+    # The sidecar's slowest requests of the window, from the server's spans (its
+    # ``/verdict.json``'s ``slow_requests``; ``--exporter`` only, where it receives them).
+    slow_requests: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.findings = ordered(self.findings, self.spec)

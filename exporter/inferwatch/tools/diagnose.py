@@ -30,6 +30,7 @@ import time
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from inferwatch.collect.textparse import read_page
 from inferwatch.collect.upstream import Upstream, UpstreamError
@@ -49,6 +50,7 @@ from inferwatch.method.signals import (
     SIGNALS,
 )
 from inferwatch.method.spec import Spec, spec_from_config
+from inferwatch.serve.slow_requests import KINDS
 from inferwatch.settings import ConfigError
 from inferwatch.tools.credentials import Credentials
 from inferwatch.urls import redact_url
@@ -258,6 +260,7 @@ async def from_exporter(
         await asyncio.sleep(interval)
         second = read_page(await upstream.get_exposition("/metrics"))
         seconds = time.monotonic() - started
+        slow = await _slow_requests(upstream)
     except (UpstreamError, ValueError) as exc:
         raise SourceError(str(exc)) from None
     finally:
@@ -268,7 +271,29 @@ async def from_exporter(
         )
     report = exporter_report(redact_url(url), first, second, seconds, spec, judged_with)
     report.sidecar = redact_url(upstream.origin()) + "/"
+    report.slow_requests = slow
     return report
+
+
+async def _slow_requests(upstream: Upstream) -> dict[str, Any] | None:
+    """The exporter's slowest requests of its window (``/verdict.json``'s ``slow_requests``,
+    from the server's spans); None where it receives none, serves no verdict (a release
+    before it) or serves one of another shape."""
+    try:
+        doc = json.loads(await upstream.get_body("/verdict.json"))
+    except UpstreamError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    except ValueError:
+        return None
+    slow = doc.get("slow_requests") if isinstance(doc, dict) else None
+    if not isinstance(slow, dict):
+        return None
+    kinds = [slow.get(kind) for kind in KINDS]
+    if not all(isinstance(k, list) and all(isinstance(r, dict) for r in k) for k in kinds):
+        return None
+    return slow
 
 
 async def _served_spec(upstream: Upstream) -> tuple[Spec, str]:

@@ -14,6 +14,7 @@ from inferwatch.method.findings import Burn, Finding, Report, fmt, phase_of
 from inferwatch.method.fleet import WORKER_SIGNALS, Fleet, Worker
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import Spec
+from inferwatch.serve.slow_requests import spans_say
 
 RUNBOOKS = "alerts/runbooks/"
 
@@ -63,6 +64,9 @@ def _finding_text(finding: Finding, report: Report) -> list[str]:
     ]
     evidence = "; ".join(evidence_text(alert, c, v, spec) for c, v in finding.evidence)
     lines.append(f"         {evidence}")
+    said = spans_say(alert.first_token_waits_in, report.slow_requests)
+    if said is not None:
+        lines.append(f"         {said['text']}")
     if finding.firing and not finding.holds:
         lines.append("         firing in Prometheus; its condition no longer holds now")
     if finding.explained_by:
@@ -130,9 +134,44 @@ def render(report: Report) -> str:
         lines += _finding_lines(finding, report)
     if not report.findings and not report.burns:
         lines.append("healthy: no alert condition of the heuristics spec holds")
+    if report.slow_requests is not None:
+        lines += ["", *slow_request_lines(report.slow_requests)]
     if report.fleet:
         lines += ["", *fleet_lines(report.fleet)]
     return "\n".join(lines)
+
+
+def _seconds(value: object) -> str:
+    """A duration another process sent: n/a where it is not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "n/a"
+    return fmt(value, "seconds")
+
+
+def slow_request_lines(slow: Mapping[str, Any]) -> list[str]:
+    """The window's slowest requests (``/verdict.json``'s ``slow_requests``): where they spent
+    their time, then each, by TTFT and by time per output token."""
+    lines = [
+        f"slowest requests of the last {_seconds(slow.get('window_seconds'))}, from the "
+        f"server's spans ({slow.get('received', 0)} received):",
+        *(f"  {line}" for line in slow.get("summary", [])),
+    ]
+    for kind, title in (("ttft", "by TTFT"), ("per_token", "by time per output token")):
+        for r in slow[kind]:
+            split = ", ".join(
+                f"{part} {_seconds(r.get(f'{part}_seconds'))}"
+                for part in ("queue", "prefill", "decode")
+            )
+            lines.append(
+                f"  {title}: {r.get('request_id', 'n/a')} (trace {r.get('trace_id', 'n/a')})  "
+                f"TTFT {_seconds(r.get('ttft_seconds'))}, per token "
+                f"{_seconds(r.get('per_token_seconds'))}; {split}; "
+                f"{r.get('prompt_tokens', 'n/a')} prompt, {r.get('output_tokens', 'n/a')} output "
+                "tokens"
+            )
+    if not slow["ttft"] and not slow["per_token"]:
+        lines.append("  no request spans in the window")
+    return lines
 
 
 _CIRCUIT = {0: "circuit closed", 1: "circuit open", 2: "circuit half-open"}
@@ -260,7 +299,9 @@ def report_json(report: Report) -> dict[str, Any]:
                 "depth": f.depth,
                 "holds": f.holds,
                 "firing": f.firing,
+                "requests": spans_say(f.alert.first_token_waits_in, report.slow_requests),
             }
             for f in report.findings
         ],
+        "slow_requests": report.slow_requests,
     }
