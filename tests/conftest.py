@@ -392,7 +392,7 @@ async def poller_for():
         backend: Backend | None = VLLM,
         gpu: GpuSource | None = None,
         timeout: float = 0.5,
-        **settings: float,
+        **settings: float | str,
     ) -> Poller:
         upstream = Upstream(url, timeout=timeout, max_bytes=16 * 1024 * 1024)
         made.append(Poller(upstream, backend, gpu, PollSettings(**{"interval": 0.2, **settings})))

@@ -310,3 +310,16 @@ def test_without_disaggregation_families_the_transfer_series_are_absent(fixture:
     sample = SGLANG.normalize(fixture_text(fixture))
     found = [k for k in (*sample.values, *sample.histograms) if k.startswith("kv_transfer_")]
     assert not found, found
+
+
+@pytest.mark.parametrize(
+    ("capture", "role"),
+    [
+        ("sglang-0.5.23-synthetic-pd-prefill.prom", "prefill"),
+        ("sglang-0.5.23-synthetic-pd-decode.prom", "decode"),
+        # engine_type="unified": a server that runs both phases.
+        ("sglang-0.5.1-issue13485-excerpt.prom", "both"),
+    ],
+)
+def test_engine_type_says_the_servers_role(capture: str, role: str) -> None:
+    assert SGLANG.normalize(fixture_text(capture)).role == role

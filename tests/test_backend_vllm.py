@@ -524,3 +524,18 @@ def test_without_a_kv_connector_the_transfer_series_are_absent(fixture: str) -> 
 def test_the_tokens_by_transfer_are_the_servers_own_zero_without_a_connector() -> None:
     sample = VLLM.normalize(fixture_text("vllm-0.32.0-cpu-after-preemptions.prom"))
     assert sample.values["kv_transfer_prompt_tokens"] == {E0: 0.0}
+
+
+@pytest.mark.parametrize(
+    ("capture", "role"),
+    [
+        # A KV consumer counts the requests fetching their KV: the decode side.
+        ("vllm-0.34.0-synthetic-nixl-decode.prom", "decode"),
+        # A connector's families without that count: the producer, the prefill side.
+        ("vllm-0.34.0-synthetic-mooncake-prefill.prom", "prefill"),
+        # No connector: the page says nothing of a role.
+        ("vllm-0.32.0-cpu-loaded-kv-full.prom", ""),
+    ],
+)
+def test_the_page_says_the_servers_role(capture: str, role: str) -> None:
+    assert VLLM.normalize(fixture_text(capture)).role == role

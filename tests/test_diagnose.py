@@ -21,6 +21,7 @@ from inferwatch.collect.textparse import read_page
 from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS, RELATIONS
 from inferwatch.method.findings import EXIT, Burn, Finding, Report, evaluate
+from inferwatch.method.fleet import fleet_of
 from inferwatch.method.local import Window
 from inferwatch.method.signals import SIGNALS
 from inferwatch.method.spec import spec_from_config
@@ -328,3 +329,23 @@ def test_a_gpu_that_fell_off_the_bus_is_the_hardware_layer_and_pages() -> None:
     # An XID 13 is the program's fault: nothing.
     quiet = Window(read_page(gpu_page(0.0)), read_page(gpu_page(0.0)), seconds=10.0)
     assert not evaluate(quiet, spec, LABELS)
+
+
+def test_the_fleet_view_compares_replicas_of_one_role() -> None:
+    """Prefill instances a and b, decode instances c and d of one model: each role's
+    replicas are one group; the waiting requests, read without the role, are found."""
+    model = {"namespace": "prod", "backend": "vllm", "model": "tiny"}
+    load = {"a": ("prefill", 18), "b": ("prefill", 2), "c": ("decode", 5), "d": ("decode", 5)}
+    readings = {
+        "in_flight": [({**model, "instance": i, "role": r}, v) for i, (r, v) in load.items()],
+        "waiting": [({**model, "instance": i}, 1.0 if i == "a" else 0.0) for i in load],
+    }
+    fleet = fleet_of(readings, [], ("namespace", "backend", "model"))
+    groups = {
+        m["role"]: [(r.labels["instance"], r.share, r.waiting) for r in rs]
+        for m, rs in fleet.models
+    }
+    assert groups == {
+        "prefill": [("a", 0.9, 1.0), ("b", 0.1, 0.0)],
+        "decode": [("c", 0.5, 0.0), ("d", 0.5, 0.0)],
+    }

@@ -323,6 +323,7 @@ def fleet_rules(path: Path) -> Path:
     to_c = {**router, "worker": "http://c:8000"}
     c = {"instance": "c:10177", "job": "inferwatch", "backend": "vllm"}
     c_info = {**c, "model": "tiny", "version": "0.32.0", "server": "http://127.0.0.1:8000"}
+    version = {"version": "0.32.0"}
 
     def grows(per_second: float, labels: dict[str, str]) -> str:
         return constant(per_second, labels).replace(
@@ -352,7 +353,10 @@ def fleet_rules(path: Path) -> Path:
                 for name, expr in (
                     ("inferwatch_router_worker_healthy", constant(0, to_c)),
                     ("inferwatch_router_worker_circuit_state", constant(0, to_c)),
-                    ("inferwatch_backend_info", constant(1, c_info)),
+                    (
+                        "inferwatch_backend_info",
+                        " or ".join(constant(1, i) for i in (c_info, a | version, b | version)),
+                    ),
                     ("inferwatch_backend_up", constant(1, c)),
                 )
             ),

@@ -236,6 +236,20 @@ async def test_healthz_and_landing_page(poller_for, backend, aiohttp_client) -> 
     assert '<a href="metrics">' in landing and backend.url in landing
 
 
+async def test_the_role_is_the_flags_else_the_pages(poller_for, backend, aiohttp_client) -> None:
+    """``--role`` names the server's role where its page says none (a vLLM without a KV
+    connector says none: no role label)."""
+    pages = []
+    for role in ("auto", "decode"):
+        poller = poller_for(backend.url, role=role)
+        client = await aiohttp_client(make_app(poller, run_poller=False))
+        await poller.poll_once()
+        pages.append(await (await client.get("/metrics")).text())
+    auto, decode = pages
+    assert 'role="' not in auto
+    assert page_value(decode, "inferwatch_backend_info", role="decode") == 1.0
+
+
 async def test_credentials_in_the_backend_url_never_reach_logs_or_pages(
     poller_for, backend, aiohttp_client
 ) -> None:

@@ -169,6 +169,7 @@ class BackendSample:
     histograms: Mapping[str, HistogramValues] = field(default_factory=lambda: EMPTY)
     dropped: Sequence[Dropped] = ()
     oversized: int = 0
+    role: str = ""  # what the page says of its role (metrics.ROLES), "" where nothing
 
     def total(self, key: str) -> float | None:
         """Sum of a signal over all its series, or None when not provided."""
@@ -283,3 +284,6 @@ class Snapshot:
     # The backend's origin (``scheme://host:port``, never its credentials): the server a
     # router names as its worker, on ``inferwatch_backend_info``'s ``server`` label.
     server: str = ""
+    # Its role in a disaggregated deployment (metrics.ROLES; "" unknown): ``--role``, else
+    # what the page says.
+    role: str = ""

@@ -98,6 +98,8 @@ class PollSettings:
     # The rate window of the rules (the spec's): the latency quantiles' (collect/window.py)
     # and the load the baseline cell is chosen by (collect/load.py).
     latency_window: float = 300.0
+    # The server's role (metrics.ROLES), or "auto": what its page says.
+    role: str = "auto"
 
 
 class Poller:
@@ -211,9 +213,16 @@ class Poller:
             sources=MappingProxyType(sources),
             series_dropped=MappingProxyType(dict(self._series_dropped)),
             server=redact_url(self.upstream.origin()),
+            role=self._role(sample),
         )
         self.last_poll_at = now
         return self.snapshot
+
+    def _role(self, sample: BackendSample | None) -> str:
+        """``--role``, else what the page says (nothing while the server is down)."""
+        if self.settings.role != "auto":
+            return self.settings.role
+        return sample.role if sample is not None else ""
 
     def _latency_window(
         self, now: float, sample: BackendSample | None

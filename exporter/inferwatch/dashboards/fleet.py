@@ -198,13 +198,18 @@ def _instances_load(spec: Spec) -> list[PanelSpec]:
     read a thousand of them), KV cache, GPU busy."""
     running = f"sum by (instance) ({series('requests_running')})"
     waiting = f"sum by (instance) ({series('requests_waiting')})"
+    # Each replica's role where its sidecar knows it, its rows next to its role's.
+    roles = f"max by (instance, role) ({series('backend_info')})"
+    in_flight = f"sum by (role, instance) (({running} + {waiting}) * on (instance) group_left (role) {roles})"
     return [
         PanelSpec(
             "Requests in flight by instance",
             "Running and waiting requests, a row per replica. One hot row while the others "
             "stay pale: the router's policy or an affinity sends it the load "
-            "(InferenceReplicaImbalance). Every row hot at once: the fleet is at capacity.",
-            [Query(f"{running} + {waiting}", "{{instance}}")],
+            "(InferenceReplicaImbalance). Every row hot at once: the fleet is at capacity. In a "
+            "disaggregated deployment the rows are grouped by role (prefill, decode): compare a "
+            "row with its role's.",
+            [Query(in_flight, "{{role}} {{instance}}")],
             kind="heatmap",
             width=12,
         ),

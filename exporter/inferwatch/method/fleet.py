@@ -99,14 +99,16 @@ def fleet_of(
     readings: Mapping[str, Series], findings: Sequence[Found], fleet_labels: Sequence[str]
 ) -> Fleet:
     """The fleet view from the signals' series (``readings``, by signal name) and the report's
-    findings (ranked); a model's replicas are the series that share ``fleet_labels``."""
+    findings (ranked); a model's replicas are the series that share ``fleet_labels`` and
+    their role, where their sidecars know it."""
     waiting = {_key(s): v for s, v in readings.get("waiting", ())}
     models: dict[tuple, list[tuple[dict[str, str], float]]] = {}
     for series, value in readings.get("in_flight", ()):
         if math.isnan(value):
             continue
         labels = _where(series)
-        model = {k: labels[k] for k in fleet_labels if k in labels}
+        # A disaggregated deployment's prefill and decode instances apart (their role).
+        model = {k: labels[k] for k in (*fleet_labels, "role") if k in labels}
         models.setdefault(tuple(model.items()), []).append((labels, value))
     replicas = []
     for model, members in models.items():
@@ -155,4 +157,5 @@ def fleet_of(
 
 
 def _key(labels: Mapping[str, str]) -> tuple:
-    return tuple(sorted(_where(labels).items()))
+    """A replica's series, whether or not it carries the role (its load does)."""
+    return tuple(sorted((k, v) for k, v in _where(labels).items() if k != "role"))

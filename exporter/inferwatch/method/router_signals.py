@@ -199,16 +199,22 @@ ROUTER_SIGNALS = (
     *_ROUTER_WHOLE,
 )
 
-# A replica's requests in flight (running and waiting) over the rate window.
+# A replica's requests in flight (running and waiting) over the rate window, with its role
+# in a disaggregated deployment where its sidecar knows it (``inferwatch_backend_info``).
 _LOAD = (
     "(\n"
-    "  sum without (engine) (avg_over_time(inferwatch_requests_running[%(window)s]))\n"
-    "  + sum without (engine) (avg_over_time(inferwatch_requests_waiting[%(window)s]))\n"
+    "  (\n"
+    "    sum without (engine) (avg_over_time(inferwatch_requests_running[%(window)s]))\n"
+    "    + sum without (engine) (avg_over_time(inferwatch_requests_waiting[%(window)s]))\n"
+    "  )\n"
+    "  * on (instance, job) group_left (role)\n"
+    "  max by (instance, job, role) (inferwatch_backend_info)\n"
     ")"
 )
 
-# The fleet's view of its replicas: how the load is spread across a model's replicas (its
-# replicas share the fleet labels, ``alerting.fleet_labels``).
+# The fleet's view of its replicas: how the load is spread across a model's replicas of one
+# role (its replicas share the fleet labels, ``alerting.fleet_labels``, and the role: a
+# prefill instance is not compared with a decode one).
 FLEET_SIGNALS = (
     Signal(
         name="in_flight",
@@ -218,13 +224,15 @@ FLEET_SIGNALS = (
         promql=_LOAD,
         local=None,
     ),
-    # Against at least one request: an idle replica makes the factor the hot one's load.
+    # Against at least one request: an idle replica makes the factor the hot one's load. The
+    # role only chooses what is compared: the factor is the replica's, as its other signals.
     Signal(
         name="load_over_least_loaded",
         label="requests in flight, times the least loaded replica's (at least one)",
         unit="count",
         level=INSTANCE,
-        promql=f"{_LOAD}\n/ on (%(fleet)s) group_left\nclamp_min(min by (%(fleet)s) {_LOAD}, 1)",
+        promql=f"max without (role) (\n{_LOAD}\n/ on (%(fleet)s, role) group_left\n"
+        f"clamp_min(min by (%(fleet)s, role) {_LOAD}, 1)\n)",
         local=None,
     ),
 )

@@ -323,6 +323,11 @@ SERVER_CPU: dict[str, MetricDef] = _defs(
     ),
 )
 
+# A server's part in a disaggregated deployment (``inferwatch_backend_info``'s ``role``): it
+# runs prefills and sends their KV, it receives KV and decodes, or it runs both phases (a
+# server that says nothing of it has no role label).
+ROLES = ("prefill", "decode", "both")
+
 # Why the exporter leaves a backend series out and counts it.
 SERIES_DROPPED_REASONS = ("label_bytes",)
 
@@ -333,9 +338,10 @@ SELF: dict[str, MetricDef] = _defs(
     MetricDef(
         "backend_info",
         G,
-        "Backend identity; labels carry backend, version, model and the server's origin "
-        "(server: scheme://host:port, never its credentials).",
-        ("version", "server"),
+        "Backend identity; labels carry backend, version, model, the server's origin "
+        "(server: scheme://host:port, never its credentials) and its role in a "
+        "disaggregated deployment (prefill, decode, both; absent where unknown).",
+        ("version", "server", "role"),
     ),
     MetricDef(
         "backend_series_dropped",

@@ -113,6 +113,7 @@ def build_poller(config: ServeConfig, latency_window: float = 300.0) -> Poller:
         max_series=config.backend_max_series,
         max_label_bytes=config.backend_max_label_bytes,
         latency_window=latency_window,
+        role=config.role,
     )
     poller = Poller(upstream, backend, gpu, settings)
     if config.server_cpu == "on":

@@ -75,6 +75,7 @@ class ServeConfig:
     capture_pid: int | None = None
     web_allowed_host: tuple[str, ...] | None = None
     otlp_traces: str = "off"
+    role: str = "auto"
     otlp_slowest: int = DEFAULT_MOST
     otlp_max_bytes: int = DEFAULT_MAX_BYTES
 

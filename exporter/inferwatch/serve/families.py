@@ -46,6 +46,8 @@ def write_snapshot(snap: Snapshot, sink: Sink) -> None:
         info = (*prefix, ("version", sample.version), ("model", sample.model))
         if snap.server:
             info = (*info, ("server", snap.server))
+        if snap.role:
+            info = (*info, ("role", snap.role))
         sink.scalars("backend_info", {info: 1.0})
         for key, series in sample.values.items():
             sink.scalars(key, series, prefix)

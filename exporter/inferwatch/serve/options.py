@@ -10,6 +10,7 @@ from inferwatch.collect.backends import BACKENDS
 from inferwatch.collect.poller import DEFAULT_MAX_LABEL_BYTES, DEFAULT_MAX_SERIES
 from inferwatch.collect.steps import DEFAULT_KNOWN_STEP
 from inferwatch.method.alerts import ALERTS
+from inferwatch.metrics import ROLES
 from inferwatch.serve.otlp import DEFAULT_MAX_BYTES
 from inferwatch.serve.request_checks import host_names
 from inferwatch.serve.slow_requests import DEFAULT_MOST
@@ -46,6 +47,15 @@ OPTIONS = (
         default="auto",
         help="inference server kind; auto recognises it from its /metrics page",
         choices=("auto", *BACKENDS),
+    ),
+    Option(
+        "--role",
+        parse=str,
+        default="auto",
+        help="the server's part in a disaggregated deployment, on inferwatch_backend_info; auto "
+        "reads it from the page where the server tells it (SGLang's engine_type, vLLM's KV "
+        "connector families), none where it does not",
+        choices=("auto", *ROLES),
     ),
     Option(
         "--backend-url",

@@ -74,6 +74,7 @@ def _window(metric: str, pairs: dict, bounds: tuple, dist: Dist) -> list[dict]:
 def _target_series(r: Replica, target: dict) -> list[dict]:
     """The scrape's own series and the sidecar's view of its backend and collectors."""
     info = {**target, "backend": r.backend, "model": SERVED_MODEL, "version": "0.32.0"}
+    info |= {k: v for k, v in (("server", r.server), ("role", r.role)) if v is not None}
     return [
         _series("up", "1x40", **target),
         _series("inferwatch_backend_up", r.backend_up, **target, backend=r.backend),
@@ -84,11 +85,7 @@ def _target_series(r: Replica, target: dict) -> list[dict]:
             backend=r.backend,
         ),
         _series("inferwatch_collector_success", r.gpu_collector, **target, collector="gpu"),
-        *(
-            [_series("inferwatch_backend_info", "1x40", **info, server=r.server)]
-            if r.server is not None
-            else []
-        ),
+        _series("inferwatch_backend_info", "1x40", **info),
     ]
 
 

@@ -119,6 +119,7 @@ class Replica:
     pcie_share: float = 0.05
     backend_up: str = "1x40"
     server: str | None = None  # the origin its sidecar reads (backend_info's server label)
+    role: str | None = None  # its role in a disaggregated deployment (backend_info's role)
     scrape_duration: str = "0.004x40"
     gpu_memory_total: str = "85899345920x40"  # '_' where the GPU's series are gone
     baseline: tuple[float, float] | None = None  # TTFT p95, ITL p95 at concurrency 8

@@ -50,6 +50,15 @@ _PD_QUEUES = {
 _INFERENCE = inference_api("/generate", "/encode", "/classify")
 
 
+# engine_type on every series: a disaggregated instance's role, or one that runs both phases.
+_ENGINE_TYPES = {"prefill": "prefill", "decode": "decode", "unified": "both", "dynamic": "both"}
+
+
+def _role(page: str) -> str:
+    """The role the page's ``engine_type`` labels say (they all say the same)."""
+    return next((role for t, role in _ENGINE_TYPES.items() if f'engine_type="{t}"' in page), "")
+
+
 SGLANG = Backend(
     name="sglang",
     signature=("sglang:", "sglang_"),
@@ -57,6 +66,7 @@ SGLANG = Backend(
     # engine_type, is_streaming, pid and SMG's worker_addr are dropped, their series merged.
     labels={"model_name": "model", "dp_rank": "engine", "status_code": "status"},
     version_path="/get_server_info",
+    role_of=_role,
     # The traces land in the server's SGLANG_TORCH_PROFILER_DIR (default /tmp).
     profiler=Profiler(enable="SGLANG_TORCH_PROFILER_DIR=DIR python -m sglang.launch_server ..."),
     feeds=(

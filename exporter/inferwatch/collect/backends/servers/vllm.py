@@ -37,6 +37,16 @@ _KV_FETCH_STAGES = {
     "completed_waiting": "received",
 }
 
+
+def _role(page: str) -> str:
+    """A KV consumer counts the requests fetching their KV (``kv_fetch_by_stage``): decode
+    (a kv_both instance reads as decode too: ``--role both``); a server with a connector's
+    transfer families and no such count is its producer: prefill; nothing without one."""
+    if "vllm:num_requests_kv_fetch_by_stage" in page:
+        return "decode"
+    return "prefill" if "vllm:nixl_" in page or "vllm:mooncake_" in page else ""
+
+
 VLLM = Backend(
     name="vllm",
     signature=("vllm:",),
@@ -49,6 +59,7 @@ VLLM = Backend(
         "status": "status",
     },
     version_path="/version",
+    role_of=_role,
     # vLLM 0.13+: the endpoints exist when the server starts with a torch profiler; the
     # engine's and the API server's traces land in its torch_profiler_dir.
     profiler=Profiler(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from inferwatch.method.alerts.alert import USERS_SEE, Alert, Cond
 from inferwatch.method.alerts.annotations import PLAIN_NUMBER, value_of
-from inferwatch.method.scenario import A, B, Scenario, healthy, instance_alert
+from inferwatch.method.scenario import A, B, C, Scenario, healthy, instance_alert
 from inferwatch.method.signals import INSTANCE
 
 # A hot: 12 running and 6 waiting all along; B: 2 running, nothing waiting.
@@ -38,6 +40,30 @@ UNEVEN_NO_QUEUE = Scenario(
     silent=("InferenceReplicaImbalance",),
 )
 
+WITHIN_A_ROLE = Scenario(
+    # Disaggregated: prefill instances A (hot) and B, decode instance C nearly idle. A is
+    # compared with B, the least loaded of its role: 18 in flight against 2, not C's 1.
+    "imbalance within a role: one prefill instance queues while another has room",
+    (
+        dataclasses.replace(HOT, role="prefill"),
+        dataclasses.replace(COLD, role="prefill"),
+        healthy(C, role="decode", running=(1,), waiting=(0,)),
+    ),
+    file="scheduling.yaml",
+    place=13,
+    fires={"InferenceReplicaImbalance": [instance_alert(A, value=9, queries=(6,))]},
+)
+ROLES_APART = Scenario(
+    # Near miss: a prefill instance holds nine times its decode instance's requests; their
+    # work differs, so they are not compared.
+    "imbalance near miss: a prefill instance busier than the decode one",
+    (dataclasses.replace(HOT, role="prefill"), dataclasses.replace(COLD, role="decode")),
+    file="scheduling.yaml",
+    place=14,
+    fires={},
+    silent=("InferenceReplicaImbalance",),
+)
+
 REPLICA_IMBALANCE = Alert(
     name="InferenceReplicaImbalance",
     order=24,
@@ -66,7 +92,7 @@ REPLICA_IMBALANCE = Alert(
     # A replica whose engine idles with a queue is stalled, not sent too much: its queue
     # grows whatever the router does (InferenceQueuedWhileIdle, InferenceEngineHung).
     unless=(Cond("queued_while_idle_ratio", ">", "queued_while_idle_ratio"),),
-    scenarios=(ONE_HOT, BOTH_BUSY, UNEVEN_NO_QUEUE),
+    scenarios=(ONE_HOT, BOTH_BUSY, UNEVEN_NO_QUEUE, WITHIN_A_ROLE, ROLES_APART),
 )
 
 ALERTS = (REPLICA_IMBALANCE,)
