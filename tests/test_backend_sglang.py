@@ -322,4 +322,4 @@ def test_without_disaggregation_families_the_transfer_series_are_absent(fixture:
     ],
 )
 def test_engine_type_says_the_servers_role(capture: str, role: str) -> None:
-    assert SGLANG.normalize(fixture_text(capture)).role == role
+    assert SGLANG.role_of is not None and SGLANG.role_of(fixture_text(capture)) == role

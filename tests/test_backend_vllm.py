@@ -538,4 +538,4 @@ def test_the_tokens_by_transfer_are_the_servers_own_zero_without_a_connector() -
     ],
 )
 def test_the_page_says_the_servers_role(capture: str, role: str) -> None:
-    assert VLLM.normalize(fixture_text(capture)).role == role
+    assert VLLM.role_of is not None and VLLM.role_of(fixture_text(capture)) == role

@@ -333,9 +333,12 @@ def test_heatmaps_read_prometheus_buckets_or_a_row_per_replica() -> None:
         assert p["options"]["calculate"] is False, p["title"]
         if p in by_replica:  # a row per replica, zero included; the cells are its load
             assert "unit" not in p["options"]["yAxis"] and "filterValues" not in p["options"]
-            for t in p["targets"]:
-                assert (t["format"], t["legendFormat"]) == ("time_series", "{{instance}}")
-                assert t["expr"].startswith("sum by (instance) ("), p["title"]
+            for t in p["targets"]:  # a disaggregated deployment's rows next to their role's
+                rows = ("{{instance}}", "{{role}} {{instance}}")
+                assert t["format"] == "time_series" and t["legendFormat"] in rows
+                assert t["expr"].startswith(("sum by (instance) (", "sum by (role, instance) (")), (
+                    p["title"]
+                )
             continue
         assert p["options"]["yAxis"]["unit"] not in (None, "short"), p["title"]
         for t in p["targets"]:

@@ -23,7 +23,7 @@ from inferwatch.serve.selfmetrics import MAX_AGE as SELF_METRICS_MAX_AGE
 from inferwatch.serve.sidecar import make_app
 from inferwatch.serve.web import wants_openmetrics
 
-from conftest import fixture_text, page_value
+from conftest import fixture_text, page_value, thread_server
 from fake_nvml import FakeGpu, FakeNvml
 
 CAPTURE = fixture_text("vllm-0.32.0-cpu-loaded-kv-full.prom")
@@ -248,6 +248,21 @@ async def test_the_role_is_the_flags_else_the_pages(poller_for, backend, aiohttp
     auto, decode = pages
     assert 'role="' not in auto
     assert page_value(decode, "inferwatch_backend_info", role="decode") == 1.0
+
+
+async def test_the_role_the_page_tells_is_on_the_page(poller_for, aiohttp_client) -> None:
+    """A vLLM decode instance of a NIXL pair (its KV fetch count): role decode, unless
+    ``--role`` says otherwise."""
+    page = fixture_text("vllm-0.34.0-synthetic-nixl-decode.prom").encode()
+    with thread_server(lambda _: (200, page)) as where:
+        served = []
+        for role in ("auto", "both"):
+            poller = poller_for(f"http://{where}", role=role)
+            client = await aiohttp_client(make_app(poller, run_poller=False))
+            await poller.poll_once()
+            served.append(await (await client.get("/metrics")).text())
+    assert page_value(served[0], "inferwatch_backend_info", role="decode") == 1.0
+    assert page_value(served[1], "inferwatch_backend_info", role="both") == 1.0
 
 
 async def test_credentials_in_the_backend_url_never_reach_logs_or_pages(

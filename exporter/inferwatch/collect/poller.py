@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
 
@@ -327,16 +327,19 @@ class Poller:
         return self._last_mapped[1]
 
     def _normalize(self, text: str) -> BackendSample:
-        """Recognise the server (``--backend auto``) and map its page onto the contract."""
+        """Recognise the server (``--backend auto``) and map its page onto the contract, with
+        the role the page tells (:attr:`Backend.role_of`)."""
         if self.backend is None:
             self.backend = detect(text)
             log.info("backend recognised as %s", self.backend.name)
         if self._mapper is None or self._mapper.backend is not self.backend:
             limit = self.settings.max_label_bytes
             self._mapper = Mapper(self.backend, self._log_dropped, limit)
-        return self._mapper.normalize(
+        sample = self._mapper.normalize(
             text, self._model_hint, self.settings.max_series, self._version
         )
+        role = self.backend.role_of(text) if self.backend.role_of is not None else ""
+        return replace(sample, role=role) if role else sample
 
     async def _fetch_info(self, backend: Backend) -> None:
         """Version and (for servers without model labels) model, once per connection."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from weakref import WeakKeyDictionary
 
@@ -61,9 +61,7 @@ class Backend:
     # Its own profiler's endpoints, where it has them (evidence capture).
     profiler: Profiler | None = None
     serves_inference: bool = True  # False: a router's metrics port, no API for the canary
-    # What the page says of the server's role in a disaggregated deployment (metrics.ROLES),
-    # "" where nothing: read from the raw page, so that a label the mapping drops tells it.
-    role_of: Callable[[str], str] | None = None
+    role_of: Callable[[str], str] | None = None  # the role its raw page tells (metrics.ROLES)
 
     @property
     def wanted(self) -> frozenset[str]:
@@ -167,15 +165,7 @@ class Mapper:
         other malformed family is left out, and so are series with a value their kind cannot
         take (a negative or NaN counter, a ratio outside [0, 1]) and repeats of a series (the
         first is kept, as Prometheus does); the sample's ``dropped`` says what and why.
-        The sample's ``role`` is what the page says of it (:attr:`Backend.role_of`).
         """
-        sample = self._normalize(text, model_hint, max_series, version)
-        role = self.backend.role_of(text) if self.backend.role_of is not None else ""
-        return replace(sample, role=role) if role else sample
-
-    def _normalize(
-        self, text: str, model_hint: str, max_series: float, version: str
-    ) -> BackendSample:
         page = self.backend.readable(text)
         fitted = self._scanner.by_layout(page, max_series)
         if fitted is not None:
