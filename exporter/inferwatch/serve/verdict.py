@@ -196,7 +196,10 @@ class VerdictHistory:
         self.spec = spec
         self.window = spec.window_seconds
         self.keep_seconds = max(keep_seconds, self.window)
-        self.step = max(poller.settings.interval, DEFAULT_STEP) if step is None else step
+        # At most the rules' evaluation interval apart, so that a finding's pending time is
+        # counted as finely as Prometheus counts an alert's.
+        every = min(DEFAULT_STEP, seconds(spec.timing.evaluation_interval))
+        self.step = max(poller.settings.interval, every) if step is None else step
         self._points: deque[Point] = deque(maxlen=max_points)
         # The pages (compressed) as old as a window at most: the verdict's first page is
         # the oldest inside it; older ones are never read again.
