@@ -309,6 +309,24 @@ async def test_the_spec_given_is_the_verdicts(exporter) -> None:
     }
 
 
+async def test_a_finding_is_pending_until_it_has_held_for_its_for(exporter) -> None:
+    """As Prometheus holds an alert pending for its ``for``, the verdict says how long each
+    finding has held and whether that is still short of it: a p95 over its threshold for a
+    few seconds on a healthy server is pending, not a warning to act on."""
+    spec = spec_from_config({"alerting": {"for": {"InferenceKVCachePressure": "15s"}}})
+    client = await exporter[3](spec=spec)
+    await poll(exporter, KV_FULL, AFTER)  # the first verdict: it holds from now
+    page, doc = await get(client)
+    (kv,) = doc["findings"]
+    assert (kv["for"], kv["holding_seconds"], kv["pending"]) == ("15s", 0.0, True)
+    assert "pending: held 0 s of its 15s" in finding_html(page, "InferenceKVCachePressure")
+    await poll(exporter, AFTER, AFTER)  # two more verdicts, 10 s apart: held 20 s
+    page, doc = await get(client)
+    (kv,) = doc["findings"]
+    assert (kv["holding_seconds"], kv["pending"]) == (20.0, False)
+    assert "pending" not in finding_html(page, "InferenceKVCachePressure")
+
+
 def queued_span(seconds: float):
     """The real span, as if it had waited ``seconds`` in the queue before its prefill."""
     span = request_span()

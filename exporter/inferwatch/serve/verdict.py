@@ -28,7 +28,7 @@ from inferwatch.method.alerts import Cond
 from inferwatch.method.findings import Finding, exporter_labels, exporter_report, fmt, phase_of
 from inferwatch.method.local import Samples, Window
 from inferwatch.method.signals import SIGNALS
-from inferwatch.method.spec import Spec
+from inferwatch.method.spec import Spec, seconds
 from inferwatch.model import Snapshot
 from inferwatch.serve.exposition import render
 from inferwatch.serve.slow_requests import SlowRequests, spans_say
@@ -99,6 +99,10 @@ class Verdict:
 
 
 COLLECTING = Verdict("collecting", None, None, "", "waiting for two polls")
+
+
+def _finding_key(finding: Finding) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return finding.alert.name, tuple(sorted(finding.labels.items()))
 
 
 def _series(snap: Snapshot) -> int:
@@ -192,7 +196,10 @@ class VerdictHistory:
         self.spec = spec
         self.window = spec.window_seconds
         self.keep_seconds = max(keep_seconds, self.window)
-        self.step = max(poller.settings.interval, DEFAULT_STEP) if step is None else step
+        # At most the rules' evaluation interval apart, so that a finding's pending time is
+        # counted as finely as Prometheus counts an alert's.
+        every = min(DEFAULT_STEP, seconds(spec.timing.evaluation_interval))
+        self.step = max(poller.settings.interval, every) if step is None else step
         self._points: deque[Point] = deque(maxlen=max_points)
         # The pages (compressed) as old as a window at most: the verdict's first page is
         # the oldest inside it; older ones are never read again.
@@ -209,6 +216,9 @@ class VerdictHistory:
         self.listeners: list[Callable[[Verdict], None]] = []
         # The slowest requests of the window, from the server's spans (None: not received).
         self.slow_requests: SlowRequests | None = None
+        # Since when (the poller's clock) each finding of the verdict has held, verdict after
+        # verdict: one that has not held for its alert's ``for`` is pending, as in Prometheus.
+        self._since: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
 
     @property
     def sparklines(self) -> tuple[str, ...]:
@@ -245,6 +255,9 @@ class VerdictHistory:
                 self._pages.popleft()
             _thin(self._pages, self.page_bytes)
             self._last = (snap, parsed)
+            self._since = {
+                key: self._since.get(key, point.at) for key in map(_finding_key, verdict.findings)
+            }
             self.verdict = verdict
             for listener in self.listeners:
                 try:
@@ -285,6 +298,16 @@ class VerdictHistory:
             verdict = compute_verdict(before, page, at - first_at, self.spec)
         verdict = Verdict(**{**verdict.__dict__, "updated": point.wall})
         return point, zlib.compress(text, 1), page, verdict
+
+    def _held(self, finding: Finding) -> dict[str, Any]:
+        """How long the finding has held, and whether that is still short of its alert's
+        ``for`` (pending: Prometheus would not fire it yet)."""
+        since = self._since.get(_finding_key(finding))
+        if since is None or not self._points:
+            return {"holding_seconds": None, "pending": True}
+        holding = self._points[-1].at - since
+        wait = seconds(self.spec.timing.for_alert(finding.alert))
+        return {"holding_seconds": round(holding, 1), "pending": holding < wait}
 
     def series(self) -> dict[str, list[tuple[float, float | None]]]:
         """Each sparkline signal's points: (wall-clock time, value or None), oldest first.
@@ -327,6 +350,7 @@ class VerdictHistory:
                     "phase": f.alert.phase,
                     "layer": f.alert.layer,
                     "for": spec.timing.for_alert(f.alert),
+                    **self._held(f),
                     "explained_by": f.explained_by,
                     "inhibited": f.inhibited,
                     "depth": f.depth,

@@ -94,14 +94,24 @@ def _finding(f: Mapping[str, Any], labels: Mapping[str, str]) -> str:
         else ""
     )
     indent = f' style="margin-left: {2 * f["depth"]}em"' if f["depth"] else ""
+    pending = (
+        f" <small class='muted'>pending: held {_e(_held(f['holding_seconds']))} of its "
+        f"{_e(f['for'])} (the rules fire it after that)</small>"
+        if f["pending"]
+        else ""
+    )
     return (
         f'<div class="finding {_e(f["severity"])}" data-alert="{_e(f["alert"])}"{indent}>'
-        f"<b>{_e(f['severity'].upper())} {_e(f['alert'])}</b> {_e(about)} "
+        f"<b>{_e(f['severity'].upper())} {_e(f['alert'])}</b>{pending} {_e(about)} "
         f"<span class='muted'>{_e(f['phase'])} / {_e(f['layer'])}</span>{explained}{spans}"
         "<table><tr><th></th><th>signal</th><th>measured</th><th></th><th>threshold</th>"
         f"<th></th></tr>{rows}</table>"
         f'<a href="{_e(f["runbook"])}">runbook</a></div>'
     )
+
+
+def _held(holding: float | None) -> str:
+    return "n/a" if holding is None else f"{holding:.0f} s"
 
 
 def _polylines(points: Sequence[Sequence[Any]], span: tuple[float, float]) -> str:
