@@ -7,6 +7,7 @@ from inferwatch.method.alerts.annotations import PLAIN_NUMBER, value_of, window_
 from inferwatch.method.alerts.scheduling.queued_while_idle import queued_while_idle_on_a
 from inferwatch.method.scenario import (
     CANARY_OK,
+    ROUTER,
     TGI_LE,
     A,
     B,
@@ -225,7 +226,6 @@ SERVER_CPU_STARVED = Alert(
 # ---------------------------------------------------------------------------------------
 # InferenceRouterOverhead
 
-ROUTER = "10.0.0.9:10177"  # the sidecar next to the router
 ROUTED = (Worker("http://10.0.0.1:8000"), Worker("http://10.0.0.2:8000"))
 # The replicas' own requests take 1 s on average, all in (0.75, 1.12] s.
 REPLICAS = tuple(healthy(i, request_seconds=Dist({TGI_LE[22]: 1.0}, 1.0)) for i in (A, B))

@@ -16,6 +16,7 @@ from inferwatch.method.scenario.expect import (
     instance_alert,
     model_alert,
     promtool_group,
+    worker_alert,
 )
 from inferwatch.method.scenario.render import Series
 from inferwatch.method.scenario.series import input_series
@@ -23,6 +24,7 @@ from inferwatch.method.scenario.workload import (
     CANARY_OK,
     EVAL,
     ITL_LE,
+    ROUTER,
     SERVED_MODEL,
     STEP,
     TGI_DECODE,
@@ -45,6 +47,7 @@ __all__ = [
     "CANARY_OK",
     "EVAL",
     "ITL_LE",
+    "ROUTER",
     "SERVED_MODEL",
     "STEP",
     "TGI_DECODE",
@@ -69,4 +72,5 @@ __all__ = [
     "model_alert",
     "promtool_group",
     "tgi",
+    "worker_alert",
 ]

@@ -17,7 +17,16 @@ from typing import Any
 
 from inferwatch.method.scenario.render import Answer, Answers, render
 from inferwatch.method.scenario.series import gpu_labels, input_series
-from inferwatch.method.scenario.workload import EVAL, SERVED_MODEL, STEP, Replica, Router
+from inferwatch.method.scenario.workload import (
+    EVAL,
+    ROUTER,
+    ROUTER_BACKEND,
+    ROUTER_MODEL,
+    SERVED_MODEL,
+    STEP,
+    Replica,
+    Router,
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,14 @@ def instance_alert(
     them: None where not); ``labels`` the alert's others."""
     own = {"instance": instance, "job": "inferwatch", "backend": backend, "model": model}
     return Expected({k: v for k, v in own.items() if v is not None} | labels, value, queries)
+
+
+def worker_alert(worker: str, *, value: float) -> Expected:
+    """An alert of the sidecar next to a vllm-router (:data:`ROUTER`) about one of its
+    workers."""
+    return instance_alert(
+        ROUTER, value=value, backend=ROUTER_BACKEND, model=ROUTER_MODEL, worker=worker
+    )
 
 
 def gpu_alert(

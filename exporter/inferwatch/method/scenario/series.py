@@ -13,6 +13,7 @@ from inferwatch.method.scenario.workload import (
     LATENCY_LE,
     NVLINK_PEAK,
     PCIE_PEAK,
+    ROUTER_MODEL,
     SAMPLES,
     SERVED_MODEL,
     STEP,
@@ -312,7 +313,7 @@ def router_series(r: Router) -> list[dict]:
     """Every router series a sidecar next to a router would expose (the router names no
     model)."""
     router = {"instance": r.instance, "job": "inferwatch", "backend": r.backend}
-    router |= {"model": "unknown"}
+    router |= {"model": ROUTER_MODEL}
     out = []
     for w in r.workers:
         pairs = {**router, "worker": w.url}

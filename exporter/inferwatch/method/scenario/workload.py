@@ -40,6 +40,9 @@ CANARY_RESULTS = ("ok", "http_error", "timeout", "connect_error", "bad_stream")
 CANARY_OK = {"ok": 1 / 15}  # a probe every 15 s, all answered
 SERVED_MODEL = "llama-3-8b"
 A, B, C = "10.0.0.1:10177", "10.0.0.2:10177", "10.0.0.3:10177"
+ROUTER = "10.0.0.9:10177"  # the sidecar next to a router
+ROUTER_BACKEND = "vllm-router"
+ROUTER_MODEL = "unknown"  # a router's series name no model
 
 # An H100 SXM's links per direction: 18 NVLink links at 26.562 GB/s; PCIe 5.0 x16.
 NVLINK_PEAK = 18 * 26.562e9
@@ -151,7 +154,7 @@ class Router:
 
     instance: str
     workers: tuple[Worker, ...]
-    backend: str = "vllm-router"
+    backend: str = ROUTER_BACKEND
     duration: Dist | None = None  # its time per answered request, tries and backoffs in it
 
 

@@ -5,23 +5,23 @@ from __future__ import annotations
 
 from inferwatch.method.alerts.alert import Alert, Cond
 from inferwatch.method.scenario import (
+    ROUTER,
     A,
     Replica,
     Router,
     Scenario,
     Worker,
     healthy,
-    instance_alert,
+    worker_alert,
 )
 from inferwatch.method.signals import INSTANCE
 
-R = "10.0.0.9:10177"  # the sidecar next to the router
 UP, DEAD = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
 
 
 def router(dead: Worker) -> tuple[Router, Replica]:
     """The router in front of a healthy replica A and ``dead``, whose sidecar is gone with it."""
-    return (Router(R, (Worker(UP), dead)), healthy(A))
+    return (Router(ROUTER, (Worker(UP), dead)), healthy(A))
 
 
 STILL_ROUTED = Scenario(
@@ -32,11 +32,7 @@ STILL_ROUTED = Scenario(
     router(Worker(DEAD, requests_per_s=1.0, failures_per_s=0.9)),
     file="availability.yaml",
     place=12,
-    fires={
-        "InferenceRouterFailingWorker": [
-            instance_alert(R, value=0.9, backend="vllm-router", model="unknown", worker=DEAD)
-        ]
-    },
+    fires={"InferenceRouterFailingWorker": [worker_alert(DEAD, value=0.9)]},
 )
 NOTICED = Scenario(
     # The same failures once the health check has failed the replica: the router has taken

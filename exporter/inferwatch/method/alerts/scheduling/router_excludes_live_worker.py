@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from inferwatch.method.alerts.alert import Alert, Cond
 from inferwatch.method.scenario import (
+    ROUTER,
     A,
     B,
     Replica,
@@ -13,10 +14,10 @@ from inferwatch.method.scenario import (
     Worker,
     healthy,
     instance_alert,
+    worker_alert,
 )
 from inferwatch.method.signals import INSTANCE
 
-R = "10.0.0.9:10177"  # the sidecar next to the router
 # Replica A's sidecar reads its server on loopback (a pod is one network namespace); the
 # router names it by the pod's address. Replica B's sidecar reads it as the router does.
 WORKER_A, WORKER_B = "http://10.0.0.1:8000", "http://10.0.0.2:8000"
@@ -28,7 +29,7 @@ REPLICAS = (
 
 def fleet(b: Worker, replicas: tuple[Replica, ...] = REPLICAS) -> tuple[Router | Replica, ...]:
     """The router in front of replica A (in rotation) and ``b``, and the replicas' sidecars."""
-    return (Router(R, (Worker(WORKER_A), b)), *replicas)
+    return (Router(ROUTER, (Worker(WORKER_A), b)), *replicas)
 
 
 HEALTH_FAILED = Scenario(
@@ -38,27 +39,21 @@ HEALTH_FAILED = Scenario(
     fleet(Worker(WORKER_B, requests_per_s=0.0, healthy="0x40")),
     file="scheduling.yaml",
     place=10,
-    fires={
-        "InferenceRouterExcludesLiveWorker": [
-            instance_alert(R, value=1, backend="vllm-router", model="unknown", worker=WORKER_B)
-        ]
-    },
+    fires={"InferenceRouterExcludesLiveWorker": [worker_alert(WORKER_B, value=1)]},
 )
 CIRCUIT_OPEN = Scenario(
     # B's circuit stays open, its health check passing: the same, by the circuit breaker.
     # The router names B with a trailing slash; A's server, read on loopback, is found too.
     "router holds the circuit of a replica that answers open",
     (
-        Router(R, (Worker(WORKER_A, circuit="1x40"), Worker(WORKER_B + "/", requests_per_s=0))),
+        Router(
+            ROUTER, (Worker(WORKER_A, circuit="1x40"), Worker(WORKER_B + "/", requests_per_s=0))
+        ),
         *REPLICAS,
     ),
     file="scheduling.yaml",
     place=11,
-    fires={
-        "InferenceRouterExcludesLiveWorker": [
-            instance_alert(R, value=1, backend="vllm-router", model="unknown", worker=WORKER_A)
-        ]
-    },
+    fires={"InferenceRouterExcludesLiveWorker": [worker_alert(WORKER_A, value=1)]},
 )
 SERVER_DOWN = Scenario(
     # Near miss: the router took B out because B's server is down (its sidecar says so):
