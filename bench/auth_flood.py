@@ -91,14 +91,15 @@ class Phase:
         )
 
 
-async def scrape(url: str, stop: asyncio.Event) -> Phase:
-    """The scraper (its pass cached) and a look at /healthz every tick until ``stop``."""
+async def scrape(url: str, stop: asyncio.Event, headers: dict[str, str] | None = None) -> Phase:
+    """The scraper (with ``headers``: its pass, cached by the sidecar) and a look at /healthz
+    every tick until ``stop``."""
     phase = Phase()
     timeout = aiohttp.ClientTimeout(total=120)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         while not stop.is_set():
             start = time.perf_counter()
-            async with session.get(f"{url}/metrics", headers=basic("prometheus", PASSWORD)) as r:
+            async with session.get(f"{url}/metrics", headers=headers) as r:
                 await r.read()
             phase.scrapes.append((time.perf_counter() - start, r.status))
             async with session.get(f"{url}/healthz") as r:
@@ -142,7 +143,7 @@ async def phase(url: str, seconds: float, flooded: bool) -> tuple[Phase, str]:
     """The scraper for ``seconds``, or while the flood runs back to back for ``seconds`` (at
     least once); with the flood, what it and a first-time user got."""
     stop = asyncio.Event()
-    scraper = asyncio.create_task(scrape(url, stop))
+    scraper = asyncio.create_task(scrape(url, stop, basic("prometheus", PASSWORD)))
     if not flooded:
         await asyncio.sleep(seconds)
         stop.set()
@@ -192,7 +193,7 @@ async def held_phase(url: str, seconds: float, connections: int, pid: int) -> tu
     holders = [asyncio.create_task(hold(host, int(port), stop)) for _ in range(connections)]
     await asyncio.sleep(1.0)  # every connection opened
     files = 0
-    scraper = asyncio.create_task(scrape(url, stop))
+    scraper = asyncio.create_task(scrape(url, stop, basic("prometheus", PASSWORD)))
     start = time.monotonic()
     while time.monotonic() - start < seconds:
         files = max(files, len(os.listdir(f"/proc/{pid}/fd")))

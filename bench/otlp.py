@@ -1,14 +1,14 @@
 """The span receiver's cost: CPU per span and ``/metrics`` latency under a span flood (prints
 figures; not a test).
 
-A real ``inferwatch serve --otlp-traces on`` process polling a loopback backend that serves
-a real vLLM capture. One scraper asks for ``/metrics`` every 100 ms, first with no spans, then
-while a sender posts OTLP/HTTP protobuf exports of vLLM's real ``llm_request`` span
-(tests/fixtures/vllm-0.32.0-cpu-llm_request-span.json; each copy with its own trace id, request
-id and latencies) at ``--spans-per-second`` in batches of ``--batch`` (an OpenTelemetry
-batch span processor sends up to 512 at a time). Printed, both phases measured in the same
-run: the sidecar's CPU (cores), the CPU time per span received (the flood's CPU less the
-quiet phase's, over the spans), its RSS, the scraper's p50/p99, and what the exports got.
+A real ``inferwatch serve --otlp-traces on`` process polling a loopback backend that serves a
+real vLLM capture. bench/auth_flood.py's scraper asks for ``/metrics`` every 100 ms, first with
+no spans, then while a sender posts OTLP/HTTP protobuf exports of vLLM's real ``llm_request``
+span (tests/fixtures/vllm-0.32.0-cpu-llm_request-span.json; each copy with its own trace id,
+request id and latencies) at ``--spans-per-second`` in batches of ``--batch`` (an OpenTelemetry
+batch span processor sends up to 512 at a time). Printed, both phases measured in the same run:
+the sidecar's CPU (cores), the CPU time per span received (the flood's CPU less the quiet
+phase's, over the spans), its RSS, the scraper's p50/p99, and what the exports got.
 Both phases follow a few seconds of scrapes that are not counted.
 
     .venv/bin/python bench/otlp.py [--seconds 20] [--spans-per-second 1000] [--batch 200]
@@ -35,13 +35,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from auth_flood import Phase, percentile  # noqa: E402
+from auth_flood import Phase, percentile, scrape  # noqa: E402
 from canary import cpu_seconds, rss_mib  # noqa: E402
 
 from demo.stack import Process, free_port  # noqa: E402
 
 SPAN = REPO / "tests" / "fixtures" / "vllm-0.32.0-cpu-llm_request-span.json"
-SCRAPE_EVERY = 0.1
 WARM_UP = 5.0  # seconds of scrapes before the measured phases
 BODIES = 20  # distinct export bodies, sent in turn
 SCALED = ("gen_ai.latency.time_to_first_token", "gen_ai.latency.e2e")
@@ -67,20 +66,6 @@ def export_bodies(batch: int, rng: random.Random) -> list[bytes]:
                     attribute.value.double_value *= factor
         bodies.append(message.SerializeToString())
     return bodies
-
-
-async def scrape(url: str, stop: asyncio.Event) -> Phase:
-    phase = Phase()
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-        while not stop.is_set():
-            start = time.perf_counter()
-            async with session.get(f"{url}/metrics") as r:
-                await r.read()
-            phase.scrapes.append((time.perf_counter() - start, r.status))
-            async with session.get(f"{url}/healthz") as r:
-                phase.poll_ages.append((await r.json())["last_poll_age_seconds"])
-            await asyncio.sleep(SCRAPE_EVERY)
-    return phase
 
 
 async def send(
