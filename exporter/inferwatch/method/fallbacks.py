@@ -10,7 +10,7 @@ queue and then a prefill step; the canary's probes are the only true first token
 from __future__ import annotations
 
 from inferwatch.method.recipes import Gauge, Mean, Quantile, Rate, Ratio, Sum
-from inferwatch.method.signal import INSTANCE, QUEUE, Signal, mean
+from inferwatch.method.signal import INSTANCE, QUEUE, Signal
 
 STEP = "engine_step_seconds"
 _DECODE, _PREFILL = {"kind": "decode"}, {"kind": "prefill"}
@@ -30,6 +30,10 @@ def _mean_of(sum_series: str, count_series: str, without: str) -> str:
 
 def _step_mean(kind: str) -> str:
     return _mean_of(_step_series("sum", kind), _step_series("count", kind), "engine, kind")
+
+
+def _queue_mean() -> str:
+    return _mean_of(f"inferwatch_{QUEUE}_sum", f"inferwatch_{QUEUE}_count", "engine")
 
 
 FALLBACKS = (
@@ -65,7 +69,7 @@ FALLBACKS = (
         label="queue share of queue + prefill step (server side)",
         unit="ratio",
         level=INSTANCE,
-        promql=f"clamp_max(\n  {mean(QUEUE)}\n  / (\n    {mean(QUEUE)}\n"
+        promql=f"clamp_max(\n  ({_queue_mean()})\n  / (\n    ({_queue_mean()})\n"
         f"    + ({_step_mean('prefill')})\n  ),\n  1\n)",
         local=Ratio(Mean(QUEUE), Sum((Mean(QUEUE), Mean(STEP, where=_PREFILL)))),
     ),

@@ -9,7 +9,7 @@ value, never zero.
 from __future__ import annotations
 
 from inferwatch.method.recipes import Mean, Rate, Ratio, Sum
-from inferwatch.method.signal import INSTANCE, TTFT, Signal, mean
+from inferwatch.method.signal import INSTANCE, TTFT, Signal
 
 _KV = "inferwatch_kv_transfer"
 
@@ -63,7 +63,7 @@ KV_TRANSFER_SIGNALS = (
         label="mean KV transfer / mean TTFT",
         unit="ratio",
         level=INSTANCE,
-        promql=f"clamp_max(\n  {_mean(f'{_KV}_seconds')}\n  / {mean(TTFT)},\n  1\n)",
+        promql=f"clamp_max(\n  {_mean(f'{_KV}_seconds')}\n  / {_mean(f'inferwatch_{TTFT}')},\n  1\n)",
         local=Ratio(Mean("kv_transfer_seconds"), Mean(TTFT)),
     ),
 )

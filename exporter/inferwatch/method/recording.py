@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 
-from inferwatch.method.router_signals import REPLICAS_MEAN
-from inferwatch.method.signal import mean
 from inferwatch.method.signals import CAPACITY, CAPACITY_SUM, INSTANCE, MODEL
 from inferwatch.method.slo.series import bucket_matcher
 from inferwatch.method.spec import Spec
@@ -34,7 +32,6 @@ class Record:
 TTFT = "inferwatch_time_to_first_token_seconds"
 ITL = "inferwatch_inter_token_latency_seconds"
 QUEUE = "inferwatch_request_queue_time_seconds"
-E2E = "inferwatch_request_duration_seconds"
 SHARE = "mean_per_ttft_mean"  # the queue's share of TTFT: mean queue time / mean TTFT
 
 
@@ -50,7 +47,6 @@ def recording_rules(spec: Spec) -> list[Record]:
     model's finished requests add up the instances' within the same evaluation)."""
     return [
         *_instance_latency(spec),
-        *_read_by_several(spec),
         _queue_share(spec, INSTANCE),
         *_counter_rules(spec, INSTANCE),
         *_instance_rules(spec),
@@ -59,24 +55,6 @@ def recording_rules(spec: Spec) -> list[Record]:
         _deferred_share(spec),
         *_counter_rules(spec, MODEL),
         *_capacity_rules(spec),
-    ]
-
-
-def _read_by_several(spec: Spec) -> list[Record]:
-    """What several rules read: the queue's and TTFT's means per instance (the queue's share,
-    its fallback, the KV transfer's share of TTFT), and the replicas' mean end-to-end time per
-    namespace (the router's overhead is measured against it)."""
-    w, window = spec.rate_name, spec.timing.window
-    return [
-        *(
-            Record(mean(h.removeprefix("inferwatch_")) % {"w": w}, _mean(spec, INSTANCE, h))
-            for h in (QUEUE, TTFT)
-        ),
-        Record(
-            REPLICAS_MEAN % {"w": w},
-            f"sum by (namespace) (rate({E2E}_sum[{window}]))\n"
-            f"  / sum by (namespace) (rate({E2E}_count[{window}]))",
-        ),
     ]
 
 
@@ -165,14 +143,11 @@ def _share_above(spec: Spec, metric: str, bound: float) -> str:
 
 
 def _queue_share(spec: Spec, level: str) -> Record:
-    """Mean queue time over mean TTFT (per instance, of the means recorded just before)."""
-    if level == INSTANCE:
-        values = {"w": spec.rate_name}
-        queue, ttft = (mean(h.removeprefix("inferwatch_")) % values for h in (QUEUE, TTFT))
-        ratio = f"{queue}\n  / {ttft}"
-    else:
-        ratio = f"({_mean(spec, level, QUEUE)})\n  / ({_mean(spec, level, TTFT)})"
-    return Record(f"{level}:{QUEUE}:{SHARE}_{spec.rate_name}", _share(ratio))
+    """Mean queue time over mean TTFT, in one rule (the means alone are only described)."""
+    return Record(
+        f"{level}:{QUEUE}:{SHARE}_{spec.rate_name}",
+        _share(f"({_mean(spec, level, QUEUE)})\n  / ({_mean(spec, level, TTFT)})"),
+    )
 
 
 def _counter_rules(spec: Spec, level: str) -> list[Record]:

@@ -20,11 +20,12 @@ _ROUTER_MEAN = (
     "  / sum by (namespace, job, instance) "
     "(rate(inferwatch_router_request_duration_seconds_count[%(window)s]))\n)"
 )
-# Recorded (the replicas' histograms are read once an evaluation, not in each of the
-# overhead's terms); no parenthesis after ``group_left``: PromQL would read it as the labels
-# to copy.
-REPLICAS_MEAN = "namespace:inferwatch_request_duration_seconds:mean_%(w)s"
-_OVERHEAD = f"({_ROUTER_MEAN}\n- on (namespace) group_left\n  {REPLICAS_MEAN})"
+# No parenthesis after ``group_left``: PromQL would read it as the labels to copy.
+_REPLICAS_MEAN = (
+    "sum by (namespace) (rate(inferwatch_request_duration_seconds_sum[%(window)s]))\n"
+    "  / sum by (namespace) (rate(inferwatch_request_duration_seconds_count[%(window)s]))"
+)
+_OVERHEAD = f"({_ROUTER_MEAN}\n- on (namespace) group_left\n  {_REPLICAS_MEAN})"
 
 _OVERHEAD_SIGNALS = (
     Signal(

@@ -40,11 +40,3 @@ class Signal:
     # The label whose every value the local form judges alone (a router's ``worker``): the
     # PromQL form keeps it, so one exporter's pages hold one value of the signal per value.
     per: str | None = None
-
-
-# What several rules read of an instance, recorded once per evaluation (a raw read costs per
-# replica at fleet size, bench/fleet.py): the recording rules write it under this name, the
-# signals read it (``%(w)s`` left to fill).
-def mean(histogram: str) -> str:
-    """An instance's histogram mean over the rate window: its sum's rate over its count's."""
-    return f"instance:inferwatch_{histogram}:mean_%(w)s"
