@@ -142,7 +142,9 @@ def test_recording_rules_follow_level_metric_operations() -> None:
     records += [r["record"] for r in slo_rules(spec) if "record" in r]
     assert any(r == "model:inferwatch_slo_ttft:burnrate1h" for r in records)
     for record in records:
-        assert re.fullmatch(r"(instance|model):inferwatch_[a-z0-9_]+:[a-z0-9_]+", record), record
+        assert re.fullmatch(r"(instance|model|role):inferwatch_[a-z0-9_]+:[a-z0-9_]+", record), (
+            record
+        )
 
 
 def test_every_alert_has_a_firing_scenario_and_a_near_miss() -> None:

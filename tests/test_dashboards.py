@@ -16,6 +16,7 @@ from inferwatch.dashboards.queries import (
     GPU_ONLY_PANELS,
     MODEL,
     NODE,
+    POOL_PANELS,
     ROUTER_PANELS,
     TARGET,
     PanelSpec,
@@ -98,7 +99,7 @@ def test_every_metric_is_in_the_contract_or_a_recording_rule(name: str) -> None:
             assert any(re.fullmatch(regex, n) for n in known), f"{regex} in {expr}"
         expr = re.sub(r'__name__=~"[^"]+"', "", expr)
         for metric in re.findall(
-            r"\b(?:instance:|model:)?inferwatch_[a-z_]+(?::[a-z0-9_]+)?|\bALERTS\b", expr
+            r"\b(?:instance:|model:|role:)?inferwatch_[a-z_]+(?::[a-z0-9_]+)?|\bALERTS\b", expr
         ):
             assert metric in known, f"{metric} in {expr}"
 
@@ -413,7 +414,7 @@ def test_triage_top_row_answers_phase_and_layer() -> None:
 
 def test_every_panel_a_runbook_names_is_on_a_dashboard() -> None:
     titles = {p["title"] for p in panels(BOARDS["inferwatch-triage.json"])}
-    assert {p.value for p in Panel} - titles == {p.value for p in ROUTER_PANELS}
+    assert {p.value for p in Panel} - titles == {p.value for p in ROUTER_PANELS | POOL_PANELS}
     titles |= {p["title"] for p in panels(BOARDS["inferwatch-fleet.json"])}
     assert {p.value for p in Panel} <= titles
     for name, book in RUNBOOKS.items():

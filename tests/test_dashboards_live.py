@@ -24,6 +24,7 @@ from inferwatch.dashboards import dashboards
 from inferwatch.dashboards.queries import (
     GPU_ONLY_PANELS,
     LORA_PANELS,
+    POOL_PANELS,
     ROUTER_PANELS,
     SPEC_DECODE_PANELS,
     STEP_TIMED_PANELS,
@@ -163,6 +164,7 @@ def test_every_panel_query_returns_data(stack) -> None:
                     | STEP_TIMED_PANELS
                     | LORA_PANELS
                     | ROUTER_PANELS
+                    | POOL_PANELS
                 )
                 if empty_here and result:
                     failures.append(f"{name} / {panel['title']}: returned data, none expected")

@@ -33,7 +33,7 @@ from aiohttp import web
 from demo.stack import Prometheus, free_port
 from inferwatch.collect.window import LatencyWindow
 from inferwatch.dashboards import dashboards
-from inferwatch.dashboards.queries import GPU_ONLY_PANELS, ROUTER_PANELS
+from inferwatch.dashboards.queries import GPU_ONLY_PANELS, POOL_PANELS, ROUTER_PANELS
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.spec import spec_from_config
 from inferwatch.tools.generate import write
@@ -266,9 +266,11 @@ def test_global_prometheus_serves_the_fleet_dashboard_and_both_clusters_alerts(f
             expr = substitute(target["expr"])
             result = top.query(expr, at)
             checked += 1
-            if panel["title"] in GPU_ONLY_PANELS | ROUTER_PANELS:
+            if panel["title"] in GPU_ONLY_PANELS | ROUTER_PANELS | POOL_PANELS:
                 if result:
-                    failures.append(f"{panel['title']}: data, none expected (no GPU, no router)")
+                    failures.append(
+                        f"{panel['title']}: data, none expected (no GPU, no router, no pools)"
+                    )
                 continue
             if not result:
                 failures.append(f"{panel['title']}: no data at the global level for {expr}")

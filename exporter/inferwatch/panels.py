@@ -75,4 +75,5 @@ class Panel(str, Enum):
     LOAD_VS_CAPACITY = "Load vs measured capacity"
     CAPACITY_IN_USE = "Capacity in use"
     REPLICAS_NEEDED = "Replicas needed at this traffic"
+    POOL_CAPACITY_USE = "Capacity in use by pool"
     LOAD_CURVE = "Baseline: latency and goodput vs load"

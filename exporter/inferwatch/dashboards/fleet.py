@@ -20,7 +20,9 @@ from inferwatch.dashboards.queries import (
     series,
 )
 from inferwatch.dashboards.router import router_panels
+from inferwatch.method.router_signals import POOL_CAPACITY_USE
 from inferwatch.method.spec import Spec
+from inferwatch.panels import Panel
 
 # The quantile label of the recorded p95 series.
 Q95 = 'quantile="0.95"'
@@ -147,7 +149,7 @@ def _column(expr: str, legend: str, unit: str) -> Query:
 def _instances_row(spec: Spec) -> list[PanelSpec]:
     """Instances: one series per replica, to find the odd one out; each series opens the
     triage dashboard for its instance."""
-    return [*_instances_health(spec), *_instances_load(spec)]
+    return [*_instances_health(spec), *_instances_load(spec), _pools(spec)]
 
 
 def _instances_health(spec: Spec) -> list[PanelSpec]:
@@ -251,3 +253,27 @@ def _instances_load(spec: Spec) -> list[PanelSpec]:
             no_value=GPU_ONLY,
         ),
     ]
+
+
+def _pools(spec: Spec) -> PanelSpec:
+    """A disaggregated model's prefill and decode pools against their measured capacities."""
+    return PanelSpec(
+        Panel.POOL_CAPACITY_USE,
+        "A disaggregated model's prefill and decode pools, each against the capacity its "
+        "replicas' baselines measured. One pool above the "
+        f"{spec.threshold('capacity_use_high') * 100:g} % line while the other stays under "
+        f"{spec.threshold('pool_capacity_use_low') * 100:g} %: the split between the pools "
+        "is wrong, not the fleet's size (InferencePrefillDecodeImbalance; the replicas each "
+        "pool needs: `role:inferwatch_replicas_needed`).",
+        [
+            Query(
+                f"{POOL_CAPACITY_USE % {'w': spec.rate_name}}{{{MODEL}}}",
+                "{{role}} {{model}} {{cluster}}",
+            )
+        ],
+        unit="percentunit",
+        width=24,
+        thresholds=limit(spec.threshold("capacity_use_high")),
+        no_value="no pools: no replica's sidecar reports a prefill or decode role with a "
+        "baseline capacity",
+    )

@@ -67,6 +67,8 @@ ROUTER_PANELS = {
     Panel.ROUTER_RETRIES,
     Panel.ROUTER_DURATION,
 }
+# Empty unless a model's replicas report prefill and decode roles and a baseline capacity.
+POOL_PANELS = {Panel.POOL_CAPACITY_USE}
 # Empty unless the server runs speculative decoding.
 SPEC_DECODE_PANELS = {Panel.SPEC_DECODE}
 # Empty unless the server serves LoRA adapters.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 
+from inferwatch.method.router_signals import POOL_CAPACITY_USE, POOL_REPLICAS_NEEDED, POOL_ROLE
 from inferwatch.method.signals import CAPACITY, CAPACITY_SUM, INSTANCE, MODEL
 from inferwatch.method.slo.series import bucket_matcher
 from inferwatch.method.spec import Spec
@@ -74,13 +75,29 @@ def _deferred_share(spec: Spec) -> Record:
 def _capacity_rules(spec: Spec) -> list[Record]:
     """The fleet's measured capacity (its replicas' added up), and the replicas its traffic
     needs: the finished requests/s over one replica's capacity (for an autoscaler to target
-    below 1 per replica: deploy/kubernetes/autoscaling)."""
+    below 1 per replica: deploy/kubernetes/autoscaling); per pool of a disaggregated model, the
+    share of the pool's capacity in use and the replicas the pool needs."""
     w, by = spec.rate_name, _level(spec, MODEL)
+    pool = by.replace(")", ", role)")
+
+    def per_pool(series: str) -> str:
+        return f"(\n    {series}\n    * on (instance, job) group_left (role)\n    {POOL_ROLE}\n  )"
+
+    finished, capacity = per_pool(f"instance:inferwatch_requests_finished:{w}"), per_pool(CAPACITY)
     return [
         Record(CAPACITY_SUM, f"sum {by} ({CAPACITY})"),
         Record(
             f"model:inferwatch_replicas_needed:{w}",
             f"model:inferwatch_requests_finished:{w}\n  / (avg {by} ({CAPACITY}) > 0)",
+        ),
+        # A disaggregated model's pools, each on its own (the two do different work).
+        Record(
+            POOL_CAPACITY_USE % {"w": w},
+            f"sum {pool} {finished}\n  / (sum {pool} {capacity} > 0)",
+        ),
+        Record(
+            POOL_REPLICAS_NEEDED % {"w": w},
+            f"sum {pool} {finished}\n  / (avg {pool} {capacity} > 0)",
         ),
     ]
 

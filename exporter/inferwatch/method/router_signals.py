@@ -1,6 +1,7 @@
 """The fleet's signals: the router's view of the replicas it routes to (read off a sidecar
 next to a router, ``--backend vllm-router`` or ``sglang-router``, one series per worker) and
-how the load is spread across a model's replicas.
+how the load is spread across a model's replicas, and across the prefill and decode pools of a
+disaggregated one.
 
 The router's own page judges each of its workers (``per="worker"``: the verdict of the sidecar
 next to it) and shows the router whole (its sparklines); the rest is PromQL only, as one
@@ -10,7 +11,7 @@ exporter's pages show one replica, or one router.
 from __future__ import annotations
 
 from inferwatch.method.recipes import Gauge, Less, Quantile, Rate, Ratio
-from inferwatch.method.signal import INSTANCE, NODE, Signal
+from inferwatch.method.signal import INSTANCE, MODEL, NODE, Signal
 
 # The router's mean time per answered request, and that of the replicas behind it (every
 # serving replica of its namespace, by their own end-to-end histograms).
@@ -212,6 +213,14 @@ _LOAD = (
     ")"
 )
 
+# A disaggregated model's two pools: its replicas of one role, prefill or decode (a replica of
+# role ``both`` serves either and is in neither), as their sidecars label them. Recorded per
+# pool: the share of the pool's measured capacity in use, and the replicas its traffic needs
+# at full capacity.
+POOL_ROLE = 'max by (instance, job, role) (inferwatch_backend_info{role=~"prefill|decode"})'
+POOL_CAPACITY_USE = "role:inferwatch_requests_finished:capacity_share_%(w)s"
+POOL_REPLICAS_NEEDED = "role:inferwatch_replicas_needed:%(w)s"
+
 # The fleet's view of its replicas: how the load is spread across a model's replicas of one
 # role (its replicas share the fleet labels, ``alerting.fleet_labels``, and the role: a
 # prefill instance is not compared with a decode one).
@@ -233,6 +242,26 @@ FLEET_SIGNALS = (
         level=INSTANCE,
         promql=f"max without (role) (\n{_LOAD}\n/ on (%(fleet)s, role) group_left\n"
         f"clamp_min(min by (%(fleet)s, role) {_LOAD}, 1)\n)",
+        local=None,
+    ),
+    # Per pool; PromQL only, as one exporter's pages show one replica.
+    Signal(
+        name="pool_capacity_use",
+        label="share of its pool's measured capacity in use (prefill or decode pool)",
+        unit="ratio",
+        level=MODEL,
+        promql=POOL_CAPACITY_USE,
+        local=None,
+    ),
+    # On each pool's series, the least used pool's share: the pool's own where the model
+    # has one pool.
+    Signal(
+        name="least_used_pool_capacity_use",
+        label="share of its capacity the model's least used pool uses",
+        unit="ratio",
+        level=MODEL,
+        promql=f"0 * {POOL_CAPACITY_USE}\n  + on (%(fleet)s) group_left\n"
+        f"  min by (%(fleet)s) ({POOL_CAPACITY_USE})",
         local=None,
     ),
 )

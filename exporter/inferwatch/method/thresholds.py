@@ -174,6 +174,14 @@ THRESHOLDS: dict[str, Threshold] = {
         "and past 100 % the queue grows without bound. A ticket at 90 % leaves the time to add "
         "a replica before users wait.",
     ),
+    "pool_capacity_use_low": Threshold(
+        default=0.5,
+        unit="ratio",
+        why="A disaggregated model's pool that uses under half its measured capacity has room "
+        "to give: with the other pool past capacity_use_high, the split between prefill and "
+        "decode replicas is what is wrong, not the fleet's size, and moving a replica across "
+        "relieves the one pool without saturating the other.",
+    ),
     "regression_factor": Threshold(
         default=1.5,
         unit="x",

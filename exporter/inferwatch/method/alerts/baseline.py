@@ -11,6 +11,7 @@ from inferwatch.method.alerts.annotations import (
     PLAIN_NUMBER,
     value_of,
 )
+from inferwatch.method.router_signals import POOL_CAPACITY_USE, POOL_REPLICAS_NEEDED
 from inferwatch.method.scenario import (
     SERVED_MODEL,
     A,
@@ -157,4 +158,123 @@ NEAR_CAPACITY_ALERT = Alert(
     scenarios=(NEAR_CAPACITY, NEAR_CAPACITY_MISS),
 )
 
-ALERTS = (LATENCY_REGRESSION, NEAR_CAPACITY_ALERT)
+# ---------------------------------------------------------------------------------------
+# InferencePrefillDecodeImbalance
+
+# Prefill A and B each finish 1.9 requests/s of the 2 their baselines carry: the prefill pool
+# at 95 %. Decode C finishes the same 3.8 requests/s of the 10 its baseline carries: 38 %.
+# The model as a whole is at 7.6 of 14, 54 %: no InferenceNearCapacity.
+PREFILL_POOL_FULL = Scenario(
+    "disaggregated: the prefill pool is near its capacity while the decode pool has room",
+    (
+        healthy(A, role="prefill", requests_per_s=1.9, capacity=2.0),
+        healthy(B, role="prefill", requests_per_s=1.9, capacity=2.0),
+        healthy(C, role="decode", requests_per_s=3.8, capacity=10.0),
+    ),
+    file="baseline.yaml",
+    place=4,
+    fires={
+        # 95 %; the decode pool at 38 %; 1.9 prefill and 0.38 decode replicas needed, 2 and 1
+        # running.
+        "InferencePrefillDecodeImbalance": [
+            model_alert(value=0.95, queries=(0.38, 1.9, 0.38, 2, 1), role="prefill")
+        ]
+    },
+)
+
+# The reverse: decode B and C at 2 of 2.1 requests/s together (95.2 %), prefill A at 2 of 5.
+DECODE_POOL_FULL = Scenario(
+    "disaggregated: the decode pool is near its capacity while the prefill pool has room",
+    (
+        healthy(A, role="prefill", requests_per_s=2.0, capacity=5.0),
+        healthy(B, role="decode", requests_per_s=1.0, capacity=1.05),
+        healthy(C, role="decode", requests_per_s=1.0, capacity=1.05),
+    ),
+    file="baseline.yaml",
+    place=5,
+    fires={
+        # 95.2 %; the prefill pool at 40 %; 0.4 prefill and 1.9 decode replicas needed.
+        "InferencePrefillDecodeImbalance": [
+            model_alert(value=2 / 2.1, queries=(0.4, 0.4, 2 / 1.05, 1, 2), role="decode")
+        ]
+    },
+)
+
+# Near miss: the prefill pool at 95 %, the decode pool at 60 %: the decode pool has too little
+# room to give a replica away.
+POOL_WITHOUT_ROOM = Scenario(
+    "disaggregated near miss: the other pool has too little room",
+    (
+        healthy(A, role="prefill", requests_per_s=1.9, capacity=2.0),
+        healthy(B, role="prefill", requests_per_s=1.9, capacity=2.0),
+        healthy(C, role="decode", requests_per_s=3.8, capacity=3.8 / 0.6),
+    ),
+    file="baseline.yaml",
+    place=6,
+    fires={},
+    silent=("InferencePrefillDecodeImbalance",),
+)
+
+# Near miss: unified replicas (no role) at 95 % and 38 % of their capacities: no pools.
+NO_POOLS = Scenario(
+    "disaggregation near miss: replicas without a role are no pools",
+    (
+        healthy(A, requests_per_s=1.9, capacity=2.0),
+        healthy(B, requests_per_s=3.8, capacity=10.0),
+    ),
+    file="baseline.yaml",
+    place=7,
+    fires={},
+    silent=("InferencePrefillDecodeImbalance",),
+)
+
+
+def _needed(role: str) -> str:
+    """The replicas a pool's traffic needs at full capacity."""
+    return value_of(f'{POOL_REPLICAS_NEEDED}{{role="{role}"}}', MODEL, PLAIN_NUMBER)
+
+
+def _running(role: str) -> str:
+    """The replicas whose sidecars report the role."""
+    return value_of(f'count(inferwatch_backend_info{{role="{role}"}})', MODEL, PLAIN_NUMBER)
+
+
+PREFILL_DECODE_IMBALANCE = Alert(
+    name="InferencePrefillDecodeImbalance",
+    order=29,
+    severity="warning",
+    level=MODEL,
+    phase="any",
+    layer="baseline",
+    # A pool past its capacity queues its requests, and they wait longer than the baseline
+    # measured: the pool's load, as InferenceNearCapacity's for a whole model.
+    explains=("InferenceQueueingDelay", "InferenceLatencyRegression"),
+    for_default="5m",
+    summary="The {{ $labels.role }} pool of {{ $labels.model }} is near its capacity while "
+    "the other pool has room",
+    description="The {{ $labels.role }} replicas of {{ $labels.model }} serve {{ $value | "
+    "humanizePercentage }} of the capacity their baselines measured (threshold "
+    "%(pct.capacity_use_high)s) while its least used pool serves "
+    + value_of(f"min({POOL_CAPACITY_USE})", MODEL, "humanizePercentage")
+    + " of its own (below %(pct.pool_capacity_use_low)s): the split between prefill and decode "
+    "replicas is wrong, not the fleet's size. At full capacity this traffic needs "
+    + _needed("prefill")
+    + " prefill and "
+    + _needed("decode")
+    + " decode replicas; "
+    + _running("prefill")
+    + " and "
+    + _running("decode")
+    + " run. Move replicas to the {{ $labels.role }} pool, or add them there.",
+    when=(
+        Cond("pool_capacity_use", ">", "capacity_use_high"),
+        Cond("least_used_pool_capacity_use", "<", "pool_capacity_use_low"),
+    ),
+    evidence=(
+        "Compare a capture from a replica of each pool: the full pool's engine steps carry "
+        "full batches of its phase, the other pool's steps are sparse."
+    ),
+    scenarios=(PREFILL_POOL_FULL, DECODE_POOL_FULL, POOL_WITHOUT_ROOM, NO_POOLS),
+)
+
+ALERTS = (LATENCY_REGRESSION, NEAR_CAPACITY_ALERT, PREFILL_DECODE_IMBALANCE)

@@ -111,10 +111,15 @@ def gpu_alert(
 
 
 def model_alert(
-    *, value: float | None = None, queries: tuple[Answer, ...] = (), backend: str = "vllm"
+    *,
+    value: float | None = None,
+    queries: tuple[Answer, ...] = (),
+    backend: str = "vllm",
+    **labels: str,
 ) -> Expected:
-    """An alert of the fleet rules: labelled by model, not by instance."""
-    return Expected({"backend": backend, "model": SERVED_MODEL}, value, queries)
+    """An alert of the fleet rules: labelled by model, not by instance (``labels`` the
+    alert's others: a pool's role)."""
+    return Expected({"backend": backend, "model": SERVED_MODEL} | labels, value, queries)
 
 
 def promtool_group(s: Scenario, rules: Mapping[str, Mapping[str, Any]]) -> dict:
