@@ -16,6 +16,7 @@ import asyncio
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from demo.stack import Prometheus
 from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Report
+from inferwatch.method.recording import recording_rules
 from inferwatch.method.spec import spec_from_config
 from inferwatch.method.thresholds import MACHINE_DEPENDENT, THRESHOLDS
 from inferwatch.tools import diagnose
@@ -417,3 +419,59 @@ def test_the_fleet_view_names_the_hot_replica_and_the_worker_the_router_fails(
     doc = report_json(report)["fleet"]
     assert doc["models"][0]["replicas"][0]["causes"] == ["InferenceReplicaImbalance"]
     assert doc["routers"][0]["workers"][1]["router_worker_failure_share"] == pytest.approx(0.9)
+
+
+def pool_rules(path: Path) -> Path:
+    """A disaggregated tiny: prefill A and B finish 1.9 requests/s each of the 2 their
+    baselines carry, decode C finishes 3.8 of 10; the generated rules record the pools."""
+    pod = {"backend": "vllm", "model": "tiny", "namespace": "prod", "job": "inferwatch"}
+    replicas = (("a:10177", "prefill", 1.9, 2), ("b:10177", "prefill", 1.9, 2))
+    replicas += (("c:10177", "decode", 3.8, 10),)
+
+    def each(value: Callable[[tuple], float], role: bool = False) -> str:
+        """One series per replica, its role a label where ``role``."""
+        return " or ".join(
+            constant(value(r), {"instance": r[0], **pod} | ({"role": r[1]} if role else {}))
+            for r in replicas
+        )
+
+    rules = [
+        {
+            "record": f"instance:inferwatch_requests_finished:{FLEET_SPEC.rate_name}",
+            "expr": each(lambda r: r[2]),
+        },
+        {
+            "record": "inferwatch_baseline_capacity_requests_per_second",
+            "expr": each(lambda r: r[3]),
+        },
+        {"record": "inferwatch_backend_info", "expr": each(lambda r: 1, role=True)},
+        *(
+            {"record": r.record, "expr": r.expr}
+            for r in recording_rules(FLEET_SPEC)
+            if r.record.startswith("role:")
+        ),
+    ]
+    path.write_text(
+        yaml.safe_dump({"groups": [{"name": "pools", "interval": "1s", "rules": rules}]})
+    )
+    return path
+
+
+def test_diagnose_names_the_full_pool_of_a_disaggregated_model(tmp_path: Path) -> None:
+    prometheus = Prometheus(tmp_path, [], rule_files=[pool_rules(tmp_path / "rules.yaml")])
+    prometheus.start()
+    try:
+        deadline = time.monotonic() + 60
+        pools = f"role:inferwatch_requests_finished:capacity_share_{FLEET_SPEC.rate_name}"
+        while len(prometheus.query(pools)) < 2:
+            assert time.monotonic() < deadline, "the pools were never recorded"
+            time.sleep(0.5)
+        report = asyncio.run(diagnose.from_prometheus(prometheus.url, FLEET_SPEC))
+    finally:
+        prometheus.stop()
+    (found,) = [f for f in report.findings if f.alert.name == "InferencePrefillDecodeImbalance"]
+    assert found.labels["role"] == "prefill"
+    assert [round(value, 3) for _, value in found.evidence] == [0.95, 0.38]
+    text = report_text(report)
+    print(text)
+    assert "InferencePrefillDecodeImbalance" in text and "role=prefill" in text

@@ -105,7 +105,8 @@ def _own(labels: Mapping[str, str]) -> dict[str, str]:
 
 def _covers(series: Mapping[str, str], labels: Mapping[str, str]) -> bool:
     """Whether a signal's series belongs to a finding's label set."""
-    keys = ("instance", "job", "backend", "model", "worker")  # a router's: one per worker
+    # A router's signals have one series per worker, a disaggregated model's one per pool.
+    keys = ("instance", "job", "backend", "model", "worker", "role")
     return all(series[k] == labels[k] for k in keys if k in series and k in labels)
 
 
