@@ -162,15 +162,14 @@ NEAR_CAPACITY_ALERT = Alert(
 # InferencePrefillDecodeImbalance
 
 # Prefill A and B each finish 1.9 requests/s of the 2 their baselines carry: the prefill pool
-# at 95 %. Decode C finishes the same 3.8 requests/s of the 10 its baseline carries: 38 %.
-# The model as a whole is at 7.6 of 14, 54 %: no InferenceNearCapacity.
+# at 95 %.
+FULL_PREFILL = tuple(healthy(i, role="prefill", requests_per_s=1.9, capacity=2.0) for i in (A, B))
+
+# Decode C finishes the same 3.8 requests/s of the 10 its baseline carries: 38 %. The model as
+# a whole is at 7.6 of 14, 54 %: no InferenceNearCapacity.
 PREFILL_POOL_FULL = Scenario(
     "disaggregated: the prefill pool is near its capacity while the decode pool has room",
-    (
-        healthy(A, role="prefill", requests_per_s=1.9, capacity=2.0),
-        healthy(B, role="prefill", requests_per_s=1.9, capacity=2.0),
-        healthy(C, role="decode", requests_per_s=3.8, capacity=10.0),
-    ),
+    (*FULL_PREFILL, healthy(C, role="decode", requests_per_s=3.8, capacity=10.0)),
     file="baseline.yaml",
     place=4,
     fires={
@@ -204,11 +203,7 @@ DECODE_POOL_FULL = Scenario(
 # room to give a replica away.
 POOL_WITHOUT_ROOM = Scenario(
     "disaggregated near miss: the other pool has too little room",
-    (
-        healthy(A, role="prefill", requests_per_s=1.9, capacity=2.0),
-        healthy(B, role="prefill", requests_per_s=1.9, capacity=2.0),
-        healthy(C, role="decode", requests_per_s=3.8, capacity=3.8 / 0.6),
-    ),
+    (*FULL_PREFILL, healthy(C, role="decode", requests_per_s=3.8, capacity=3.8 / 0.6)),
     file="baseline.yaml",
     place=6,
     fires={},
