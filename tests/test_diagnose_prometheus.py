@@ -28,7 +28,7 @@ from inferwatch.method import slo
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.findings import Report
 from inferwatch.method.recording import recording_rules
-from inferwatch.method.spec import spec_from_config
+from inferwatch.method.spec import Spec, spec_from_config
 from inferwatch.method.thresholds import MACHINE_DEPENDENT, THRESHOLDS
 from inferwatch.tools import diagnose
 from inferwatch.tools.report import evidence_text, report_json
@@ -58,16 +58,25 @@ def rules(path: Path) -> Path:
     return path
 
 
-def test_a_firing_alert_is_listed_even_when_its_condition_no_longer_holds(tmp_path: Path) -> None:
-    prometheus = Prometheus(tmp_path, [], rule_files=[rules(tmp_path / "rules.yaml")]).start()
+FIRING = 'ALERTS{alertstate="firing"}'
+
+
+def diagnose_once(tmp_path: Path, rules_file: Path, spec: Spec, ready: str, count: int) -> Report:
+    """``diagnose --prometheus`` under ``spec`` on a Prometheus with ``rules_file``, once
+    ``ready`` returns ``count`` series (within a minute)."""
+    prometheus = Prometheus(tmp_path, [], rule_files=[rules_file]).start()
     try:
         deadline = time.monotonic() + 60
-        while not prometheus.query('ALERTS{alertstate="firing"}'):
-            assert time.monotonic() < deadline, "the test rule never fired"
+        while len(prometheus.query(ready)) < count:
+            assert time.monotonic() < deadline, f"the test rules never gave {count} x {ready}"
             time.sleep(0.5)
-        report = asyncio.run(diagnose.from_prometheus(prometheus.url, SPEC))
+        return asyncio.run(diagnose.from_prometheus(prometheus.url, spec))
     finally:
         prometheus.stop()
+
+
+def test_a_firing_alert_is_listed_even_when_its_condition_no_longer_holds(tmp_path: Path) -> None:
+    report = diagnose_once(tmp_path, rules(tmp_path / "rules.yaml"), SPEC, FIRING, 1)
     (finding,) = report.findings
     assert finding.alert.name == "InferenceBackendDown"
     assert finding.labels == {"instance": "pod-a:10177"}
@@ -209,18 +218,6 @@ def slo_rules(path: Path, ttft_of_tiny: dict[str, float], causes: list[tuple]) -
     return path
 
 
-def diagnose_once_firing(tmp_path: Path, rules_file: Path, firing: int) -> Report:
-    prometheus = Prometheus(tmp_path, [], rule_files=[rules_file]).start()
-    try:
-        deadline = time.monotonic() + 60
-        while len(prometheus.query('ALERTS{alertstate="firing"}')) < firing:
-            assert time.monotonic() < deadline, "the test rules never fired"
-            time.sleep(0.5)
-        return asyncio.run(diagnose.from_prometheus(prometheus.url, SLO_SPEC))
-    finally:
-        prometheus.stop()
-
-
 POD_A = {"instance": "pod-a:10177", "job": "inferwatch", **TINY}
 POD_B = {"instance": "pod-b:10177", "job": "inferwatch", **OTHER}
 CAUSES = [
@@ -236,7 +233,7 @@ def test_a_burning_slo_comes_first_with_the_causes_of_its_model_under_it(
     tmp_path: Path,
 ) -> None:
     rules_file = slo_rules(tmp_path / "rules.yaml", BURNING, CAUSES)
-    report = diagnose_once_firing(tmp_path, rules_file, firing=5)
+    report = diagnose_once(tmp_path, rules_file, SLO_SPEC, FIRING, 5)
     (burn,) = report.burns
     assert (burn.kind, burn.labels, burn.alerts) == ("ttft", TINY, [slo.FAST])
     assert burn.burn_rates == {"1h": 15, "6h": 6, "1d": 2, "3d": 0.8}
@@ -288,7 +285,7 @@ def test_a_burning_slo_comes_first_with_the_causes_of_its_model_under_it(
 
 def test_without_a_burning_slo_the_output_is_as_before(tmp_path: Path) -> None:
     rules_file = slo_rules(tmp_path / "rules.yaml", CALM, CAUSES[:1])
-    report = diagnose_once_firing(tmp_path, rules_file, firing=1)
+    report = diagnose_once(tmp_path, rules_file, SLO_SPEC, FIRING, 1)
     assert report.burns == []
     evidence = "; ".join(
         evidence_text(f.alert, c, v, SLO_SPEC) for f in report.findings for c, v in f.evidence
@@ -371,17 +368,8 @@ def fleet_rules(path: Path) -> Path:
 def test_the_fleet_view_names_the_hot_replica_and_the_worker_the_router_fails(
     tmp_path: Path,
 ) -> None:
-    prometheus = Prometheus(tmp_path, [], rule_files=[fleet_rules(tmp_path / "rules.yaml")])
-    prometheus.start()
-    try:
-        deadline = time.monotonic() + 60
-        full = "rate(inferwatch_router_worker_requests_total[10s]) > 0.95"  # the window filled
-        while len(prometheus.query(full)) < 2:
-            assert time.monotonic() < deadline, "the test rules never filled the rate window"
-            time.sleep(0.5)
-        report = asyncio.run(diagnose.from_prometheus(prometheus.url, FLEET_SPEC))
-    finally:
-        prometheus.stop()
+    full = "rate(inferwatch_router_worker_requests_total[10s]) > 0.95"  # the window filled
+    report = diagnose_once(tmp_path, fleet_rules(tmp_path / "rules.yaml"), FLEET_SPEC, full, 2)
     assert report.fleet
     ((model, (hot, cold)),) = report.fleet.models
     assert model == {"namespace": "prod", "backend": "vllm", "model": "tiny"}
@@ -458,17 +446,8 @@ def pool_rules(path: Path) -> Path:
 
 
 def test_diagnose_names_the_full_pool_of_a_disaggregated_model(tmp_path: Path) -> None:
-    prometheus = Prometheus(tmp_path, [], rule_files=[pool_rules(tmp_path / "rules.yaml")])
-    prometheus.start()
-    try:
-        deadline = time.monotonic() + 60
-        pools = f"role:inferwatch_requests_finished:capacity_share_{FLEET_SPEC.rate_name}"
-        while len(prometheus.query(pools)) < 2:
-            assert time.monotonic() < deadline, "the pools were never recorded"
-            time.sleep(0.5)
-        report = asyncio.run(diagnose.from_prometheus(prometheus.url, FLEET_SPEC))
-    finally:
-        prometheus.stop()
+    pools = f"role:inferwatch_requests_finished:capacity_share_{FLEET_SPEC.rate_name}"
+    report = diagnose_once(tmp_path, pool_rules(tmp_path / "rules.yaml"), FLEET_SPEC, pools, 2)
     (found,) = [f for f in report.findings if f.alert.name == "InferencePrefillDecodeImbalance"]
     assert found.labels["role"] == "prefill"
     assert [round(value, 3) for _, value in found.evidence] == [0.95, 0.38]
