@@ -5,8 +5,12 @@ receiver. ``make demo-fleet`` runs its faults; ``tests/test_e2e_fleet.py`` judge
 
 The router runs round robin (:data:`POLICY`): its default, ``cache_aware``, sends prompts
 that share most of their text (the faults' clients' do) to the replica that served the
-first of them, an imbalance of its own. Its metrics are on their own port
-(``--prometheus-port``): ``/metrics`` on the main port passes through to a replica's page.
+first of them, an imbalance of its own. Its circuit breaker is off
+(``--disable-circuit-breaker``), as in a router that has none: with it on, the router sends a
+dead worker nothing after its tenth failure in a row, a second after the kill under load, and
+those ten failures weigh against every request the worker answered in the window before it,
+more on a faster machine. Its metrics are on their own port (``--prometheus-port``):
+``/metrics`` on the main port passes through to a replica's page.
 
 The sidecars judge with ``demo/inferwatch.yaml`` (its windows and ``for`` durations, on a
 1 s scrape) and the canary off. The faults' sizes come from the replicas' own settings (their
@@ -79,7 +83,7 @@ class Router:
     def start(self, timeout: float = 120.0) -> Router:
         argv = [
             str(ROUTER), "--host", "127.0.0.1", "--port", str(self.port),
-            "--worker-urls", *self.workers, "--policy", POLICY,
+            "--worker-urls", *self.workers, "--policy", POLICY, "--disable-circuit-breaker",
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port),
         ]  # fmt: skip
         self.process = Process("vllm-router", argv, self.workdir / "router.log").start()

@@ -82,9 +82,8 @@ async def router_verdict(
 ) -> tuple[dict, Path, float] | None:
     """The router sidecar's ``/verdict.json`` the first time it lists ``alert`` before
     ``stop``, its page as served then (saved in the fleet's workdir) and when (monotonic).
-    vllm-router opens a dead worker's circuit on its tenth failure in a row, a second or so
-    after the kill under load, and sends it nothing more: the failures leave the window
-    one window later, so the verdict is read from the start rather than after the alert."""
+    The verdict is read from the start rather than after the alert: the sidecar's window
+    and Prometheus' are apart, and either may name the worker first."""
     url = f"{fleet.sidecars['router'].url}/"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         while not stop.is_set():
