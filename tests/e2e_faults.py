@@ -31,9 +31,17 @@ CGROUP_V2 = Path("/sys/fs/cgroup")
 # The limit's period: short, so that the server steps in every period (a long one would
 # stop the engine for most of each: the engine-stall fault's case, not this one's).
 PERIOD_US = 10_000
+# The kernel's least quota in a period: 1 ms.
+LEAST_QUOTA_US = 1000
 # The limit leaves the server twice the odds of waiting (ready time waited / run) that the
 # calibrated threshold names: past it on any machine, and the server still answers its polls.
 WAIT_ODDS_FACTOR = 2.0
+# A server under a limit is ready to run less than before it (its API threads wait for the
+# slowed engine instead), so the limit sized from its demand before can leave it short of
+# that target: the fault reads the server's wait share every TIGHTEN_EVERY seconds and
+# lowers the limit by TIGHTEN_BY while it is short (down to the kernel's least quota).
+TIGHTEN_EVERY = 2.0
+TIGHTEN_BY = 0.75
 # Normal traffic read before the limit, for the clients' latency to compare with.
 BEFORE_REQUESTS = 20
 # The clients' median request under the limit, against before it, that shows the server
@@ -49,9 +57,10 @@ class Evidence:
     text: str = "the fault did not run"
 
 
-def _cpu_demand(times: ThreadTimes, pids: list[int]) -> float:
-    """Seconds the processes' threads ran or waited to run, all together, so far."""
-    return sum(run + wait for run, wait in times.read(pids).values())
+def _cpu_times(times: ThreadTimes, pids: list[int]) -> tuple[float, float]:
+    """Seconds the processes' threads ran, and waited to run, all together, so far."""
+    read = times.read(pids).values()
+    return sum(run for run, _ in read), sum(wait for _, wait in read)
 
 
 class CpuLimit:
@@ -75,7 +84,7 @@ class CpuLimit:
 
     def apply(self, pids: list[int], cores: float) -> None:
         self.path.mkdir(exist_ok=True)
-        quota = max(1000, round(cores * PERIOD_US))  # the kernel's least quota is 1 ms
+        quota = max(LEAST_QUOTA_US, round(cores * PERIOD_US))
         if self.v1:
             (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
             (self.path / "cpu.cfs_quota_us").write_text(str(quota))
@@ -108,12 +117,34 @@ class CpuLimit:
                     time.sleep(0.1)
 
 
+def target_odds(threshold: float) -> float:
+    """The odds of waiting (waited / run) the limit aims at: :data:`WAIT_ODDS_FACTOR` x
+    those of the CPU-wait ``threshold``."""
+    return WAIT_ODDS_FACTOR * threshold / (1 - threshold)
+
+
 def limited_cores(demand: float, threshold: float) -> float:
     """The CPU limit, in cores, under which a server that demands ``demand`` cores (run or
-    ready to run) waits :data:`WAIT_ODDS_FACTOR` x the odds of the CPU-wait ``threshold``:
-    it runs a share ``1 / (1 + odds)`` of what it is ready for."""
-    odds = WAIT_ODDS_FACTOR * threshold / (1 - threshold)
-    return demand / (1 + odds)
+    ready to run) waits at :func:`target_odds`: it runs a share ``1 / (1 + odds)`` of what
+    it is ready for."""
+    return demand / (1 + target_odds(threshold))
+
+
+async def hold_wait(
+    limit: CpuLimit, times: ThreadTimes, pids: list[int], cores: float, odds: float, stop
+) -> float:
+    """Until ``stop``: lower ``limit`` (now ``cores``) by :data:`TIGHTEN_BY` each time the
+    server waited at odds under ``odds`` over the last :data:`TIGHTEN_EVERY` seconds.
+    Returns the cores of the last limit."""
+    while not stop.is_set():
+        run, wait = _cpu_times(times, pids)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), TIGHTEN_EVERY)
+        ran, waited = (b - a for a, b in zip((run, wait), _cpu_times(times, pids), strict=True))
+        if not stop.is_set() and waited < odds * ran and cores > LEAST_QUOTA_US / PERIOD_US:
+            cores = max(cores * TIGHTEN_BY, LEAST_QUOTA_US / PERIOD_US)
+            limit.apply(pids, cores)
+    return cores
 
 
 def cpu_limit(evidence: Evidence):
@@ -129,15 +160,16 @@ def cpu_limit(evidence: Evidence):
         times = ThreadTimes()
         limit = CpuLimit(f"inferwatch-e2e-{os.getpid()}")
         try:
-            began, demand_before = time.monotonic(), _cpu_demand(times, pids)
+            began, demand_before = time.monotonic(), sum(_cpu_times(times, pids))
             while len(log) < BEFORE_REQUESTS and not stop.is_set():
                 await asyncio.sleep(0.05)
-            demand = (_cpu_demand(times, pids) - demand_before) / (time.monotonic() - began)
+            demand = (sum(_cpu_times(times, pids)) - demand_before) / (time.monotonic() - began)
             before = [r.seconds for r in log if r.status == 200]
-            cores = limited_cores(demand, stack.spec.threshold("server_cpu_wait_share"))
+            threshold = stack.spec.threshold("server_cpu_wait_share")
+            cores = limited_cores(demand, threshold)
             limit.apply(pids, cores)
             limited_at = time.monotonic()
-            await stop.wait()
+            last = await hold_wait(limit, times, pids, cores, target_odds(threshold), stop)
             periods, seconds = limit.throttled()
         finally:
             limit.remove()
@@ -149,7 +181,8 @@ def cpu_limit(evidence: Evidence):
         ratio = statistics.median(under) / statistics.median(before)
         evidence.held = ratio >= SLOWER and periods > 0
         evidence.text = (
-            f"limit {cores:.2f} cores for a demand of {demand:.2f}; the clients' median request "
+            f"limit {cores:.2f} cores (at last {last:.2f}) for a demand of {demand:.2f}; the "
+            f"clients' median request "
             f"{ratio:.1f}x as long ({statistics.median(under) * 1000:.0f} ms over {len(under)}, "
             f"{statistics.median(before) * 1000:.0f} ms before); throttled in {periods} periods, "
             f"{seconds:.1f} s"
