@@ -120,6 +120,8 @@ class Prometheus:
             f"--config.file={config_file}",
             f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
             f"--web.listen-address=127.0.0.1:{self.port}",
+            # The exemplars on inferwatch's latency buckets: a slow bucket's trace id.
+            "--enable-feature=exemplar-storage",
         ]
         if self.web_config is not None:
             argv.append(f"--web.config.file={self.web_config}")
@@ -133,21 +135,26 @@ class Prometheus:
         params = {"query": expr}
         if at is not None:
             params["time"] = str(at)
-        return self._api("query", params)
+        return self._api("query", params)["result"]
 
     def query_range(self, expr: str, start: float, end: float, step: float = 1.0) -> list[dict]:
         """Range query over [start, end] (Unix time); StackError as for :meth:`query`."""
-        return self._api(
-            "query_range", {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
-        )
+        range_params = {"query": expr, "start": str(start), "end": str(end), "step": str(step)}
+        return self._api("query_range", range_params)["result"]
 
-    def _api(self, endpoint: str, params: dict[str, str]) -> list[dict]:
+    def exemplars(self, expr: str, start: float, end: float) -> list[dict]:
+        """The exemplars stored over [start, end] of the series ``expr`` selects: one entry
+        per series, ``{"seriesLabels": {...}, "exemplars": [{"labels", "value",
+        "timestamp"}]}``."""
+        return self._api("query_exemplars", {"query": expr, "start": str(start), "end": str(end)})
+
+    def _api(self, endpoint: str, params: dict[str, str]) -> Any:
         url = f"{self.url}/api/v1/{endpoint}?{urllib.parse.urlencode(params)}"
         status, body = http_get(url, timeout=30.0)
         doc = json.loads(body)
         if status != 200 or doc.get("status") != "success":
             raise StackError(f"query {params['query']!r} failed: {doc.get('error', status)}")
-        return doc["data"]["result"]
+        return doc["data"]
 
     def alerts(self) -> list[dict]:
         """Pending and firing alerts. Generous timeout: on a machine shared with vLLM under

@@ -168,6 +168,8 @@ def test_compose_mounts_and_prometheus_config_agree(compose, tmp_path: Path) -> 
     assert targets["inferwatch"] == [f"inference:{DEFAULT_PORT}"]
     # No --web.enable-lifecycle: whoever reaches :9090 could shut Prometheus down.
     assert not any("enable-lifecycle" in arg for arg in services["prometheus"]["command"])
+    # It keeps the trace ids the sidecars put on their latency buckets.
+    assert "--enable-feature=exemplar-storage" in services["prometheus"]["command"]
     # The sidecars answer the name Prometheus scrapes them by, and the published port's.
     for profile in PROFILES:
         command = services[f"inferwatch-{profile}"]["command"]

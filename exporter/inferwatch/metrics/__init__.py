@@ -42,12 +42,30 @@ BACKEND: dict[str, MetricDef] = _defs(
     MetricDef("frontend_cpu_seconds", C, "CPU time of the server's API/tokenizer process."),
     MetricDef("estimated_read_bytes", C, "Backend's estimate of bytes read from GPU memory."),
     MetricDef("estimated_flops", C, "Backend's estimate of floating-point operations executed."),
-    MetricDef("time_to_first_token_seconds", H, "Time to first token (TTFT), server side."),
-    MetricDef("inter_token_latency_seconds", H, "Latency between successive output tokens."),
-    MetricDef("request_duration_seconds", H, "End-to-end request latency, server side."),
-    MetricDef("request_queue_time_seconds", H, "Time a request waited before first scheduled."),
-    MetricDef("request_prefill_time_seconds", H, "Time from first scheduled to first token."),
-    MetricDef("request_decode_time_seconds", H, "Time from first token to last token."),
+    # The request latencies, each with the field of a traced request its exemplars show.
+    *(
+        MetricDef(key, H, text, exemplar=field)
+        for key, text, field in (
+            ("time_to_first_token_seconds", "Time to first token (TTFT), server side.", "ttft"),
+            (
+                "inter_token_latency_seconds",
+                "Latency between successive output tokens.",
+                "per_token",
+            ),
+            ("request_duration_seconds", "End-to-end request latency, server side.", "e2e"),
+            (
+                "request_queue_time_seconds",
+                "Time a request waited before first scheduled.",
+                "queue",
+            ),
+            (
+                "request_prefill_time_seconds",
+                "Time from first scheduled to first token.",
+                "prefill",
+            ),
+            ("request_decode_time_seconds", "Time from first token to last token.", "decode"),
+        )
+    ),
     MetricDef("request_prompt_tokens", H, "Prompt length of finished requests, in tokens."),
     MetricDef("request_generation_tokens", H, "Output length of finished requests, in tokens."),
     MetricDef("engine_step_tokens", H, "Tokens per scheduler step (batch size proxy)."),

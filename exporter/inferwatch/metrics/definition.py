@@ -23,6 +23,9 @@ class MetricDef:
     kind: Kind
     help: str
     labels: tuple[str, ...] = ()  # beyond the ones every series of its group carries
+    # A histogram whose buckets carry exemplars (OpenMetrics): the field of a traced
+    # request (inferwatch.serve.slow_requests.Request) whose value is observed in it.
+    exemplar: str = ""
 
     @property
     def name(self) -> str:

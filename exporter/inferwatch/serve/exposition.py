@@ -7,10 +7,12 @@ Every render builds the page fresh from the immutable snapshot. Sample of a text
     inferwatch_requests_waiting{backend="vllm",model="tiny",engine="0"} 20.0
 
 The OpenMetrics page carries the same samples, counter families named without ``_total``,
-and leaves out of that page only what of a histogram it cannot carry. Written here rather
-than by prometheus_client: label sets repeat from poll to poll, so their escaped text is
-cached (``bench/exposition.py`` compares the two). :class:`Renderer` renders each format at
-most once per poll and appends the exporter's own ``process_*``/``python_*`` series.
+and leaves out of that page only what of a histogram it cannot carry; its latency buckets
+carry exemplars where request spans are received (:mod:`inferwatch.serve.exemplars`).
+Written here rather than by prometheus_client: label sets repeat from poll to poll, so their
+escaped text is cached (``bench/exposition.py`` compares the two). :class:`Renderer` renders
+each format at most once per poll and appends the exporter's own ``process_*``/``python_*``
+series.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from inferwatch.model import (
     Labels,
     Snapshot,
 )
+from inferwatch.serve.exemplars import Exemplars
 from inferwatch.serve.families import write_snapshot
 from inferwatch.serve.selfmetrics import SelfMetrics
 
@@ -111,8 +114,9 @@ def openmetrics_bounds(les: tuple[str, ...]) -> tuple[tuple[str, ...], bool] | N
 
 
 class _Page:
-    def __init__(self, openmetrics: bool) -> None:
+    def __init__(self, openmetrics: bool, exemplars: Exemplars | None = None) -> None:
         self.openmetrics = openmetrics
+        self.exemplars = exemplars if openmetrics else None  # the text format has none
         self.headers = _HEADERS[openmetrics]
         self.parts: list[str] = []
 
@@ -160,6 +164,8 @@ class _Page:
         name = ALL[key].name
         lines: list[str] = []
         append = lines.append
+        # A span does not say which of several series its request is of: one series only.
+        exemplars = self.exemplars if len(series) == 1 and ALL[key].exemplar else None
         for labels, hist in series.items():
             shape = openmetrics_bounds(tuple(le for le, _ in hist.buckets))
             if shape is None:
@@ -172,8 +178,12 @@ class _Page:
                 continue
             base = label_text(prefix + labels)
             sep = "," if base else ""
-            for le, count in zip(les, counts, strict=True):
-                append(f'{name}_bucket{{{base}{sep}le="{le}"}} {_number(count)}\n')
+            marks = [""] * len(les)
+            if exemplars is not None:
+                bounds = [float(le) for le in les]
+                marks = [e.text() if e else "" for e in exemplars.of_buckets(key, bounds)]
+            for le, count, mark in zip(les, counts, marks, strict=True):
+                append(f'{name}_bucket{{{base}{sep}le="{le}"}} {_number(count)}{mark}\n')
             total = hist.sum
             if hist.count == counts[-1] and math.isfinite(total) and total >= 0 and not negative:
                 append(f"{name}_count{{{base}}} {_number(hist.count)}\n")
@@ -188,8 +198,8 @@ class _Page:
         return "".join((*self.parts, extra, tail)).encode()
 
 
-def _page(snap: Snapshot, openmetrics: bool) -> _Page:
-    page = _Page(openmetrics)
+def _page(snap: Snapshot, openmetrics: bool, exemplars: Exemplars | None = None) -> _Page:
+    page = _Page(openmetrics, exemplars)
     write_snapshot(snap, page)
     return page
 
@@ -199,14 +209,16 @@ def render(snap: Snapshot) -> bytes:
     return _page(snap, openmetrics=False).bytes()
 
 
-def render_openmetrics(snap: Snapshot) -> bytes:
-    """The OpenMetrics 1.0.0 page of one snapshot, ``# EOF`` included."""
-    return _page(snap, openmetrics=True).bytes()
+def render_openmetrics(snap: Snapshot, exemplars: Exemplars | None = None) -> bytes:
+    """The OpenMetrics 1.0.0 page of one snapshot, ``# EOF`` included; its latency buckets
+    with ``exemplars``' requests, where given."""
+    return _page(snap, openmetrics=True, exemplars=exemplars).bytes()
 
 
 class Renderer:
     """Renders the current snapshot once per format, on the first request for it, and
-    serves those bytes until the next poll."""
+    serves those bytes until the next poll. With ``exemplars`` (set where request spans are
+    received), the OpenMetrics page's latency buckets carry the latest of them at render."""
 
     def __init__(
         self, current: Callable[[], Snapshot], self_metrics: SelfMetrics | None = None
@@ -219,6 +231,7 @@ class Renderer:
         }
         self._lock = threading.Lock()  # render() runs in worker threads: once per snapshot
         self._bug_log = LogLimiter()
+        self.exemplars: Exemplars | None = None
 
     def cached(self, openmetrics: bool = False) -> bytes | None:
         """The page of the current snapshot in that format if it is rendered already."""
@@ -243,7 +256,7 @@ class Renderer:
     def _render(self, snap: Snapshot, openmetrics: bool) -> bytes:
         extra = self._self_metrics.section(openmetrics)
         try:
-            return _page(snap, openmetrics).bytes(extra)
+            return _page(snap, openmetrics, self.exemplars).bytes(extra)
         except Exception as exc:
             # A bug, not the backend's doing (its data is valid for its kind by the time it
             # is in a snapshot): the scrape still gets a valid page, the backend marked down.

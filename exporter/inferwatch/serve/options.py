@@ -342,7 +342,8 @@ OPTIONS = (
         parse=str,
         default="off",
         help="receive the server's request spans over OTLP/HTTP at POST /v1/traces (vLLM: "
-        "--otlp-traces-endpoint) and list the rate window's slowest requests on the verdict",
+        "--otlp-traces-endpoint), list the rate window's slowest requests on the verdict and "
+        "put their trace ids on the latency buckets as exemplars",
         choices=("on", "off"),
     ),
     Option(

@@ -3,8 +3,9 @@
 An inference server that traces its requests (vLLM's ``--otlp-traces-endpoint``) sends its
 spans here, or an OpenTelemetry Collector fans them out to here and to a tracing backend.
 Of each ``ExportTraceServiceRequest`` only the servers' request spans (:data:`REQUEST_SPAN`)
-are read, into :class:`~inferwatch.serve.slow_requests.SlowRequests`; every other span (vLLM's
-start-up spans) is ignored, and nothing of a body is kept.
+are read, into :class:`~inferwatch.serve.slow_requests.SlowRequests` and
+:class:`~inferwatch.serve.exemplars.Exemplars`; every other span (vLLM's start-up spans) is
+ignored, and nothing of a body is kept.
 
 Bounded like every route: a body is read up to ``max_bytes`` (413 past it, decompressed bytes
 counted), in protobuf (``application/x-protobuf``) or OTLP's JSON (``application/json``, ids in
@@ -20,9 +21,9 @@ import asyncio
 import base64
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import hdrs, web
 from google.protobuf import json_format
@@ -34,7 +35,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from inferwatch.serve.slow_requests import Request, SlowRequests
+from inferwatch.serve.slow_requests import Request
 
 PATH = "/v1/traces"
 PROTOBUF = "application/x-protobuf"
@@ -65,7 +66,14 @@ REQUEST_ID = "gen_ai.request.id"
 # the server, or whoever reaches the route, chooses its length.
 REQUEST_ID_CHARS = 128
 
-SLOW_REQUESTS = web.AppKey("slow_requests", SlowRequests)
+
+class RequestSink(Protocol):
+    """What takes in the finished requests of each body received."""
+
+    def add(self, requests: Iterable[Request]) -> None: ...
+
+
+_SINKS = web.AppKey("otlp_sinks", tuple)
 _MAX_BYTES = web.AppKey("otlp_max_bytes", int)
 _SLOTS = web.AppKey("otlp_slots", list)
 
@@ -82,9 +90,11 @@ class Malformed(ValueError):
     """A body that does not decode as an ExportTraceServiceRequest."""
 
 
-def install(app: web.Application, slow: SlowRequests, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-    """Add ``POST /v1/traces`` to ``app``, feeding ``slow``."""
-    app[SLOW_REQUESTS] = slow
+def install(
+    app: web.Application, sinks: tuple[RequestSink, ...], max_bytes: int = DEFAULT_MAX_BYTES
+) -> None:
+    """Add ``POST /v1/traces`` to ``app``, feeding each of ``sinks``."""
+    app[_SINKS] = sinks
     app[_MAX_BYTES] = max_bytes
     app[_SLOTS] = [0]
     app.router.add_post(PATH, receive_traces)
@@ -122,7 +132,8 @@ async def receive_traces(request: web.Request) -> web.Response:
             return _one_line(400, f"not an OTLP ExportTraceServiceRequest: {exc}")
     finally:
         slots[0] -= 1
-    request.app[SLOW_REQUESTS].add(requests)
+    for sink in request.app[_SINKS]:
+        sink.add(requests)
     if media == JSON:
         return web.Response(body=b"{}", content_type=JSON)
     answer = ExportTraceServiceResponse().SerializeToString()

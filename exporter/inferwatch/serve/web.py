@@ -27,6 +27,7 @@ from inferwatch.capture.capturer import MANUAL, Capturer
 from inferwatch.collect.poller import Poller
 from inferwatch.logs import LogLimiter
 from inferwatch.method.spec import spec_document
+from inferwatch.serve.exemplars import Exemplars
 from inferwatch.serve.exposition import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, Renderer
 from inferwatch.serve.listener import HEAD_TIMEOUT
 from inferwatch.serve.otlp import OtlpSettings
@@ -324,7 +325,8 @@ def http_app(
     app.router.add_post("/capture", start_capture)
     if otlp is not None:
         verdict.slow_requests = SlowRequests(verdict.window, otlp.most)
-        install_otlp(app, verdict.slow_requests, otlp.max_bytes)
+        renderer.exemplars = Exemplars(verdict.window)
+        install_otlp(app, (verdict.slow_requests, renderer.exemplars), otlp.max_bytes)
     app.router.add_get("/captures", list_captures)
     app.router.add_get("/captures/{name}", download_capture)
     app.router.add_get("/", landing)
