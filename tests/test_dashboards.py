@@ -420,3 +420,30 @@ def test_every_panel_a_runbook_names_is_on_a_dashboard() -> None:
     for name, book in RUNBOOKS.items():
         for panel, _ in book.confirm:
             assert panel.value in titles, f"{name} cites {panel.value}"
+
+
+def test_latency_panels_ask_once_for_the_exemplars_of_each_histogram() -> None:
+    # A time series or heatmap over the raw buckets of a histogram whose buckets carry trace
+    # ids asks for them on its first query over it (not on p50, p95 and p99 alike); a stat, a
+    # table or a recorded series never does.
+    carrying = [spec.name for spec in ALL.values() if spec.exemplar]
+    assert len(carrying) == 6
+    asked: dict[str, list[str]] = {}
+    for board in BOARDS.values():
+        for panel in panels(board):
+            targets = panel.get("targets", [])
+            for target in targets:
+                raw = re.findall(r"(?<![\w:])(inferwatch_\w+)_bucket\b(?!:)", target["expr"])
+                read = [name for name in raw if name in carrying]
+                if target["exemplar"]:
+                    assert panel["type"] in ("timeseries", "heatmap") and read, panel["title"]
+                    asked.setdefault(panel["title"], []).extend(read)
+                elif panel["type"] in ("timeseries", "heatmap") and read:
+                    earlier = targets[: targets.index(target)]
+                    assert any(
+                        t["exemplar"]
+                        and set(read) <= set(re.findall(r"(inferwatch_\w+)_bucket", t["expr"]))
+                        for t in earlier
+                    ), panel["title"]
+    assert all(len(names) == len(set(names)) for names in asked.values()), asked
+    assert {"Time to first token", "TTFT distribution", "End-to-end latency"} <= set(asked)

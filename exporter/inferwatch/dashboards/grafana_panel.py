@@ -7,6 +7,7 @@ from a series to another dashboard for its instance.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import attr
@@ -15,6 +16,7 @@ from grafanalib.core import GridPos, Panel, Stat, Table, Target, TimeSeries
 from inferwatch.dashboards.queries import PanelSpec, Query
 from inferwatch.dashboards.variables import ADHOC, DATASOURCE, QUERY_VARIABLES
 from inferwatch.method.runbooks import RUNBOOKS
+from inferwatch.metrics import ALL
 from inferwatch.urls import runbook_url as spec_runbook_url
 
 # The columns of an ALERTS table, first in this order; Time, Value and __name__ dropped.
@@ -29,6 +31,25 @@ class _Heatmap(Panel):
 
     def to_json_data(self) -> dict[str, Any]:
         return self.panel_json({"type": "heatmap"})
+
+
+# A raw bucket series of a histogram whose buckets carry exemplars (the trace ids of the
+# server's requests, docs/exporter.md); not a recorded series named after one.
+_EXEMPLAR_BUCKETS = re.compile(
+    r"(?<![\w:])((?:{})_bucket)\b(?!:)".format(
+        "|".join(spec.name for spec in ALL.values() if spec.exemplar)
+    )
+)
+
+
+@attr.s
+class _Target(Target):
+    """A Prometheus query that also asks for the exemplars of the series it reads."""
+
+    exemplar: bool = attr.ib(default=False)
+
+    def to_json_data(self) -> dict[str, Any]:
+        return {**super().to_json_data(), "exemplar": self.exemplar}
 
 
 # The sidecar of the instance the dashboard shows: where its runbooks are served.
@@ -82,22 +103,39 @@ def _drilldown_link(spec: PanelSpec, uid: str) -> dict[str, Any]:
     return {"title": f"Open {uid} for {instance}", "url": f"/d/{uid}?{params}"}
 
 
-def _target(spec: PanelSpec, query: Query, ref: str) -> Target:
+def _target(spec: PanelSpec, query: Query, ref: str, exemplar: bool = False) -> Target:
     """One Prometheus query: instant for tables, buckets by ``le`` for a heatmap's query
-    without a legend (one row per series with one)."""
+    without a legend (one row per series with one); with ``exemplar``, also the exemplars
+    of the series it reads."""
     instant = query.instant or query.table
     if spec.kind == "heatmap" and not query.legend:
         fmt, legend = "heatmap", "{{le}}"
     else:
         fmt, legend = ("table" if query.table else "time_series"), query.legend
-    return Target(
+    return _Target(
         expr=query.expr,
         legendFormat=legend,
         refId=ref,
         instant=instant,
         format=fmt,
         datasource=DATASOURCE,
+        exemplar=exemplar,
     )
+
+
+def _exemplar_queries(spec: PanelSpec) -> set[int]:
+    """The queries of a time series or heatmap panel that ask for exemplars: the first one
+    over each histogram whose buckets carry them (the p50, p95 and p99 of one histogram
+    would show the same requests three times)."""
+    if spec.kind not in ("timeseries", "heatmap"):
+        return set()
+    first: dict[str, int] = {}
+    for i, query in enumerate(spec.queries):
+        if query.instant or query.table:
+            continue
+        for name in _EXEMPLAR_BUCKETS.findall(query.expr):
+            first.setdefault(name, i)
+    return set(first.values())
 
 
 def _overrides(spec: PanelSpec, runbook_url_base: str) -> list[dict[str, Any]]:
@@ -220,7 +258,8 @@ def grafana_panel(
 ) -> Panel:
     """One panel of ``spec.kind`` with its targets, thresholds, links and overrides, at
     ``position`` (h, w, x, y) on the grid; runbook links start with ``runbook_url_base``."""
-    targets = [_target(spec, q, _ref_id(i)) for i, q in enumerate(spec.queries)]
+    exemplars = _exemplar_queries(spec)
+    targets = [_target(spec, q, _ref_id(i), i in exemplars) for i, q in enumerate(spec.queries)]
     steps = [{"color": color, "value": value} for value, color in spec.thresholds] or [
         {"color": "green", "value": None}
     ]
