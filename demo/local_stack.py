@@ -61,7 +61,7 @@ class LocalStack:
     def __init__(self, workdir: Path, vllm: VllmServer | None = None) -> None:
         self.workdir = workdir
         self.spec = spec_from_config(load_config_file(CONFIG))
-        self.vllm = vllm or VllmServer(workdir)
+        self.vllm = vllm or VllmServer(workdir, traced=True)
         self.receiver = WebhookReceiver()
         self.proxy: Proxy | None = None  # the users' path in front of vLLM: the canary's
         self.inferwatch: Inferwatch | None = None
@@ -88,7 +88,7 @@ class LocalStack:
         # new rule to Prometheus, which sends no resolution for the old one's alert:
         # Alertmanager would hold it for minutes after.
         self.alertmanager = Alertmanager(self.workdir, am_config)
-        self.inferwatch = self._inferwatch(CONFIG).start()
+        self.inferwatch = self._inferwatch(CONFIG, self.vllm.spans_port).start()
         self.prometheus = Prometheus(
             self.workdir,
             [f"127.0.0.1:{self.inferwatch.port}"],
@@ -121,6 +121,8 @@ class LocalStack:
                 "--peak-memory-bandwidth", "2e10",  # ~DDR4 dual channel: a decode floor on CPU
                 "--config", str(config),
                 "--canary-url", self.proxy.url,
+                # The server's request spans: the window's slowest requests on the verdict.
+                *(["--otlp-traces", "on"] if self.vllm.spans_port is not None else []),
             ],
             port=port,
         )  # fmt: skip

@@ -118,10 +118,21 @@ def tiny_lora(name: str, seed: int, cache: Path = CACHE) -> Path:
 class VllmServer:
     """The real vLLM OpenAI server on CPU, serving the tiny model as ``tiny``."""
 
-    def __init__(self, workdir: Path, extra_args: Sequence[str] = (), port: int | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        extra_args: Sequence[str] = (),
+        port: int | None = None,
+        *,
+        traced: bool = False,
+    ):
         self.workdir = workdir
         self.extra_args = list(extra_args)
         self.port = port or free_port()
+        # With ``traced``, vLLM sends each request's span over OTLP/HTTP to the sidecar that
+        # listens on this port (demo/local_stack.py), reserved now: vLLM takes its trace
+        # endpoint at start, before any sidecar.
+        self.spans_port = free_port() if traced else None
         self.process: Process | None = None
 
     @property
@@ -140,6 +151,12 @@ class VllmServer:
             *self.extra_args,
         ]  # fmt: skip
         env = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+        if self.spans_port is not None:  # as docs/exporter.md tells users (gRPC by default)
+            argv += ["--otlp-traces-endpoint", f"http://127.0.0.1:{self.spans_port}/v1/traces"]
+            env |= {
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+                "OTEL_SERVICE_NAME": "vllm",
+            }
         log = self.workdir / "vllm.log"
         self.process = Process("vllm", argv, log, env, niceness=VLLM_NICENESS).start()
         self.process.wait_http(f"{self.url}/v1/models", timeout)

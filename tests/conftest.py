@@ -360,7 +360,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer
 
     Tests that stop it leave it stopped; the next user's ``ensure_running()`` restarts it.
     """
-    server = VllmServer(tmp_path_factory.mktemp("vllm"))
+    server = VllmServer(tmp_path_factory.mktemp("vllm"), traced=True)
     yield server
     server.stop()
 

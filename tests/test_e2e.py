@@ -271,21 +271,61 @@ def healthy_with_sparklines(doc: dict) -> bool:
     return doc["state"] == "healthy" and all(drawn)
 
 
+async def slowest_received(stack: LocalStack, timeout: float = 30.0) -> dict:
+    """The verdict's slowest requests once the server's spans have come (vLLM sends them
+    every 5 s), or what it held at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while True:
+            async with session.get(f"{stack.inferwatch.url}/verdict.json") as response:
+                slowest = (await response.json())["slow_requests"]
+            if slowest["ttft"] or time.monotonic() > deadline:
+                return slowest
+            await asyncio.sleep(1.0)
+
+
 def test_the_verdict_page_is_healthy_under_normal_traffic(stack: LocalStack) -> None:
-    async def run() -> Seen:
+    async def run() -> tuple[Seen, dict]:
         await settle(stack, timeout=240)
         stop = asyncio.Event()
         traffic = asyncio.create_task(normal_traffic(stack, stop))
         try:
-            return await verdict_served(stack, "health", healthy_with_sparklines)
+            seen = await verdict_served(stack, "health", healthy_with_sparklines)
+            return seen, await slowest_received(stack)
         finally:
             stop.set()
             await traffic
 
-    seen = asyncio.run(run())
+    seen, slowest = asyncio.run(run())
     assert seen.verdict["state"] == "healthy", findings_of(seen)
     assert healthy_with_sparklines(seen.verdict), seen.verdict["series"]
     SAVED["health"] = (seen, "")
+    # The real vLLM's own span of each request reached the sidecar: the window's slowest,
+    # each with its trace id and the queue and prefill its first token waited for.
+    print(f"\nhealthy, the slowest requests: {'; '.join(slowest['summary'])}")
+    assert slowest["ttft"] and slowest["per_token"], slowest
+    for request in slowest["ttft"]:
+        assert {"trace_id", "queue_seconds", "prefill_seconds", "ttft_dominated_by"} <= set(
+            request
+        ), request
+    # Prometheus (exemplar storage on, as in the demo) stored the trace ids the sidecar put
+    # on its latency buckets, each a request of its own bucket.
+    assert stack.prometheus is not None
+    now = time.time()
+    stored = stack.prometheus.exemplars(
+        "inferwatch_time_to_first_token_seconds_bucket", now - 600, now
+    )
+    exemplars = [(float(s["seriesLabels"]["le"]), e) for s in stored for e in s["exemplars"]]
+    assert exemplars, stored
+    for le, exemplar in exemplars:
+        assert re.fullmatch(r"[0-9a-f]{32}", exemplar["labels"]["trace_id"]), exemplar
+        assert float(exemplar["value"]) <= le, (le, exemplar)
+    listed = {r["trace_id"] for r in slowest["ttft"] + slowest["per_token"]}
+    shown = {e["labels"]["trace_id"] for _, e in exemplars}
+    print(
+        f"healthy, exemplars: {len(exemplars)} on {len(stored)} TTFT buckets, "
+        f"{len(shown & listed)} of them among the slowest requests listed"
+    )
 
 
 def _page(alert: dict, scenario: Scenario) -> bool:
@@ -431,6 +471,8 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
     print(f"verdict page after it: {', '.join(names) or page.get('state', 'nothing')}")
     beside = scenario.also_allowed | USERS_VIEW
     assert leads(names, scenario) or not names or names[0] in beside, names
+    # Where the window's slowest requests spent their time, by the server's own spans.
+    print(f"the slowest requests: {'; '.join(page['slow_requests']['summary']) or 'none'}")
     TIMES[scenario.name] = times(outcome) + ranked(scenario, shown.verdict, report, alone)
     if evidence is not None:
         TIMES[scenario.name] += f"; the clients saw: {evidence.text}"
