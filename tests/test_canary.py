@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 import socket
 import time
 from dataclasses import dataclass, field, replace
@@ -179,6 +180,44 @@ async def test_a_probe_measures_ttft_gaps_and_e2e_and_carries_the_marker(
     assert dict(counted.itl.buckets)["0.005"] == 0 and dict(counted.itl.buckets)["+Inf"] == 3
     assert dict(counted.probes) == {r: float(r == "ok") for r in CANARY_RESULTS}
     assert counted.ttft_gap_seconds is None  # no server page to compare with
+
+
+async def test_each_probe_has_its_own_trace_id_and_is_its_buckets_exemplar(
+    fake: Fake, canary_for
+) -> None:
+    # A sampled W3C traceparent per probe (a tracing server records the probe under it),
+    # and that trace id on the canary's buckets where the probe landed, on the OpenMetrics
+    # page only: a slow canary bucket leads to its probe.
+    canary = canary_for(fake.url, output_tokens=3)
+    first, second = await canary.probe_once(), await canary.probe_once()
+    assert first is not None and second is not None and first.ok and second.ok
+    parents = [h["traceparent"] for h in fake.headers]
+    assert all(re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", p) for p in parents), parents
+    traces = [p.split("-")[1] for p in parents]
+    assert len(set(traces)) == 2
+    snap = replace(
+        full_snapshot("vllm-0.32.0-cpu-loaded-kv-full.prom"),
+        sources={"canary": canary.sample(0.0, None)},
+    )
+    on_page = {
+        (s.name, s.labels["le"]): s.exemplar
+        for family in parse_openmetrics(render_openmetrics(snap).decode())
+        if family.name.startswith("inferwatch_canary_")
+        for s in family.samples
+        if s.exemplar is not None
+    }
+    ttft = {k: e for k, e in on_page.items() if "first_token" in k[0]}
+    # Both first tokens took >= 50 ms: the later probe is the exemplar of the bucket of each.
+    for (_, le), exemplar in ttft.items():
+        assert exemplar.labels["trace_id"] in traces and exemplar.value <= float(le)
+    latest = {e.labels["trace_id"] for e in ttft.values()}
+    assert traces[1] in latest and latest <= set(traces)
+    assert {k[0] for k in on_page} == {
+        "inferwatch_canary_time_to_first_token_seconds_bucket",
+        "inferwatch_canary_inter_token_latency_seconds_bucket",
+        "inferwatch_canary_request_duration_seconds_bucket",
+    }
+    assert " # {" not in render(snap).decode()  # the text format has none
 
 
 async def test_chat_api_sends_messages(fake: Fake, canary_for) -> None:

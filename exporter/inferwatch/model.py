@@ -24,6 +24,20 @@ EMPTY: Mapping = MappingProxyType({})
 
 
 @dataclass(frozen=True)
+class Exemplar:
+    """A traced request observed in a histogram's bucket: its W3C trace id (32 hex digits),
+    its value, and when it was observed (Unix seconds, this machine's clock)."""
+
+    trace_id: str
+    value: float
+    at: float
+
+    def text(self) -> str:
+        """The exemplar as OpenMetrics writes it after a bucket's value."""
+        return f' # {{trace_id="{self.trace_id}"}} {self.value!r} {self.at:.3f}'
+
+
+@dataclass(frozen=True)
 class Histogram:
     """A cumulative histogram with the backend's own bucket bounds.
 
@@ -36,6 +50,8 @@ class Histogram:
     buckets: tuple[tuple[str, float], ...]
     sum: float
     count: float
+    # Where its observer knows the requests (the canary's probes): per bucket, the latest.
+    exemplars: tuple[Exemplar | None, ...] = ()
 
     def defect(self) -> str:
         """Why this is not a histogram Prometheus can take, or '' when it is one.

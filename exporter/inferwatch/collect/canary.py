@@ -7,6 +7,12 @@ fixed-bound histograms. Never two probes in flight, each under a timeout, backin
 failures up to ``max_backoff``; nothing runs on the scrape path. Probes are marked (``"user":
 "inferwatch-canary"``, header ``X-Inferwatch-Canary: 1``) so that what sits in front of the
 server can leave them out of its accounting; the server's own histograms count them.
+
+Each probe carries a W3C ``traceparent`` of its own, sampled: a server that traces its
+requests records the probe under that trace id, and the canary's histograms carry, per
+bucket, the latest probe's id as an exemplar (on the OpenMetrics page). Where the server
+sends no spans (TGI, SGLang, llama.cpp and Triton as inferwatch reads them), the probes are
+the requests a slow bucket leads to.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import secrets
+import time
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -30,7 +38,7 @@ from inferwatch.metrics import (
     CANARY_RESULTS,
     CANARY_TTFT_BOUNDS,
 )
-from inferwatch.model import BackendSample, Histogram, Sink
+from inferwatch.model import BackendSample, Exemplar, Histogram, Sink
 
 log = logging.getLogger("inferwatch.canary")
 
@@ -100,18 +108,25 @@ class Counts:
         self.counts = [0] * (len(bounds) + 1)
         self.sum = 0.0
         self.count = 0
+        self.latest: list[Exemplar | None] = [None] * (len(bounds) + 1)  # per bucket
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
+    def observe(self, value: float, trace: tuple[str, float] | None = None) -> None:
+        """Count ``value``; with ``trace`` (its request's trace id, when observed), that
+        request becomes its bucket's exemplar."""
+        bucket = bisect_left(self.bounds, value)
+        self.counts[bucket] += 1
         self.sum += value
         self.count += 1
+        if trace is not None:
+            self.latest[bucket] = Exemplar(trace[0], value, trace[1])
 
     def frozen(self) -> Histogram:
         cumulative, running = [], 0
         for le, n in zip(self.les, self.counts, strict=True):
             running += n
             cumulative.append((le, float(running)))
-        return Histogram(tuple(cumulative), self.sum, float(self.count))
+        exemplars = tuple(self.latest) if any(self.latest) else ()
+        return Histogram(tuple(cumulative), self.sum, float(self.count), exemplars)
 
 
 def server_ttft(sample: BackendSample | None) -> Histogram | None:
@@ -235,10 +250,13 @@ class Canary:
                 log.info("canary waits for the backend to name its model (or --canary-model)")
                 self._said_no_model = True
             return None
+        trace_id = secrets.token_hex(16)
+        traceparent = {"traceparent": f"00-{trace_id}-{secrets.token_hex(8)}-01"}  # sampled
         self.in_flight += 1
         try:
             async with asyncio.timeout(self.settings.timeout):
-                sample = await self._client.stream(self._input, self.settings.output_tokens)
+                tokens = self.settings.output_tokens
+                sample = await self._client.stream(self._input, tokens, traceparent)
         except TimeoutError:
             error = f"no complete answer within {self.settings.timeout:g} s"
             sample = Sample(error=error, kind="timeout")
@@ -248,17 +266,18 @@ class Canary:
             sample = Sample(error=error, kind="bad_stream")
         finally:
             self.in_flight -= 1
-        self._record(sample)
+        self._record(sample, trace_id)
         return sample
 
-    def _record(self, sample: Sample) -> None:
+    def _record(self, sample: Sample, trace_id: str) -> None:
         if sample.ok:
+            trace = (trace_id, time.time())
             self._probes["ok"] += 1
-            self._ttft.observe(sample.ttft)
+            self._ttft.observe(sample.ttft, trace)
             self._new_ttfts.append(sample.ttft)
             for gap in sample.gaps:
-                self._itl.observe(gap)
-            self._e2e.observe(sample.e2e)
+                self._itl.observe(gap, trace)
+            self._e2e.observe(sample.e2e, trace)
             self._log.ok()
             return
         kind = sample.kind if sample.kind in self._probes else "bad_stream"

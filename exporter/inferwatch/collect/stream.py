@@ -201,12 +201,19 @@ class Client:
             raise SweepError(f"probe request to {redact_url(self.endpoint)} failed: {sample.error}")
         return sample
 
-    async def stream(self, prompt_input: Mapping[str, Any], output_tokens: int) -> Sample:
+    async def stream(
+        self,
+        prompt_input: Mapping[str, Any],
+        output_tokens: int,
+        headers: Mapping[str, str] | None = None,
+    ) -> Sample:
+        """One streamed completion, timed; ``headers`` are this request's own, beside the
+        client's (the canary's ``traceparent``)."""
         body = self.body(prompt_input, output_tokens)
         where = redact_url(self.endpoint)
         start = time.perf_counter()
         try:
-            return await self._stream(body, start)
+            return await self._stream(body, start, headers)
         except StreamError as exc:
             return Sample(error=str(exc), kind="bad_stream")
         except asyncio.TimeoutError:
@@ -219,12 +226,15 @@ class Client:
             error = f"{type(exc).__name__} from {where}: {exc}"
             return Sample(error=error, kind="connect_error")
 
-    async def _stream(self, body: dict[str, Any], start: float) -> Sample:
+    async def _stream(
+        self, body: dict[str, Any], start: float, headers: Mapping[str, str] | None = None
+    ) -> Sample:
         first = last = math.nan
         gaps: list[float] = []
         events = 0
         usage: dict[str, Any] = {}
-        async with self._session.post(self.endpoint, json=body, allow_redirects=False) as resp:
+        post = self._session.post(self.endpoint, json=body, headers=headers, allow_redirects=False)
+        async with post as resp:
             if 300 <= resp.status < 400:  # never followed: the next host would get our headers
                 error = redirect_cause(self.endpoint, resp.status, resp.headers.get("Location"))
                 return Sample(error=error, kind="http_error", status=resp.status)

@@ -26,9 +26,9 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 from inferwatch.metrics import ALL
+from inferwatch.model import Exemplar
 from inferwatch.serve.slow_requests import Request
 
 # The histogram keys that carry exemplars, with the request's field each observes.
@@ -39,17 +39,6 @@ LOWEST_OCTAVE, HIGHEST_OCTAVE = -30, 24
 _ZERO_CELL = LOWEST_OCTAVE * CELLS_PER_OCTAVE - 1
 
 
-@dataclass(frozen=True)
-class Exemplar:
-    trace_id: str
-    value: float
-    at: float  # when the span was received, Unix seconds
-
-    def text(self) -> str:
-        """The exemplar as OpenMetrics writes it after a bucket's value."""
-        return f' # {{trace_id="{self.trace_id}"}} {self.value!r} {self.at:.3f}'
-
-
 def _cell(value: float) -> int:
     if value <= 0.0:
         return _ZERO_CELL
@@ -57,7 +46,9 @@ def _cell(value: float) -> int:
     return math.floor(octaves * CELLS_PER_OCTAVE)
 
 
-def _w3c_trace_id(trace_id: str | None) -> bool:
+def w3c_trace_id(trace_id: str | None) -> bool:
+    """Whether this is a W3C trace id as OpenTelemetry writes it: 32 lowercase hex digits,
+    not all zero."""
     return (
         trace_id is not None
         and len(trace_id) == 32
@@ -80,7 +71,7 @@ class Exemplars:
         now = self._clock()
         with self._lock:
             for request in requests:
-                if not _w3c_trace_id(request.trace_id):
+                if not w3c_trace_id(request.trace_id):
                     continue
                 for key, field in FIELDS.items():
                     value = getattr(request, field)

@@ -179,7 +179,9 @@ class _Page:
             base = label_text(prefix + labels)
             sep = "," if base else ""
             marks = [""] * len(les)
-            if exemplars is not None:
+            if len(hist.exemplars) == len(les):  # its own (the canary's probes)
+                marks = [e.text() if e else "" for e in hist.exemplars]
+            elif exemplars is not None:
                 bounds = [float(le) for le in les]
                 marks = [e.text() if e else "" for e in exemplars.of_buckets(key, bounds)]
             for le, count, mark in zip(les, counts, marks, strict=True):
