@@ -19,6 +19,9 @@ from conftest import (
 )
 
 VLLM_FIXTURES = captures_of("vllm")
+# A real prefill/decode pair on CPU, vLLM's disk connector between them.
+PD_PREFILL = "vllm-0.32.0-cpu-pd-example-connector-prefill.prom"
+PD_DECODE = "vllm-0.32.0-cpu-pd-example-connector-decode.prom"
 
 E0 = (("model", "tiny"), ("engine", "0"))
 
@@ -510,7 +513,9 @@ def test_mooncake_prefill_reads_its_pushes_and_adds_both_failure_counters() -> N
     assert "kv_transfer_requests_waiting" not in sample.values
 
 
-@pytest.mark.parametrize("fixture", [f for f in VLLM_FIXTURES if f not in (NIXL, MOONCAKE)])
+@pytest.mark.parametrize(
+    "fixture", [f for f in VLLM_FIXTURES if f not in (NIXL, MOONCAKE, PD_PREFILL, PD_DECODE)]
+)
 def test_without_a_kv_connector_the_transfer_series_are_absent(fixture: str) -> None:
     sample = VLLM.normalize(fixture_text(fixture))
     found = [k for k in (*sample.values, *sample.histograms) if k.startswith("kv_transfer_")]
@@ -526,11 +531,32 @@ def test_the_tokens_by_transfer_are_the_servers_own_zero_without_a_connector() -
     assert sample.values["kv_transfer_prompt_tokens"] == {E0: 0.0}
 
 
+def test_a_real_pd_pair_on_cpu_tells_what_arrived_by_transfer_on_the_decode_side() -> None:
+    # vLLM's disk connector (ExampleConnector) times no transfer and counts no bytes: what
+    # tells the transfer is the decode side's prompt tokens by source. Of its 4,578 prompt
+    # tokens, 4,416 arrived by transfer: each prompt's 23 whole blocks of 32; only the last
+    # 27 tokens of each of the six were computed there.
+    decode = VLLM.normalize(fixture_text(PD_DECODE))
+    assert decode.values["kv_transfer_prompt_tokens"] == {E0: 4416.0}
+    assert decode.values["prompt_tokens"] == {E0: 4578.0}
+    assert set(decode.values["kv_transfer_requests_waiting"].values()) == {0.0}
+    assert not [k for k in decode.histograms if k.startswith("kv_transfer_")]
+    assert "kv_transfer_bytes" not in decode.values and "kv_transfer_failures" not in decode.values
+    prefill = VLLM.normalize(fixture_text(PD_PREFILL))
+    assert prefill.values["kv_transfer_prompt_tokens"] == {E0: 0.0}
+    assert prefill.values["prompt_tokens"] == {E0: 4578.0}  # every prompt computed here
+    assert "kv_transfer_requests_waiting" not in prefill.values
+
+
 @pytest.mark.parametrize(
     ("capture", "role"),
     [
         # A KV consumer counts the requests fetching their KV: the decode side.
         ("vllm-0.34.0-synthetic-nixl-decode.prom", "decode"),
+        ("vllm-0.32.0-cpu-pd-example-connector-decode.prom", "decode"),  # a real pair
+        # The disk connector's producer writes no family of its own: its page cannot tell
+        # it from a server without a connector (docs/backends.md: give it --role prefill).
+        ("vllm-0.32.0-cpu-pd-example-connector-prefill.prom", ""),
         # A connector's families without that count: the producer, the prefill side.
         ("vllm-0.34.0-synthetic-mooncake-prefill.prom", "prefill"),
         # No connector: the page says nothing of a role.
