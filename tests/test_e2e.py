@@ -310,22 +310,28 @@ def test_the_verdict_page_is_healthy_under_normal_traffic(stack: LocalStack) -> 
         ), request
     # Prometheus (exemplar storage on, as in the demo) stored the trace ids the sidecar put
     # on its latency buckets, each a request of its own bucket.
-    assert stack.prometheus is not None
-    now = time.time()
-    stored = stack.prometheus.exemplars(
-        "inferwatch_time_to_first_token_seconds_bucket", now - 600, now
-    )
-    exemplars = [(float(s["seriesLabels"]["le"]), e) for s in stored for e in s["exemplars"]]
-    assert exemplars, stored
+    exemplars = ttft_exemplars(stack, time.time() - 600)
+    assert exemplars
     for le, exemplar in exemplars:
         assert re.fullmatch(r"[0-9a-f]{32}", exemplar["labels"]["trace_id"]), exemplar
         assert float(exemplar["value"]) <= le, (le, exemplar)
     listed = {r["trace_id"] for r in slowest["ttft"] + slowest["per_token"]}
     shown = {e["labels"]["trace_id"] for _, e in exemplars}
+    buckets = len({le for le, _ in exemplars})
     print(
-        f"healthy, exemplars: {len(exemplars)} on {len(stored)} TTFT buckets, "
+        f"healthy, exemplars: {len(exemplars)} on {buckets} TTFT buckets, "
         f"{len(shown & listed)} of them among the slowest requests listed"
     )
+
+
+def ttft_exemplars(stack: LocalStack, since: float) -> list[tuple[float, dict]]:
+    """(bucket bound, exemplar) of each exemplar Prometheus stored on the sidecar's TTFT
+    buckets from ``since`` (Unix time) on."""
+    assert stack.prometheus is not None
+    stored = stack.prometheus.exemplars(
+        "inferwatch_time_to_first_token_seconds_bucket", since, time.time()
+    )
+    return [(float(s["seriesLabels"]["le"]), e) for s in stored for e in s["exemplars"]]
 
 
 def _page(alert: dict, scenario: Scenario) -> bool:
@@ -473,6 +479,12 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
     assert leads(names, scenario) or not names or names[0] in beside, names
     # Where the window's slowest requests spent their time, by the server's own spans.
     print(f"the slowest requests: {'; '.join(page['slow_requests']['summary']) or 'none'}")
+    found = ttft_exemplars(stack, outcome.began_at)
+    slowest = max((float(e["value"]) for _, e in found), default=None)
+    print(
+        f"exemplars on the TTFT buckets since the fault: {len(found)}"
+        + ("" if slowest is None else f", the slowest {slowest:.3f} s")
+    )
     TIMES[scenario.name] = times(outcome) + ranked(scenario, shown.verdict, report, alone)
     if evidence is not None:
         TIMES[scenario.name] += f"; the clients saw: {evidence.text}"
