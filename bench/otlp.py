@@ -2,13 +2,15 @@
 figures; not a test).
 
 A real ``inferwatch serve --otlp-traces on`` process polling a loopback backend that serves a
-real vLLM capture. bench/auth_flood.py's scraper asks for ``/metrics`` every 100 ms, first with
-no spans, then while a sender posts OTLP/HTTP protobuf exports of vLLM's real ``llm_request``
+real vLLM capture. bench/auth_flood.py's scraper asks for ``/metrics`` every 100 ms as
+Prometheus asks (OpenMetrics first: the page whose buckets carry the spans' trace ids as
+exemplars), first with no spans, then while a sender posts OTLP/HTTP protobuf exports of vLLM's real ``llm_request``
 span (tests/fixtures/vllm-0.32.0-cpu-llm_request-span.json; each copy with its own trace id,
 request id and latencies) at ``--spans-per-second`` in batches of ``--batch`` (an OpenTelemetry
 batch span processor sends up to 512 at a time). Printed, both phases measured in the same run:
 the sidecar's CPU (cores), the CPU time per span received (the flood's CPU less the quiet
-phase's, over the spans), its RSS, the scraper's p50/p99, and what the exports got.
+phase's, over the spans), its RSS, the scraper's p50/p99, what the exports got, and the
+exemplars on the last page.
 Both phases follow a few seconds of scrapes that are not counted.
 
     .venv/bin/python bench/otlp.py [--seconds 20] [--spans-per-second 1000] [--batch 200]
@@ -44,6 +46,11 @@ SPAN = REPO / "tests" / "fixtures" / "vllm-0.32.0-cpu-llm_request-span.json"
 WARM_UP = 5.0  # seconds of scrapes before the measured phases
 BODIES = 20  # distinct export bodies, sent in turn
 SCALED = ("gen_ai.latency.time_to_first_token", "gen_ai.latency.e2e")
+# What Prometheus 2.42 sends: OpenMetrics first.
+PROMETHEUS_ACCEPT = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+    "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+}
 
 
 def export_bodies(batch: int, rng: random.Random) -> list[bytes]:
@@ -93,7 +100,7 @@ async def phase(
     """One phase: the scraper, and the sender with ``flood``; the sidecar's CPU seconds."""
     stop = asyncio.Event()
     cpu = cpu_seconds(pid)
-    scraper = asyncio.create_task(scrape(url, stop))
+    scraper = asyncio.create_task(scrape(url, stop, PROMETHEUS_ACCEPT))
     sender = asyncio.create_task(send(url, *flood, stop)) if flood else None
     await asyncio.sleep(seconds)
     stop.set()
@@ -109,8 +116,11 @@ async def measure(url: str, pid: int, args: argparse.Namespace) -> None:
     loud, loud_cpu, statuses = await phase(
         url, pid, args.seconds, (bodies, args.batch, args.spans_per_second)
     )
-    async with aiohttp.ClientSession() as session, session.get(f"{url}/verdict.json") as r:
-        received = (await r.json())["slow_requests"]["received"]
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{url}/verdict.json") as r:
+            received = (await r.json())["slow_requests"]["received"]
+        async with session.get(f"{url}/metrics", headers=PROMETHEUS_ACCEPT) as r:
+            exemplars = (await r.text()).count(" # {")
     spans = statuses[200] * args.batch
     per_span = (loud_cpu - quiet_cpu) / spans if spans else float("nan")
     print(
@@ -122,7 +132,8 @@ async def measure(url: str, pid: int, args: argparse.Namespace) -> None:
     print(
         f"  exports by status {dict(statuses)}; {spans / args.seconds:.0f} spans/s accepted, "
         f"{received} requests in the verdict's count; CPU per span {per_span * 1e6:.1f} us "
-        f"beyond the quiet phase's; RSS {rss_mib(pid):.0f} MiB"
+        f"beyond the quiet phase's; RSS {rss_mib(pid):.0f} MiB; {exemplars} exemplars on the "
+        "last page"
     )
     p99 = percentile([s for s, _ in loud.scrapes], 99) / percentile(
         [s for s, _ in quiet.scrapes], 99
