@@ -81,6 +81,8 @@ FINISHED = {  # reason -> engine -> requests/s
     "abort": {"0": 0.0, "1": 0.05},
 }
 KV_FAILURES = {"0": 0.04, "1": 0.1}  # KV transfers failed per second
+# Of the prompt tokens, those whose KV arrived by transfer (the pod is a decode instance).
+KV_PROMPT_TOKENS = {"0": 600.0, "1": 900.0}
 KV_EXPIRED = {"0": 0.02, "1": 0.0}  # requests whose KV expired unfetched, per second
 QUEUED_WHILE_IDLE = {"0": 0.05, "1": 0.2}  # seconds per second
 DECODE_FLOOR = {"0": 0.004, "1": 0.006}
@@ -212,6 +214,7 @@ def backend_sample(step: int) -> BackendSample:
         "engine_steps": per_engine(lambda e: _counter(ENGINE_STEPS[e], step)),
         "kv_transfer_failures": per_engine(lambda e: _counter(KV_FAILURES[e], step)),
         "kv_transfer_expired_requests": per_engine(lambda e: _counter(KV_EXPIRED[e], step)),
+        "kv_transfer_prompt_tokens": per_engine(lambda e: _counter(KV_PROMPT_TOKENS[e], step)),
         "requests_finished": {
             _engine(e, ("reason", reason)): _counter(rates[e], step)
             for reason, rates in FINISHED.items()
@@ -286,6 +289,7 @@ def snapshot(step: int) -> Snapshot:
         backend_up=True,
         backend_scrape_seconds=0.004,
         backend=backend_sample(step),
+        role="decode",  # the decode side of a prefill/decode pair: its prompts' KV arrives
         collectors={"backend": CollectorStatus(True, 0.004), "gpu": CollectorStatus(True, 0.002)},
         gpus=gpus,
         derived=Derived(

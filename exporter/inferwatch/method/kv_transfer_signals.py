@@ -1,6 +1,7 @@
 """The KV transfer's signals: disaggregated prefill and decode, judged on the instance whose
 series tell its side of the transfer (``metrics/kv_transfer.py``): how many transfers fail,
-and how much of the first token's wait the transfer takes.
+how much of the first token's wait the transfer takes, and how much of a decode instance's
+prompts arrived by transfer rather than being computed there.
 
 A server without a KV connector has none of these series, so none of these signals: no
 value, never zero.
@@ -8,7 +9,7 @@ value, never zero.
 
 from __future__ import annotations
 
-from inferwatch.method.recipes import Mean, Rate, Ratio, Sum
+from inferwatch.method.recipes import Gauge, Mean, Rate, Ratio, Sum
 from inferwatch.method.signal import INSTANCE, TTFT, Signal
 
 _KV = "inferwatch_kv_transfer"
@@ -25,6 +26,16 @@ _EXPIRED = f"({_rate(f'{_KV}_expired_requests_total')} or 0 * {_FAILURES})"
 # Transfers attempted: those timed and those that failed.
 _ATTEMPTS = f"(\n  {_TRANSFERS}\n  + {_FAILURES}\n)"
 _ATTEMPTS_LOCAL = Sum((Rate(f"{_KV}_seconds_count"), Rate(f"{_KV}_failures_total")))
+
+
+# The prompt tokens of a decode instance (its sidecar's role) that it did not compute: those
+# whose KV arrived by transfer, and those its own prefix cache held.
+_BROUGHT = f"{_KV}_prompt_tokens_total"
+_CACHED = "inferwatch_prefix_cache_hits_total"
+_ON_DECODE = (
+    "  * on (instance, job) group_left ()\n"
+    '  max by (instance, job) (inferwatch_backend_info{role="decode"})'
+)
 
 
 def _mean(histogram: str) -> str:
@@ -54,6 +65,26 @@ KV_TRANSFER_SIGNALS = (
                 (Rate(f"{_KV}_failures_total"),), optional=(Rate(f"{_KV}_expired_requests_total"),)
             ),
             _ATTEMPTS_LOCAL,
+        ),
+    ),
+    # Of the prompt tokens a decode instance took, those it did not compute: arrived by
+    # transfer, or in its own prefix cache (a server that counts no cache hits: by transfer).
+    # The rest it computed itself: the prefill pool's work, done again. None on an instance
+    # of another role, or without the counter (SGLang counts no tokens by transfer).
+    Signal(
+        name="kv_transfer_prompt_share",
+        label="decode's prompt tokens arrived by transfer or cached (share)",
+        unit="ratio",
+        level=INSTANCE,
+        promql=f"clamp_max(\n  (\n    {_rate(_BROUGHT)}\n    + ({_rate(_CACHED)} or 0 * "
+        f"{_rate(_BROUGHT)})\n  )\n  / ({_rate('inferwatch_prompt_tokens_total')} > 0),\n  1\n)"
+        f"\n{_ON_DECODE}",
+        local=Ratio(
+            Ratio(
+                Sum((Rate(_BROUGHT),), optional=(Rate(_CACHED),)),
+                Rate("inferwatch_prompt_tokens_total"),
+            ),
+            Gauge("inferwatch_backend_info", where={"role": "decode"}),
         ),
     ),
     # The mean transfer over the mean TTFT of the same instance: at most 1, as the queue's

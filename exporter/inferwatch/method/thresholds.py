@@ -233,6 +233,14 @@ THRESHOLDS: dict[str, Threshold] = {
         "the mean time to the first token, the first token waits for the KV to cross "
         "between the pools more than for the prompt to be computed.",
     ),
+    "kv_transfer_prompt_share_low": Threshold(
+        default=0.5,
+        unit="ratio",
+        why="A decode instance should take its prompts' KV from the prefill pool: the tail "
+        "of a prompt short of a whole KV block is computed there, a few per cent. Under half "
+        "arrived (by transfer, or cached) means the decode pool does the prefill pool's work "
+        "again: the KV is not arriving.",
+    ),
     "throttled_share": Threshold(
         default=0.5,
         unit="ratio",

@@ -192,4 +192,70 @@ KV_TRANSFER_SLOW = Alert(
     scenarios=(KV_SLOW, KV_SLOW_NEAR_MISS, KV_SLOW_TTFT_FINE),
 )
 
-ALERTS = (INTERCONNECT_SATURATED, KV_TRANSFER_FAILING, KV_TRANSFER_SLOW)
+# ---------------------------------------------------------------------------------------
+# InferenceKVTransferMissing
+
+# A decode instance whose prompts' KV should come from the prefill pool; a quarter of its
+# prompt tokens are in its own prefix cache (the scenarios' default).
+DECODE = {"role": "decode"}
+
+KV_MISSING = Scenario(
+    # 5 % of A's prompt tokens arrived by transfer, 25 % were cached: it computed 70 % of
+    # the 1,600 prompt tokens/s it took.
+    "KV transfer missing: the decode side computes the prompts",
+    (healthy(A, **DECODE, kv_transfer_prompt_share=0.05), healthy(B)),
+    file="availability.yaml",
+    place=20,
+    fires={"InferenceKVTransferMissing": [instance_alert(A, value=0.3, queries=(1600.0,))]},
+)
+KV_MISSING_NEAR_MISS = Scenario(
+    # Near miss: 35 % by transfer and 25 % cached, 60 % in all.
+    "KV transfer near miss: 60 % of the prompt tokens arrived",
+    (healthy(A, **DECODE, kv_transfer_prompt_share=0.35),),
+    file="availability.yaml",
+    place=21,
+    fires={},
+    silent=("InferenceKVTransferMissing",),
+)
+KV_MISSING_NOT_DECODE = Scenario(
+    # Nothing arrives by transfer on a server that is not a decode instance (a plain server
+    # counts its zero; a kv_both or prefill instance computes its prompts by design): silent.
+    "no KV by transfer off the decode side: silent",
+    (
+        healthy(A, kv_transfer_prompt_share=0.0),
+        healthy(B, role="prefill", kv_transfer_prompt_share=0.0),
+    ),
+    file="availability.yaml",
+    place=22,
+    fires={},
+    silent=("InferenceKVTransferMissing",),
+)
+
+KV_TRANSFER_MISSING = Alert(
+    name="InferenceKVTransferMissing",
+    order=30,
+    severity="warning",
+    level=INSTANCE,
+    phase="prefill",
+    layer="communication",
+    explains=("InferencePrefillBottleneck", "InferencePrefillStallsDecode", *USERS_SEE),
+    for_default="10m",
+    summary="{{ $labels.instance }}: the decode side computes the prompts the KV transfer "
+    "should bring",
+    description="Of the "
+    + value_of("sum(rate(inferwatch_prompt_tokens_total[%(window)s]))", INSTANCE, PLAIN_NUMBER)
+    + " prompt tokens/s the decode instance {{ $labels.instance }} took over the last "
+    "%(window)s, only {{ $value | humanizePercentage }} arrived by KV transfer or were in its "
+    "prefix cache (threshold %(pct.kv_transfer_prompt_share_low)s): it computed the rest "
+    "itself, the prefill pool's work done again, and its decode steps wait behind those "
+    "prefills. The KV does not arrive: the connector's configuration on either side (a "
+    "storage path or KV address the two do not share), the prefill instance not sending, or "
+    "a router that sends requests to the decode pool without their prefill.",
+    when=(
+        Cond("kv_transfer_prompt_share", "<", "kv_transfer_prompt_share_low"),
+        Cond("request_rate", ">", "min_request_rate"),
+    ),
+    scenarios=(KV_MISSING, KV_MISSING_NEAR_MISS, KV_MISSING_NOT_DECODE),
+)
+
+ALERTS = (INTERCONNECT_SATURATED, KV_TRANSFER_FAILING, KV_TRANSFER_SLOW, KV_TRANSFER_MISSING)

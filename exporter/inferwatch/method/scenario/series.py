@@ -114,6 +114,13 @@ def _engine_series(r: Replica, engine: dict, backend: dict) -> list[dict]:
         ("inferwatch_generation_tokens_total", {}, rate * r.generation_tokens_per_request),
         ("inferwatch_prefix_cache_queries_total", {}, hits and prompt_rate),
         ("inferwatch_prefix_cache_hits_total", {}, hits),
+        (
+            "inferwatch_kv_transfer_prompt_tokens_total",
+            {},
+            None
+            if r.kv_transfer_prompt_share is None
+            else prompt_rate * r.kv_transfer_prompt_share,
+        ),
     )
     good = {"reason": r.finished_reason}
     counters += (

@@ -134,6 +134,9 @@ class Replica:
     canary_gap: str | None = None  # the canary's TTFT gap (None: canary off)
     canary_probes: dict[str, float] | None = None  # probes/s by result (None: canary off)
     kv_transfer: KVTransfer | None = None  # an instance of a prefill/decode pair
+    # The share of its prompt tokens whose KV arrived through a KV connector (None: no such
+    # counter); vLLM's disk connector counts these and times no transfer.
+    kv_transfer_prompt_share: float | None = None
 
 
 @dataclass(frozen=True)
