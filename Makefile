@@ -36,7 +36,7 @@ K8S_VALIDATOR := tests/k8s/node_modules/.package-lock.json
 # @grafana/schema and TypeScript (npm), for the dashboards' type check (tsc --strict).
 GRAFANA_SCHEMA := tests/grafana-schema/node_modules/.package-lock.json
 # What `make check` leaves to `make test`: the real inference servers and the slow tests.
-SERVERLESS := not vllm and not e2e and not llamacpp and not triton
+SERVERLESS := not vllm and not e2e and not llamacpp and not triton and not alone
 CHECK_MARKERS := $(SERVERLESS) and not slow
 # Two pytest workers a core: many tests wait on a subprocess (promtool, Prometheus,
 # Alertmanager) more than they compute; idle workers steal queued tests.
@@ -105,7 +105,8 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 
 # Those that run no real inference server on every core, as `make check` does (the slow ones
-# too); then the real servers and the e2e one at a time: their timings are the machine's own.
+# too); then the real servers, the e2e and the `alone` measurements one at a time: their
+# timings are the machine's own.
 test: $(VENV)/.installed $(VLLM_VENV)/.router $(TRITON_VENV)/.installed $(LLAMA_SERVER) \
 		$(K8S_VALIDATOR) $(GRAFANA_SCHEMA) debs lint
 	$(PY) -m pytest -q -n $(CHECK_WORKERS) --dist worksteal -m "$(SERVERLESS)"
