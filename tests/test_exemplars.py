@@ -31,6 +31,7 @@ from inferwatch.serve.exemplars import (
     Exemplars,
 )
 from inferwatch.serve.exposition import render, render_openmetrics
+from inferwatch.serve.otlp import request_of
 from inferwatch.serve.slow_requests import Request
 
 from conftest import fixture_text, thread_server
@@ -125,7 +126,7 @@ def _exemplars_on(page: str) -> dict[tuple[str, str], tuple[str, float]]:
 
 def test_the_openmetrics_page_carries_the_real_spans_request_on_its_buckets() -> None:
     exemplars = Exemplars(window=60.0)
-    exemplars.add([Request(**_request_fields())])
+    exemplars.add([request_of(request_span())])
     snap = _snapshot(VLLM.normalize(fixture_text(CAPTURE)))
     page = render_openmetrics(snap, exemplars).decode()
     tid = EXPECTED["trace_id"]
@@ -155,17 +156,9 @@ def test_with_several_series_no_request_is_put_on_one() -> None:
     two_engines = {**sample.histograms, "time_to_first_token_seconds": {labels: hist, other: hist}}
     snap = _snapshot(dataclasses.replace(sample, histograms=two_engines))
     exemplars = Exemplars(window=60.0)
-    exemplars.add([Request(**_request_fields())])
+    exemplars.add([request_of(request_span())])
     on_page = _exemplars_on(render_openmetrics(snap, exemplars).decode())
     assert on_page and not [name for name, _ in on_page if "first_token" in name]
-
-
-def _request_fields() -> dict:
-    """The real span's request, as the receiver reads it."""
-    keys = {"ttft": "ttft_seconds", "queue": "queue_seconds", "prefill": "prefill_seconds"}
-    keys |= {"decode": "decode_seconds", "e2e": "e2e_seconds"}
-    fields = {f: EXPECTED[k] for f, k in keys.items()}
-    return {**fields, "trace_id": EXPECTED["trace_id"], "output_tokens": 16, "prompt_tokens": 18}
 
 
 def test_a_real_prometheus_stores_them_from_a_real_sidecar(tmp_path: Path) -> None:
