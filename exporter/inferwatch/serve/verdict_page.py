@@ -34,6 +34,8 @@ td,th{padding:.25em .6em;text-align:left;vertical-align:top;border-bottom:1px so
 .nodata{color:#888;font-style:italic}
 small,.muted{color:#666}
 small.agree{color:#070}small.disagree{color:#c00;font-weight:bold}
+.wide{overflow-x:auto;max-width:100%}.wide td{white-space:nowrap}
+.wide td.id{font-family:monospace;font-size:.85em;white-space:normal;word-break:break-all;min-width:16ch}
 """
 
 
@@ -226,7 +228,13 @@ def _slow_row(r: Mapping[str, Any]) -> str:
         r.get("ttft_dominated_by", ""),
         r.get("dominated_by", ""),
     )
-    return "<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>"
+    # The two ids (a request's can be long) wrap within their cells, as a copy reads them.
+    return (
+        "<tr>"
+        + "".join(f'<td class="id">{_e(c)}</td>' for c in cells[:2])
+        + "".join(f"<td>{_e(c)}</td>" for c in cells[2:])
+        + "</tr>"
+    )
 
 
 def _slow_requests(doc: Mapping[str, Any] | None) -> str:
@@ -239,8 +247,8 @@ def _slow_requests(doc: Mapping[str, Any] | None) -> str:
         "<th>TTFT mostly</th><th>mostly</th></tr>"
     )
     tables = "".join(
-        f'<h3>{_e(title)}</h3><table data-slowest="{_e(kind)}">{head}'
-        f"{''.join(_slow_row(r) for r in doc[kind])}</table>"
+        f'<h3>{_e(title)}</h3><div class="wide"><table data-slowest="{_e(kind)}">{head}'
+        f"{''.join(_slow_row(r) for r in doc[kind])}</table></div>"
         if doc[kind]
         else f'<h3>{_e(title)}</h3><p class="nodata">no request spans in the window</p>'
         for kind, title in _SLOW_KINDS.items()
