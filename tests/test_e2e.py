@@ -42,6 +42,7 @@ from demo.stack import VllmServer, chromium
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.slo import ALERT_NAMES as SLO_ALERTS
 from inferwatch.method.slo import FAST as SLO_PAGE
+from inferwatch.serve.slow_requests import spans_say
 from inferwatch.tools.measured import E2E_TIMES, README, this_machine, write_figures
 
 import e2e_faults
@@ -486,6 +487,14 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
         + ("" if slowest is None else f", the slowest {slowest:.3f} s")
     )
     TIMES[scenario.name] = times(outcome) + ranked(scenario, shown.verdict, report, alone)
+    # Where the cause says its slowest requests spent their time (the queue, prefill, decode),
+    # their own spans agree: most of the window's slowest did.
+    cause = ALERTS[scenario.expect]
+    if cause.first_token_waits_in or cause.slow_tokens_spent_in:
+        said = spans_say(cause, page["slow_requests"])
+        print(f"the spans on {scenario.expect}: {said and said['text']}")
+        assert said is not None and said["agree"], (said, page["slow_requests"])
+        TIMES[scenario.name] += f"; {said['text']}"
     if evidence is not None:
         TIMES[scenario.name] += f"; the clients saw: {evidence.text}"
     # What Alertmanager inhibits (a dead backend's last latency window, say) diagnose lists

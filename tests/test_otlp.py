@@ -31,7 +31,7 @@ from inferwatch.method.findings import Finding, fmt
 from inferwatch.serve.basic_auth import BasicAuthUsers
 from inferwatch.serve.otlp import REQUEST_ID_CHARS, OtlpSettings
 from inferwatch.serve.sidecar import make_app
-from inferwatch.serve.slow_requests import SLICES, Request, SlowRequests
+from inferwatch.serve.slow_requests import SLICES, Request, SlowRequests, spans_say
 from inferwatch.serve.webconfig import WebConfig
 from inferwatch.tools import diagnose
 from inferwatch.tools.report import render, report_json
@@ -282,14 +282,55 @@ def test_a_queue_bound_summary() -> None:
     ]
 
 
+def test_where_the_slowest_spent_their_time_confirms_or_contradicts_a_finding() -> None:
+    """A stall's slowest tokens were spent in decode (its streams' steps); the capacity's
+    slowest first tokens waited in the queue: each finding reads its own list."""
+    slow = SlowRequests(300.0, 5, clock=Clock())
+    decoding = Request(ttft=0.1, queue=0.01, prefill=0.09, decode=3.0, e2e=3.1, output_tokens=10)
+    queued = Request(ttft=4.0, queue=3.9, prefill=0.1, decode=1.0, e2e=5.0, output_tokens=2)
+    slow.add([decoding] * 3 + [queued] * 2)
+    stalls, capacity = ALERTS["InferencePrefillStallsDecode"], ALERTS["InferenceNearCapacity"]
+    assert spans_say(stalls, slow.document()) == {
+        "agree": True,
+        "text": "the spans agree: 3 of the 5 slowest per output token spent most of their "
+        "time in decode",
+    }
+    assert spans_say(capacity, slow.document()) == {
+        "agree": False,
+        "text": "the spans disagree: 3 of the 5 slowest first tokens waited longest in prefill, "
+        "not in the queue",
+    }
+    slow.add([queued] * 2)  # now 4 of the 5 slowest per token queued (1 s a token)
+    assert spans_say(stalls, slow.document()) == {
+        "agree": False,
+        "text": "the spans disagree: 4 of the 5 slowest per output token spent most of their "
+        "time in the queue, not in decode",
+    }
+    assert spans_say(capacity, slow.document())["agree"] is True
+    assert spans_say(ALERTS["InferenceBackendDown"], slow.document()) is None
+
+
+def with_request_id(span: Span, request_id: str) -> Span:
+    changed = copy.deepcopy(span)
+    for attr in changed.attributes:
+        if attr.key == "gen_ai.request.id":
+            attr.value.string_value = request_id
+    return changed
+
+
+# A measuring script after the page's own markup: the title says whether anything on it is
+# wider than the window (the page itself runs no script, and its CSP would refuse one).
+MEASURE = (
+    "<script>document.title = document.documentElement.scrollWidth + ' of ' + innerWidth;</script>"
+)
+
+
 async def test_a_real_browser_renders_the_table(exporter, tmp_path: Path) -> None:
     client = await exporter(otlp=ON)
     span = request_span()
-    hostile = copy.deepcopy(span)
-    for attr in hostile.attributes:
-        if attr.key == "gen_ai.request.id":
-            attr.value.string_value = "<img src=x onerror=alert(1)>"
-    body = export_request(span, hostile).SerializeToString()
+    hostile = with_request_id(span, "<img src=x onerror=alert(1)>")
+    longest = with_request_id(span, "chatcmpl-" + "0123456789abcdef" * 12)
+    body = export_request(span, hostile, longest).SerializeToString()
     assert (await client.post("/v1/traces", data=body, headers=PROTOBUF)).status == 200
     url = str(client.make_url("/"))
     dom = await asyncio.to_thread(chromium, "--dump-dom", url, profile=tmp_path / "profile")
@@ -297,10 +338,27 @@ async def test_a_real_browser_renders_the_table(exporter, tmp_path: Path) -> Non
     text = dom.stdout
     assert '<table data-slowest="ttft">' in text and '<table data-slowest="per_token">' in text
     assert (
-        "<td>cmpl-direct-tp-1-0</td><td>0af7651916cd43dd8448eb211c80319c</td><td>6.9 ms</td>"
-        in text
+        '<td class="id">cmpl-direct-tp-1-0</td><td class="id">0af7651916cd43dd8448eb211c80319c'
+        "</td><td>6.9 ms</td>" in text
     )
     assert "&lt;img src=x onerror=alert(1)&gt;" in text and "<img" not in text
+    # At 1,200 px, the longest request id the sidecar keeps wraps in its cell: every column
+    # of the table is within the window, nothing runs past its right edge.
+    async with client.get("/") as response:
+        page = tmp_path / "verdict.html"
+        page.write_text((await response.text()) + MEASURE)
+    width = "--window-size=1200,1600"
+    measured = await asyncio.to_thread(
+        chromium, "--dump-dom", width, page.as_uri(), profile=tmp_path / "profile"
+    )
+    assert measured.returncode == 0, measured.stderr
+    assert "<title>1200 of 1200</title>" in measured.stdout, measured.stdout[:300]
+    shot = tmp_path / "slowest.png"
+    taken = await asyncio.to_thread(
+        chromium, f"--screenshot={shot}", width, str(client.make_url("/")), profile=tmp_path / "p"
+    )
+    assert taken.returncode == 0 and shot.read_bytes()[:4] == b"\x89PNG", taken.stderr
+    print(f"slowest requests screenshot: {shot}")
 
 
 # --- diagnose --exporter lists them ----------------------------------------------------------

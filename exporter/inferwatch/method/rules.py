@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from inferwatch.method.alerts import ALERTS, RELATIONS, Alert
+from inferwatch.method.alerts.alert import FIRST_TOKENS, PER_TOKEN, PLACES
 from inferwatch.method.recording import recording_rules
 from inferwatch.method.runbooks import RUNBOOKS
 from inferwatch.method.signals import INSTANCE
@@ -170,6 +171,26 @@ def _evidence(alert: Alert) -> list[str]:
     ]
 
 
+def _requests(alert: Alert) -> list[str]:
+    """Where this cause says its slowest requests spent their time, which their spans check."""
+    places = ((alert.first_token_waits_in, FIRST_TOKENS), (alert.slow_tokens_spent_in, PER_TOKEN))
+    said = [f"the slowest {did} {PLACES[place]}" for place, did in places if place]
+    if not said:
+        return []
+    return [
+        "## The requests behind it",
+        "",
+        "This cause says that " + " and ".join(said) + ". Where the server sends its request "
+        "spans to the sidecar (`serve --otlp-traces on`; vLLM), the verdict page and "
+        "`diagnose --exporter` check that against the window's slowest requests and say under "
+        'the finding "the spans agree", or "the spans disagree" where most of them spent it '
+        "elsewhere: the histograms average over every request, and the slowest may have "
+        "another cause. Each request is listed with its trace id, to open in the tracing "
+        "backend.",
+        "",
+    ]
+
+
 def _uncalibrated(spec: Spec, alert: Alert) -> list[str]:
     """Why the alert is info, where it fires on a threshold still at its default."""
     names = spec.uncalibrated(alert)
@@ -205,6 +226,7 @@ def runbook_markdown(spec: Spec, alert: Alert) -> str:
         *RUNBOOKS[alert.name].text.split("\n"),
         *alert.reference,
         *_evidence(alert),
+        *_requests(alert),
         "## The rule",
         "",
         f"Fires when this holds for `{rule['for']}`:",

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from inferwatch.method.alerts.alert import FIRST_TOKENS, PER_TOKEN, PLACES, Alert
+
 # Slices of the window, each with its own slowest requests: the window's edge is this fine.
 SLICES = 10
 DEFAULT_MOST = 5
@@ -161,31 +163,41 @@ class SlowRequests:
         }
 
 
-# Where a first token waited, as a sentence says it.
-PLACES = {"queue": "in the queue", "prefill": "in prefill"}
-
-
-def spans_say(waits_in: str, slow: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What the slowest first tokens' own spans (``slow``: :meth:`SlowRequests.document`)
-    say of a finding that names where they waited (``Alert.first_token_waits_in``):
-    ``{"agree": ..., "text": ...}`` by the majority of those whose span tells; None where the
-    finding names no place, no span tells, or none is received."""
-    ttft = slow["ttft"] if slow is not None else []
-    told = [r["ttft_dominated_by"] for r in ttft if "ttft_dominated_by" in r]
-    if waits_in not in PLACES or not told:
+def spans_say(alert: Alert, slow: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the slowest requests' own spans (``slow``: :meth:`SlowRequests.document`) say of
+    where a finding says they spent their time: where its slow first tokens waited
+    (``Alert.first_token_waits_in``, against each one's ``ttft_dominated_by``) and where the
+    requests slowest per output token spent it (``Alert.slow_tokens_spent_in``, against
+    ``dominated_by``). ``{"agree": ..., "text": ...}`` by the majority of those whose span
+    tells; None where the finding names no place, no span tells, or none is received."""
+    said = [
+        s
+        for s in (
+            _said(alert.first_token_waits_in, slow, "ttft", "ttft_dominated_by", FIRST_TOKENS),
+            _said(alert.slow_tokens_spent_in, slow, "per_token", "dominated_by", PER_TOKEN),
+        )
+        if s is not None
+    ]
+    if not said:
         return None
-    agree = told.count(waits_in)
+    return {"agree": all(s["agree"] for s in said), "text": "; ".join(s["text"] for s in said)}
+
+
+def _said(
+    place: str, slow: dict[str, Any] | None, kind: str, key: str, did: str
+) -> dict[str, Any] | None:
+    told = [r[key] for r in (slow[kind] if slow is not None else []) if key in r]
+    if place not in PLACES or not told:
+        return None
+    agree = told.count(place)
     if 2 * agree > len(told):
-        return {
-            "agree": True,
-            "text": f"the spans agree: {agree} of the {len(told)} slowest first tokens "
-            f"waited longest {PLACES[waits_in]}",
-        }
-    (elsewhere,) = set(PLACES) - {waits_in}
+        text = f"the spans agree: {agree} of the {len(told)} slowest {did} {PLACES[place]}"
+        return {"agree": True, "text": text}
+    elsewhere = max((p for p in told if p != place), key=told.count)
     return {
         "agree": False,
-        "text": f"the spans disagree: {len(told) - agree} of the {len(told)} slowest first "
-        f"tokens waited longest {PLACES[elsewhere]}, not {PLACES[waits_in]}",
+        "text": f"the spans disagree: {told.count(elsewhere)} of the {len(told)} slowest "
+        f"{did} {PLACES[elsewhere]}, not {PLACES[place]}",
     }
 
 
@@ -204,10 +216,9 @@ def summary(ttft: list[Request], per_token: list[Request]) -> list[str]:
                 1 for r in ttft if (_share(getattr(r, phase), r.ttft) or 0.0) > DOMINANT_SHARE
             )
             if over:
-                where = "in the queue" if phase == "queue" else "in prefill"
                 lines.append(
                     f"{over} of the {len(ttft)} slowest first tokens spent over "
-                    f"{DOMINANT_SHARE:.0%} of their TTFT {where}".replace("%", " %")
+                    f"{DOMINANT_SHARE:.0%} of their TTFT {PLACES[phase]}".replace("%", " %")
                 )
         if not lines:
             lines.append(

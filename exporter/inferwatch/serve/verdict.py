@@ -357,7 +357,7 @@ class VerdictHistory:
                     "evidence": evidence(f, spec),
                     "runbook": spec.runbook_url(f.alert.name, ""),
                     # The slowest requests' spans, for or against where it says they waited.
-                    "requests": spans_say(f.alert.first_token_waits_in, slow),
+                    "requests": spans_say(f.alert, slow),
                 }
                 for f in v.findings
             ],

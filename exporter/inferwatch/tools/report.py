@@ -64,7 +64,7 @@ def _finding_text(finding: Finding, report: Report) -> list[str]:
     ]
     evidence = "; ".join(evidence_text(alert, c, v, spec) for c, v in finding.evidence)
     lines.append(f"         {evidence}")
-    said = spans_say(alert.first_token_waits_in, report.slow_requests)
+    said = spans_say(alert, report.slow_requests)
     if said is not None:
         lines.append(f"         {said['text']}")
     if finding.firing and not finding.holds:
@@ -299,7 +299,7 @@ def report_json(report: Report) -> dict[str, Any]:
                 "depth": f.depth,
                 "holds": f.holds,
                 "firing": f.firing,
-                "requests": spans_say(f.alert.first_token_waits_in, report.slow_requests),
+                "requests": spans_say(f.alert, report.slow_requests),
             }
             for f in report.findings
         ],

@@ -38,6 +38,12 @@ STEP_SPAN = "`execute_context_<P>(<p tokens>)_generation_<D>(<d tokens>)`"
 
 # The units of the signals that measure how slow something is.
 LATENCY_UNITS = ("seconds", "factor")
+# Where a request spends its time, by its own span, as a sentence says it: the places an
+# alert's ``first_token_waits_in`` and ``slow_tokens_spent_in`` name.
+PLACES = {"queue": "in the queue", "prefill": "in prefill", "decode": "in decode"}
+# What the slowest requests of each list did there.
+FIRST_TOKENS = "first tokens waited longest"
+PER_TOKEN = "per output token spent most of their time"
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,9 @@ class Alert:
     # request spans (the verdict's slowest requests, ``serve --otlp-traces on``) confirm or
     # contradict it.
     first_token_waits_in: str = ""
+    # Where this cause says the requests slowest per output token spent most of their time,
+    # "queue", "prefill" or "decode": their spans confirm or contradict it the same way.
+    slow_tokens_spent_in: str = ""
     # A critical alert about requests the server never counts (a dead server, a path to it
     # that fails): no SLI sees them, so it pages even where the SLOs do the paging.
     outside_the_slis: bool = False

@@ -83,6 +83,7 @@ DECODE_BOTTLENECK = Alert(
     phase="decode",
     layer="memory",
     explains=USERS_SEE,
+    slow_tokens_spent_in="decode",
     for_default="5m",
     summary="Decode is the bottleneck on {{ $labels.instance }} ({{ $labels.model }})",
     # Where the server has no inter-token histogram (TGI), its decode steps and the canary's

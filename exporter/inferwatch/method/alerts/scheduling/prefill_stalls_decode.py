@@ -85,6 +85,8 @@ PREFILL_STALLS_DECODE = Alert(
     # hold together, and the stall is the one that says what to change (the chunk size
     # bounds it), so the prefill bottleneck is listed under it.
     explains=("InferencePrefillBottleneck", *USERS_SEE),
+    # The stalled steps are the streams' decode steps: that is where their time goes.
+    slow_tokens_spent_in="decode",
     for_default="5m",
     summary="Prefill stalls decode on {{ $labels.instance }} ({{ $labels.model }})",
     description="{{ $value | humanizePercentage }} of the gaps between tokens were longer than "
