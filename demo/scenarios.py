@@ -61,6 +61,10 @@ class Scenario:
     pages: str | None = None
     # Alerts (the SLO page by its name) that, where they arrive, arrive after ``expect``.
     after: frozenset[str] = field(default_factory=frozenset)
+    # The alert whose word on where the slowest requests spent their time (its
+    # ``first_token_waits_in``, ``slow_tokens_spent_in``) their spans must confirm under this
+    # fault; None: ``expect``'s, where it names a place.
+    spans_confirm: str | None = None
 
 
 # Every latency fault is also a regression against the calibrated baseline.
@@ -97,8 +101,10 @@ SCENARIOS = (
         NEAR_CAPACITY,
         overload,
         # The queue forms at once: InferenceQueueingDelay holds too, listed under the
-        # capacity it explains (Alertmanager inhibits it while the ticket fires).
+        # capacity it explains (Alertmanager inhibits it while the ticket fires), and the
+        # slowest first tokens waited there.
         also_allowed=PAST_CAPACITY,
+        spans_confirm=QUEUEING,
         story="4x the batch in clients at once, past the measured capacity: requests wait to "
         "be scheduled, TTFT is queue time (the queueing listed under the capacity ticket).",
     ),

@@ -489,10 +489,10 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
     TIMES[scenario.name] = times(outcome) + ranked(scenario, shown.verdict, report, alone)
     # Where the cause says its slowest requests spent their time (the queue, prefill, decode),
     # their own spans agree: most of the window's slowest did.
-    cause = ALERTS[scenario.expect]
+    cause = ALERTS[scenario.spans_confirm or scenario.expect]
     if cause.first_token_waits_in or cause.slow_tokens_spent_in:
         said = spans_say(cause, page["slow_requests"])
-        print(f"the spans on {scenario.expect}: {said and said['text']}")
+        print(f"the spans on {cause.name}: {said and said['text']}")
         assert said is not None and said["agree"], (said, page["slow_requests"])
         TIMES[scenario.name] += f"; {said['text']}"
     if evidence is not None:

@@ -283,19 +283,19 @@ def test_a_queue_bound_summary() -> None:
 
 
 def test_where_the_slowest_spent_their_time_confirms_or_contradicts_a_finding() -> None:
-    """A stall's slowest tokens were spent in decode (its streams' steps); the capacity's
-    slowest first tokens waited in the queue: each finding reads its own list."""
+    """A stall's slowest tokens were spent in decode (its streams' steps); a queue's slowest
+    first tokens waited in the queue: each finding reads its own list."""
     slow = SlowRequests(300.0, 5, clock=Clock())
     decoding = Request(ttft=0.1, queue=0.01, prefill=0.09, decode=3.0, e2e=3.1, output_tokens=10)
     queued = Request(ttft=4.0, queue=3.9, prefill=0.1, decode=1.0, e2e=5.0, output_tokens=2)
     slow.add([decoding] * 3 + [queued] * 2)
-    stalls, capacity = ALERTS["InferencePrefillStallsDecode"], ALERTS["InferenceNearCapacity"]
+    stalls, queueing = ALERTS["InferencePrefillStallsDecode"], ALERTS["InferenceQueueingDelay"]
     assert spans_say(stalls, slow.document()) == {
         "agree": True,
         "text": "the spans agree: 3 of the 5 slowest per output token spent most of their "
         "time in decode",
     }
-    assert spans_say(capacity, slow.document()) == {
+    assert spans_say(queueing, slow.document()) == {
         "agree": False,
         "text": "the spans disagree: 3 of the 5 slowest first tokens waited longest in prefill, "
         "not in the queue",
@@ -306,7 +306,7 @@ def test_where_the_slowest_spent_their_time_confirms_or_contradicts_a_finding() 
         "text": "the spans disagree: 4 of the 5 slowest per output token spent most of their "
         "time in the queue, not in decode",
     }
-    assert spans_say(capacity, slow.document())["agree"] is True
+    assert spans_say(queueing, slow.document())["agree"] is True
     assert spans_say(ALERTS["InferenceBackendDown"], slow.document()) is None
 
 

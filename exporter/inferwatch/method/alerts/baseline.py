@@ -128,8 +128,8 @@ NEAR_CAPACITY_ALERT = Alert(
     level=MODEL,
     phase="any",
     layer="baseline",
-    # Past it, a slot frees only as fast as the server serves: the slow first tokens wait.
-    first_token_waits_in="queue",
+    # No place a slow first token waits: near the capacity it waits behind the batch's
+    # prefill chunks before any queue forms, past it in the queue (InferenceQueueingDelay).
     # Near the capacity, requests queue, and latency exceeds what the baseline measured at
     # a lower load: both are the load's. So are the phases' own symptoms before any queue:
     # each step carries a full batch's decodes (slower tokens) and admits new prompts'
