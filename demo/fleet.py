@@ -10,7 +10,9 @@ first of them, an imbalance of its own. Its circuit breaker is off
 dead worker nothing after its tenth failure in a row, a second after the kill under load, and
 those ten failures weigh against every request the worker answered in the window before it,
 more on a faster machine. Its metrics are on their own port (``--prometheus-port``):
-``/metrics`` on the main port passes through to a replica's page.
+``/metrics`` on the main port passes through to a replica's page. Replica ``b`` is reached,
+by the router and by its sidecar alike, through ``demo/proxy.py`` (the pod's own proxy, as a
+service mesh puts one in front of it), whose fault switch fails its health check alone.
 
 The sidecars judge with ``demo/inferwatch.yaml`` (its windows and ``for`` durations, on a
 1 s scrape) and the canary off. The faults' sizes come from the replicas' own settings (their
@@ -40,6 +42,7 @@ from demo.stack import (
     Inferwatch,
     Process,
     Prometheus,
+    Proxy,
     StackError,
     VllmServer,
     WebhookReceiver,
@@ -124,11 +127,11 @@ class Fleet:
         self.config.write_text(yaml.safe_dump(config))
         self.spec = spec_from_config(config)
         self.replicas = {"a": a, "b": VllmServer(workdir / "b")}
+        self.proxy = Proxy(workdir / "b-proxy", self.replicas["b"].url)
+        # Each replica as the router and its sidecar reach it.
+        self.workers = {"a": a.url, "b": self.proxy.url}
         self.router = Router(
-            workdir / "router",
-            [r.url for r in self.replicas.values()],
-            free_port(),
-            free_port(),
+            workdir / "router", list(self.workers.values()), free_port(), free_port()
         )
         self.receiver = WebhookReceiver()
         self.sidecars: dict[str, Inferwatch] = {}
@@ -139,9 +142,10 @@ class Fleet:
     def start(self) -> Fleet:
         for replica in self.replicas.values():
             replica.ensure_running()
+        self.proxy.start()
         self.router.start()
-        for name, replica in self.replicas.items():
-            self.sidecars[name] = self._sidecar(name, replica.url, "vllm")
+        for name, url in self.workers.items():
+            self.sidecars[name] = self._sidecar(name, url, "vllm")
         self.sidecars["router"] = self._sidecar("router", self.router.metrics_url, "vllm-router")
         write(self.workdir, self.spec)
         self.receiver.start()
@@ -162,9 +166,10 @@ class Fleet:
         args = ["--backend", backend, "--config", str(self.config)]
         return Inferwatch(self.workdir / f"sidecar-{name}", url, args).start()
 
-    def settle(self, timeout: float = 180) -> None:
+    def settle(self, timeout: float = 300) -> None:
         """Until Prometheus has held no alert above info for a rate window: the last fault's
-        requests have left the windows the next one is judged over."""
+        requests have left the windows the next one is judged over, and the router has put
+        back a replica it took out (its health check passing twice, a minute apart)."""
         assert self.prometheus is not None
         deadline, since = time.monotonic() + timeout, time.monotonic()
         while time.monotonic() - since < self.spec.window_seconds + 1:
@@ -187,6 +192,7 @@ class Fleet:
             self.alertmanager,
             *self.sidecars.values(),
             self.router,
+            self.proxy,
             self.replicas["b"],
         ):
             if component is not None:
@@ -221,7 +227,7 @@ async def replica_killed(fleet: Fleet, stop: asyncio.Event) -> None:
     )
     # Until b has answered the router and Prometheus has scraped that: a replica's tries
     # and successes are counted from its first request and its first answer.
-    b = fleet.replicas["b"].url
+    b = fleet.workers["b"]
     while fleet.router.successes(b) < 1 and not stop.is_set():
         await asyncio.sleep(0.5)
     await asyncio.sleep(2 * seconds(INTERVAL))
@@ -235,13 +241,30 @@ async def replica_killed(fleet: Fleet, stop: asyncio.Event) -> None:
     await traffic
 
 
+async def health_check_failed(fleet: Fleet, stop: asyncio.Event) -> None:
+    """Replica ``b``'s health endpoint fails (503 from its proxy: a probe path that is wrong,
+    a health route that times out under load) while its server serves everything else: the
+    router's health check takes out a replica that answers. Two clients through the router
+    meanwhile. The router puts ``b`` back after its health check passes again."""
+    traffic = asyncio.create_task(
+        complete_many(fleet.router.url, stop, clients=2, prompt_words=8, max_tokens=16)
+    )
+    await asyncio.to_thread(fleet.proxy.set_fault, 0.0, 503, "/health")
+    try:
+        await stop.wait()
+    finally:
+        await asyncio.to_thread(fleet.proxy.set_fault)
+        await traffic
+
+
 FAULTS: tuple[tuple[str, Fault, str], ...] = (
     ("clients pinned to replica a", pinned_clients, "InferenceReplicaImbalance"),
+    ("replica b's health check failing", health_check_failed, "InferenceRouterExcludesLiveWorker"),
     ("replica b killed under traffic", replica_killed, "InferenceRouterFailingWorker"),
 )
 
 
-async def _run(fleet: Fleet, fault: Fault, expect: str, timeout: float = 240) -> float | None:
+async def _run(fleet: Fleet, fault: Fault, expect: str, timeout: float = 300) -> float | None:
     """The fault until ``expect`` reaches the webhook; then ``diagnose --prometheus``, as
     on-call would run it, with the fault still on. Seconds from onset, None if it never came."""
     assert fleet.prometheus is not None

@@ -250,9 +250,12 @@ class Proxy:
         self.process.wait_http(f"{self.url}/_fault", timeout)
         return self
 
-    def set_fault(self, delay: float = 0.0, status: int | None = None) -> None:
-        """Hold each request ``delay`` s, or answer each with ``status``; none: pass through."""
-        body = json.dumps({"delay": delay, "status": status}).encode()
+    def set_fault(
+        self, delay: float = 0.0, status: int | None = None, path: str | None = None
+    ) -> None:
+        """Hold each request ``delay`` s, or answer each with ``status`` (with ``path``, only
+        the requests for it); none: pass through."""
+        body = json.dumps({"delay": delay, "status": status, "path": path}).encode()
         request = urllib.request.Request(f"{self.url}/_fault", data=body, method="PUT")
         with urllib.request.urlopen(request, timeout=5) as resp:
             resp.read()

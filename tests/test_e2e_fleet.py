@@ -6,6 +6,10 @@ rules and config. Each fault must reach Alertmanager naming the replica it is ab
 - Pinned clients: twice the batch in clients that hold replica a's address instead of the
   router's: a queue on a while b idles: InferenceReplicaImbalance names a, nothing above
   info names b, and the fleet view puts a first.
+- Replica b's health check failing (503 from its proxy on ``/health`` alone) while its server
+  serves: InferenceRouterExcludesLiveWorker names b's URL once the router's health check
+  has taken it out, nothing above info names either replica, and the fleet view lists the
+  cause under the router's worker b.
 - A replica killed under traffic: InferenceRouterFailingWorker names its URL while the
   router's own health check still passes it (it checks every 60 s and fails a worker on the
   third miss), and the dead replica's sidecar says InferenceBackendDown; the other replica
@@ -24,7 +28,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from demo.fleet import JUDGED, Fleet, pinned_clients, replica_killed
+from demo.fleet import JUDGED, Fleet, health_check_failed, pinned_clients, replica_killed
 from demo.stack import VllmServer, chromium
 from inferwatch.method.alerts import ALERTS
 from inferwatch.method.rules import placeholders
@@ -80,8 +84,8 @@ async def until_received(
 async def router_verdict(
     fleet: Fleet, alert: str, stop: asyncio.Event
 ) -> tuple[dict, Path, float] | None:
-    """The router sidecar's ``/verdict.json`` the first time it lists ``alert`` before
-    ``stop``, its page as served then (saved in the fleet's workdir) and when (monotonic).
+    """The router sidecar's ``/verdict.json`` the first time it lists ``alert`` as held for
+    its ``for`` before ``stop``, its page as served then (saved in the fleet's workdir) and when (monotonic).
     The verdict is read from the start rather than after the alert: the sidecar's window
     and Prometheus' are apart, and either may name the worker first."""
     url = f"{fleet.sidecars['router'].url}/"
@@ -91,12 +95,19 @@ async def router_verdict(
                 doc = await response.json()
             async with session.get(url) as response:
                 html = await response.text()
-            if any(f["alert"] == alert for f in doc["findings"]) and alert in html:
+            if alert in held(doc) and alert in html:
                 page = fleet.workdir / "verdict-router.html"
                 page.write_text(html)
                 return doc, page, time.monotonic()
             await asyncio.sleep(0.5)
     return None
+
+
+def held(doc: dict) -> list[str]:
+    """The verdict's findings that held for their alert's ``for``. A pending one may be a
+    worker's first requests still in flight as traffic starts (tried, not yet answered),
+    which the page marks pending and the rules do not fire."""
+    return [f["alert"] for f in doc["findings"] if not f.get("pending")]
 
 
 async def diagnose(fleet: Fleet) -> dict:
@@ -145,7 +156,7 @@ def test_the_rules_find_each_routers_worker_by_its_sidecar(fleet: Fleet) -> None
     InferenceRouterExcludesLiveWorker fires on when the router has one out)."""
     assert fleet.prometheus is not None
     values = placeholders(fleet.spec)
-    workers = sorted(r.url for r in fleet.replicas.values())
+    workers = sorted(fleet.workers.values())
     for signal, value in (("router_worker_server_answers", 1), ("router_worker_out", 0)):
         deadline = time.monotonic() + 30  # the sidecars' first scrapes, when run alone
         while True:
@@ -157,9 +168,33 @@ def test_the_rules_find_each_routers_worker_by_its_sidecar(fleet: Fleet) -> None
         assert got == [(w, value) for w in workers], (signal, got)
 
 
+def test_a_replica_the_router_took_out_while_it_serves_is_named(fleet: Fleet) -> None:
+    fleet.settle()
+    out, expect = fleet.workers["b"], "InferenceRouterExcludesLiveWorker"
+    # The router checks every 60 s and takes a worker out on the third failure in a row.
+    result = asyncio.run(until_received(fleet, health_check_failed, {expect}, 300))
+    received = result["received"]
+    assert expect in received, sorted(received)
+    labels, arrived = received[expect]
+    print(f"\nhealth check failing: {expect} {arrived - result['began']:.1f} s after onset")
+    assert labels["worker"] == out and labels["instance"] == fleet.instance("router")
+    assert fleet.router.health(out) == 0  # the router's own health check took it out
+    # b's server answered its sidecar all along, and a carried two clients with room.
+    unrelated = {n for n, (a, _) in received.items() if a.get("severity") in JUDGED} - {expect}
+    assert not unrelated, unrelated
+    report = result["report"]
+    findings = [f for f in report["findings"] if f["severity"] in JUDGED]
+    print("diagnose:", ", ".join(f"{f['alert']} {f['labels'].get('worker')}" for f in findings))
+    assert [(f["alert"], f["labels"].get("worker")) for f in findings] == [(expect, out)]
+    (router,) = report["fleet"]["routers"]
+    workers = {w["worker"]: w for w in router["workers"]}
+    assert workers[out]["causes"] == [expect]
+    assert workers[fleet.workers["a"]]["causes"] == []
+
+
 def test_a_killed_replica_is_named_before_the_routers_health_check_fails_it(fleet: Fleet) -> None:
     fleet.settle()
-    dead = fleet.replicas["b"].url
+    dead = fleet.workers["b"]
     expect = {"InferenceRouterFailingWorker", "InferenceBackendDown"}
     result = asyncio.run(
         until_received(fleet, replica_killed, expect, 150, "InferenceRouterFailingWorker")
@@ -191,11 +226,13 @@ def test_a_killed_replica_is_named_before_the_routers_health_check_fails_it(flee
     workers = {w["worker"]: w for w in router["workers"]}
     assert workers[dead]["causes"] == ["InferenceRouterFailingWorker"]
     assert workers[dead]["router_worker_failure_share"] > 0.5
-    assert workers[fleet.replicas["a"].url]["causes"] == []
+    assert workers[fleet.workers["a"]]["causes"] == []
     # The sidecar next to the router says the same on its own page, naming the worker.
     assert result["verdict"] is not None, "the router sidecar's verdict never named it"
     doc, page, shown = result["verdict"]
-    named = [(f["alert"], f["labels"].get("worker")) for f in doc["findings"]]
+    named = [
+        (f["alert"], f["labels"].get("worker")) for f in doc["findings"] if not f.get("pending")
+    ]
     print(f"  router sidecar's verdict {shown - fleet.killed_at:.1f} s after the kill: {named}")
     assert named == [("InferenceRouterFailingWorker", dead)]  # the live replica is not named
     shot = page.with_suffix(".png")
