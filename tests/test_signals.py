@@ -54,6 +54,11 @@ from conftest import fixture_text, promtool_series
 STEP_SECONDS = 10
 STEPS = 5  # six pages, at 0, 10, ..., 50 s
 WINDOW_SECONDS = STEP_SECONDS * STEPS
+# The router counters a worker's failure share reads.
+TRIES, SUCCESSES = (
+    "inferwatch_router_worker_requests_total",
+    "inferwatch_router_worker_successes_total",
+)
 SPEC = spec_from_config(
     {"alerting": {"rate_window": f"{WINDOW_SECONDS}s", "evaluation_interval": f"{STEP_SECONDS}s"}}
 )
@@ -419,13 +424,20 @@ def test_a_routers_worker_signals_agree_in_promql_and_locally(tmp_path: Path) ->
                 _check(f"abs(max({promql}) - {local!r}) <= bool 1e-9", 1),
             ]
     # The dead replica: 13 tries since the healthy page, 4 answered; its check still passes.
+    up = {"worker": workers[0]}
     dead = Window(healthy, one_down, WINDOW_SECONDS, SPEC, scope={"worker": workers[1]})
     assert dead.signal("router_worker_failure_share") == pytest.approx(9 / 13)
-    # A worker's first answers inside the window (its successes born there, as at the
-    # router's first traffic): no value yet, never every try read as failed.
-    unborn = {**healthy, "inferwatch_router_worker_successes_total": []}
-    first = Window(unborn, one_down, WINDOW_SECONDS, SPEC, scope={"worker": workers[0]})
-    assert first.signal("router_worker_failure_share") is None
+    # Its 9 failures are a series born on the second page: counted whole, as its tries were
+    # counted on the first. A worker whose tries outrun its answers with no failure (its
+    # requests in flight: long generations, the router's first traffic) fails none.
+    answers = {"inferwatch_router_worker_successes_total": healthy[SUCCESSES]}
+    in_flight = Window(healthy, {**one_down, **answers}, WINDOW_SECONDS, SPEC, scope=up)
+    assert in_flight.signal("router_worker_failure_share") == 0.0
+    # Where the tries were not counted at the window's start (a failed poll's page), a
+    # failure series on the next page is no failure of this window.
+    unpolled = {**healthy, TRIES: []}
+    gap = Window(unpolled, one_down, WINDOW_SECONDS, SPEC, scope={"worker": workers[1]})
+    assert gap.value(SIGNALS["router_worker_failure_share"].local.numerator) == 0.0
     # The counters stand still for five pages, then jump: rate() over the window is the
     # increase between the two pages, as the local form reads it.
     out = promtool_tests(tmp_path, checks, [healthy] * STEPS + [one_down])

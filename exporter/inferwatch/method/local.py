@@ -21,7 +21,6 @@ from inferwatch.method.quantile import histogram_quantile
 from inferwatch.method.recipes import (
     Aggregation,
     Gauge,
-    Less,
     Mean,
     Quantile,
     Rate,
@@ -138,11 +137,6 @@ class Window:
             parts = [self.value(part) for part in recipe.parts]
             parts += [self.value(part) or 0.0 for part in recipe.optional]
             return None if None in parts else math.fsum(p for p in parts if p is not None)
-        if isinstance(recipe, Less):
-            minuend, subtrahend = self.value(recipe.minuend), self.value(recipe.subtrahend)
-            if subtrahend is None and self._present(recipe.subtrahend):
-                return None  # its series were born inside the window: no rate yet, not zero
-            return None if minuend is None else minuend - (subtrahend or 0.0)
         if isinstance(recipe, Rate):
             return self._rate(recipe)
         if isinstance(recipe, Gauge):
@@ -221,10 +215,12 @@ class Window:
         return math.fsum(i for i, _ in increases) if increases else None
 
     def _rate(self, rate: Rate) -> float | None:
-        increases = self._increases(rate.counter, rate.where)
+        increases = [i for i, _ in self._increases(rate.counter, rate.where)]
+        if rate.born_beside and self._series(self.before, rate.born_beside, rate.where):
+            increases += self._match(rate.counter, rate.where).after_only
         if not increases:
             return None
-        return _combine([i for i, _ in increases], rate.how) / self.seconds
+        return _combine(increases, rate.how) / self.seconds
 
     def _gauge(self, gauge: Gauge) -> float | None:
         matched = self._match(gauge.metric, gauge.where)
@@ -270,8 +266,6 @@ def _required(recipe: Recipe) -> list[tuple[str, Mapping[str, str]]]:
         return _required(recipe.numerator) + _required(recipe.denominator)
     if isinstance(recipe, Sum):
         return [needed for part in recipe.parts for needed in _required(part)]
-    if isinstance(recipe, Less):
-        return _required(recipe.minuend)
     if isinstance(recipe, Rate):
         return [(recipe.counter, recipe.where)]
     if isinstance(recipe, Gauge):

@@ -38,12 +38,19 @@ Aggregation = Literal["sum", "mean", "max"]
 
 @dataclass(frozen=True)
 class Rate:
-    """Per-second increase of a counter over the window, its series combined by ``how``."""
+    """Per-second increase of a counter over the window, its series combined by ``how``.
+
+    ``born_beside``: a counter its source creates at its first event (vllm-router's failure
+    outcomes, born at the first failure, often already at ten): a series born inside the
+    window counts its whole value, where this other counter had series at the window's
+    start (so that a page missing there, a failed poll's, does not count a whole history).
+    """
 
     counter: str
     _: KW_ONLY
     where: Mapping[str, str] = field(default_factory=dict)  # label -> regex
     how: Aggregation = "sum"
+    born_beside: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,15 +94,4 @@ class Sum:
     optional: tuple[Recipe, ...] = ()
 
 
-@dataclass(frozen=True)
-class Less:
-    """``minuend`` less ``subtrahend``, which counts as zero where its series are absent
-    (PromQL's ``or 0 * ...``): a worker's tries less its successes, all where none answered.
-    No value where the subtrahend's series were born inside the window (a worker's first
-    answers): the local form has no rate for them yet, and zero would read as failures."""
-
-    minuend: Recipe
-    subtrahend: Recipe
-
-
-Recipe = Quantile | Mean | Rate | Gauge | Ratio | ShareAbove | Sum | Less
+Recipe = Quantile | Mean | Rate | Gauge | Ratio | ShareAbove | Sum

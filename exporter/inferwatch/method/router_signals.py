@@ -10,7 +10,7 @@ exporter's pages show one replica, or one router.
 
 from __future__ import annotations
 
-from inferwatch.method.recipes import Gauge, Less, Quantile, Rate, Ratio
+from inferwatch.method.recipes import Gauge, Quantile, Rate, Ratio, Sum
 from inferwatch.method.signal import INSTANCE, MODEL, NODE, Signal
 
 # The router's mean time per answered request, and that of the replicas behind it (every
@@ -47,11 +47,17 @@ _OVERHEAD_SIGNALS = (
     ),
 )
 
-_TRIES = Rate("inferwatch_router_worker_requests_total")
-# A worker's tries less its successes (none: a worker that never answered), over its tries:
-# the failures' own series is born at the first failure, often already at ten, and
-# Prometheus sees no increase in that.
-_FAILURE_SHARE = Ratio(Less(_TRIES, Rate("inferwatch_router_worker_successes_total")), _TRIES)
+_TRIES_TOTAL = "inferwatch_router_worker_requests_total"
+_TRIES = Rate(_TRIES_TOTAL)
+# A worker's failed requests (its failure outcomes, each counted as the request ends; none
+# while it never failed) over its tries. Not its tries less its answers: a request still in
+# flight is neither, and a worker whose requests run longer than half the window (long
+# generations, or the first ones as traffic starts) would read as failing half its tries.
+# The failures' series is born at the first failure, often already at ten: one born inside
+# the window counts whole, where the worker's tries were counted at its start.
+_FAILURES_TOTAL = "inferwatch_router_worker_failures_total"
+_FAILURES = Rate(_FAILURES_TOTAL, born_beside=_TRIES_TOTAL)
+_FAILURE_SHARE = Ratio(Sum((), optional=(_FAILURES,)), _TRIES)
 
 
 def _rate(counter: str, whole: bool) -> str:
@@ -62,9 +68,15 @@ def _rate(counter: str, whole: bool) -> str:
 
 def _failure_share(whole: bool) -> str:
     """:data:`_FAILURE_SHARE` in PromQL, per worker or every worker added."""
-    tries = _rate("inferwatch_router_worker_requests_total", whole)
-    successes = _rate("inferwatch_router_worker_successes_total", whole)
-    return f"(\n  {tries}\n  - (\n    {successes}\n    or 0 * {tries}\n  )\n)\n/ {tries}"
+    tries = f"increase({_TRIES_TOTAL}[%(window)s])"
+    failed = (
+        f"(\n    ({_FAILURES_TOTAL} unless {_FAILURES_TOTAL} offset %(window)s)\n"
+        f"    and on (instance, job, worker) ({_TRIES_TOTAL} offset %(window)s)\n"
+        f"    or increase({_FAILURES_TOTAL}[%(window)s])\n    or 0 * {tries}\n  )"
+    )
+    if whole:
+        failed, tries = f"sum without (worker) {failed}", f"sum without (worker) ({tries})"
+    return f"(\n  {failed}\n)\n/ {tries}"
 
 
 # Either of a router's verdicts on a worker, 1 where it has the worker out; vllm-router's
