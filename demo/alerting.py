@@ -54,7 +54,8 @@ class WebhookReceiver:
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for a serve_forever that never ran
+            self.server.shutdown()
         self.server.server_close()
 
     def firing(self, since: int = 0) -> list[tuple[float, dict]]:

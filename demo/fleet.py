@@ -68,11 +68,12 @@ Fault = Callable[["Fleet", asyncio.Event], Awaitable[None]]
 
 
 class Router:
-    """``vllm-router`` in front of ``workers``, its metrics on a port of their own."""
+    """``vllm-router`` in front of ``workers``, its metrics on a port of their own (both
+    picked free as it starts: a replica started before it does not take them meanwhile)."""
 
-    def __init__(self, workdir: Path, workers: list[str], port: int, metrics_port: int) -> None:
+    def __init__(self, workdir: Path, workers: list[str]) -> None:
         self.workdir, self.workers = workdir, workers
-        self.port, self.metrics_port = port, metrics_port
+        self.port = self.metrics_port = 0
         self.process: Process | None = None
 
     @property
@@ -84,6 +85,7 @@ class Router:
         return f"http://127.0.0.1:{self.metrics_port}"
 
     def start(self, timeout: float = 120.0) -> Router:
+        self.port, self.metrics_port = free_port(), free_port()
         argv = [
             str(ROUTER), "--host", "127.0.0.1", "--port", str(self.port),
             "--worker-urls", *self.workers, "--policy", POLICY, "--disable-circuit-breaker",
@@ -130,9 +132,7 @@ class Fleet:
         self.proxy = Proxy(workdir / "b-proxy", self.replicas["b"].url)
         # Each replica as the router and its sidecar reach it.
         self.workers = {"a": a.url, "b": self.proxy.url}
-        self.router = Router(
-            workdir / "router", list(self.workers.values()), free_port(), free_port()
-        )
+        self.router = Router(workdir / "router", list(self.workers.values()))
         self.receiver = WebhookReceiver()
         self.sidecars: dict[str, Inferwatch] = {}
         self.prometheus: Prometheus | None = None
@@ -140,9 +140,11 @@ class Fleet:
         self.killed_at: float | None = None  # when replica_killed killed b (monotonic)
 
     def start(self) -> Fleet:
+        # The proxy first: its port, picked free when the fleet was made, is not left for a
+        # replica's own sockets to take meanwhile.
+        self.proxy.start()
         for replica in self.replicas.values():
             replica.ensure_running()
-        self.proxy.start()
         self.router.start()
         for name, url in self.workers.items():
             self.sidecars[name] = self._sidecar(name, url, "vllm")
