@@ -65,8 +65,8 @@ KV_CACHE_PRESSURE = Alert(
     level=INSTANCE,
     phase="decode",
     layer="memory",
-    # A request is admitted only when the cache has blocks for it: first tokens wait.
-    first_token_waits_in="queue",
+    # No place a slow first token waits: a request waits in the queue for blocks, and one
+    # preempted before its first token is computed again inside its prefill time.
     # Preempted requests wait and are computed again: the queueing, the prefill work and the
     # decode streams stalled behind that recompute are its doing. A cache that cannot hold
     # the batch is also why the load reaches its capacity (long generations hold their
