@@ -472,12 +472,10 @@ def test_fault_raises_its_alert_and_nothing_else(stack: LocalStack, scenario: Sc
     # back and forth (under the CPU limit and the noisy neighbour, in CI and here), as
     # Prometheus' condition does, and each judges the window it reads.
     beside = scenario.also_allowed | USERS_VIEW
-    names = [f["alert"] for f in alone["findings"]]
-    print(f"diagnose --exporter: {', '.join(names) or alone.get('state', 'nothing')}")
-    assert leads(names, scenario) or not names or names[0] in beside, ("--exporter", names)
-    names = [f["alert"] for f in page["findings"]]
-    print(f"verdict page after it: {', '.join(names) or page.get('state', 'nothing')}")
-    assert leads(names, scenario) or not names or names[0] in beside, names
+    for judge, judged in (("diagnose --exporter", alone), ("verdict page after it", page)):
+        names = [f["alert"] for f in judged["findings"]]
+        print(f"{judge}: {', '.join(names) or judged.get('state', 'nothing')}")
+        assert leads(names, scenario) or not names or names[0] in beside, (judge, names)
     # Where the window's slowest requests spent their time, by the server's own spans.
     print(f"the slowest requests: {'; '.join(page['slow_requests']['summary']) or 'none'}")
     found = ttft_exemplars(stack, outcome.began_at)

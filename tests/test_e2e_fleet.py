@@ -85,9 +85,9 @@ async def router_verdict(
     fleet: Fleet, alert: str, stop: asyncio.Event
 ) -> tuple[dict, Path, float] | None:
     """The router sidecar's ``/verdict.json`` the first time it lists ``alert`` as held for
-    its ``for`` before ``stop``, its page as served then (saved in the fleet's workdir) and when (monotonic).
-    The verdict is read from the start rather than after the alert: the sidecar's window
-    and Prometheus' are apart, and either may name the worker first."""
+    its ``for`` before ``stop``, its page as served then (saved in the fleet's workdir) and
+    when (monotonic). The verdict is read from the start rather than after the alert: the
+    sidecar's window and Prometheus' are apart, and either may name the worker first."""
     url = f"{fleet.sidecars['router'].url}/"
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         while not stop.is_set():
