@@ -342,10 +342,32 @@ def test_the_fleet_view_compares_replicas_of_one_role() -> None:
     }
     fleet = fleet_of(readings, [], ("namespace", "backend", "model"))
     groups = {
-        m["role"]: [(r.labels["instance"], r.share, r.waiting) for r in rs]
-        for m, rs in fleet.models
+        m.labels["role"]: [(r.labels["instance"], r.share, r.waiting) for r in m.replicas]
+        for m in fleet.models
     }
     assert groups == {
         "prefill": [("a", 0.9, 1.0), ("b", 0.1, 0.0)],
         "decode": [("c", 0.5, 0.0), ("d", 0.5, 0.0)],
     }
+
+
+def test_the_fleet_view_lists_the_capacity_ticket_under_its_model_not_a_replica() -> None:
+    """Every replica near its capacity at once: the ticket is about the model across its
+    replicas, the queue it explains is not listed again, and another model's ticket is not
+    this one's."""
+    model = {"namespace": "prod", "backend": "vllm", "model": "tiny"}
+    readings = {"in_flight": [({**model, "instance": i}, 4.0) for i in ("a", "b")]}
+    findings = [
+        Finding(ALERTS["InferenceNearCapacity"], model),
+        Finding(ALERTS["InferenceNearCapacity"], {**model, "model": "big"}),
+        Finding(ALERTS["InferenceQueueingDelay"], model, explained_by="InferenceNearCapacity"),
+    ]
+    fleet = fleet_of(readings, findings, ("namespace", "backend", "model"))
+    (tiny,) = fleet.models
+    assert [a.name for a in tiny.causes] == ["InferenceNearCapacity"]
+    assert [r.causes for r in tiny.replicas] == [(), ()]
+    spec = spec_from_config({})
+    report = Report("x", "5m", spec, {}, findings, fleet=fleet)
+    assert report_json(report)["fleet"]["models"][0]["causes"] == ["InferenceNearCapacity"]
+    head = next(line for line in render(report).splitlines() if line.startswith("fleet:"))
+    assert head.endswith("InferenceNearCapacity (baseline)"), head

@@ -371,8 +371,10 @@ def test_the_fleet_view_names_the_hot_replica_and_the_worker_the_router_fails(
     full = "rate(inferwatch_router_worker_requests_total[10s]) > 0.95"  # the window filled
     report = diagnose_once(tmp_path, fleet_rules(tmp_path / "rules.yaml"), FLEET_SPEC, full, 2)
     assert report.fleet
-    ((model, (hot, cold)),) = report.fleet.models
-    assert model == {"namespace": "prod", "backend": "vllm", "model": "tiny"}
+    (model,) = report.fleet.models
+    hot, cold = model.replicas
+    assert model.labels == {"namespace": "prod", "backend": "vllm", "model": "tiny"}
+    assert model.causes == ()
     assert (hot.labels["instance"], hot.in_flight, hot.waiting) == ("a:10177", 18, 6)
     assert hot.share == pytest.approx(0.9)
     assert [a.name for a in hot.causes] == ["InferenceReplicaImbalance"]

@@ -1,6 +1,7 @@
 """The fleet view of ``diagnose --prometheus``: which replica of each model holds the load,
 which worker a router fails, and the findings about each, causes only (what they explain is
-listed under them in the report).
+listed under them in the report); a finding about a model across its replicas (the capacity
+ticket: every replica busy at once) on the model's line, not on a replica's.
 
 Built from the fleet's signals (:mod:`~inferwatch.method.router_signals`) as Prometheus answers
 them, one list of ``(labels, value)`` per signal. A sample of what the report prints::
@@ -54,6 +55,13 @@ class Replica:
 
 
 @dataclass(frozen=True)
+class Model:
+    labels: dict[str, str]  # the fleet labels, and the role of a disaggregated pool
+    replicas: list[Replica]  # the most loaded first
+    causes: tuple[Alert, ...]  # about the model across its replicas (its capacity), ranked
+
+
+@dataclass(frozen=True)
 class Worker:
     worker: str  # the replica as the router names it (its URL)
     readings: dict[str, float | None]  # by WORKER_SIGNALS name
@@ -69,7 +77,7 @@ class RouterView:
 
 @dataclass(frozen=True)
 class Fleet:
-    models: list[tuple[dict[str, str], list[Replica]]]  # models with two replicas or more
+    models: list[Model]  # models with two replicas or more
     routers: list[RouterView]
 
     def __bool__(self) -> bool:
@@ -95,6 +103,19 @@ def _causes(
     )
 
 
+def _model_causes(findings: Sequence[Found], model: Mapping[str, str]) -> tuple[Alert, ...]:
+    """The alerts of the findings about the model across its replicas (no instance, no
+    worker: the capacity ticket) that no other finding explains."""
+    return tuple(
+        f.alert
+        for f in findings
+        if f.explained_by is None
+        and "instance" not in f.labels
+        and "worker" not in f.labels
+        and all(model.get(k, v) == v for k, v in f.labels.items())
+    )
+
+
 def fleet_of(
     readings: Mapping[str, Series], findings: Sequence[Found], fleet_labels: Sequence[str]
 ) -> Fleet:
@@ -116,7 +137,7 @@ def fleet_of(
             continue
         total = sum(v for _, v in members)
         replicas.append(
-            (
+            Model(
                 dict(model),
                 [
                     Replica(
@@ -128,6 +149,7 @@ def fleet_of(
                     )
                     for labels, value in sorted(members, key=lambda m: -m[1])
                 ],
+                _model_causes(findings, dict(model)),
             )
         )
     routers: dict[tuple, dict[str, dict[str, float | None]]] = {}
@@ -141,7 +163,7 @@ def fleet_of(
             row = by_worker.setdefault(worker, dict.fromkeys(WORKER_SIGNALS))
             row[name] = None if math.isnan(value) else value
     return Fleet(
-        sorted(replicas, key=lambda m: sorted(m[0].items())),
+        sorted(replicas, key=lambda m: sorted(m.labels.items())),
         [
             RouterView(
                 dict(router),

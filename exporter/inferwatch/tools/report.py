@@ -195,15 +195,14 @@ def fleet_lines(fleet: Fleet) -> list[str]:
     """Which replica of each model holds the load and which worker a router fails, each with
     the causes found about it (:mod:`inferwatch.method.fleet`)."""
     lines = []
-    for model, replicas in fleet.models:
-        total = sum(r.in_flight for r in replicas)
-        lines.append(
-            f"fleet: {_where(model)}  {len(replicas)} replicas, {fmt(total, 'count')} in flight"
-        )
-        for r in replicas:
+    for model in fleet.models:
+        total = sum(r.in_flight for r in model.replicas)
+        head = f"fleet: {_where(model.labels)}  {len(model.replicas)} replicas, "
+        lines.append(f"{head}{fmt(total, 'count')} in flight  {_causes(model.causes)}".rstrip())
+        for r in model.replicas:
             share = "" if r.share is None else f" ({fmt(r.share, 'ratio')})"
             waiting = "" if r.waiting is None else f", {fmt(r.waiting, 'count')} waiting"
-            where = _where({k: v for k, v in r.labels.items() if k not in model})
+            where = _where({k: v for k, v in r.labels.items() if k not in model.labels})
             text = f"  {where}  {fmt(r.in_flight, 'count')} in flight{share}{waiting}"
             lines.append(f"{text}  {_causes(r.causes)}".rstrip())
     for router in fleet.routers:
@@ -218,7 +217,8 @@ def _fleet_json(fleet: Fleet) -> dict[str, Any]:
     return {
         "models": [
             {
-                "labels": model,
+                "labels": model.labels,
+                "causes": [a.name for a in model.causes],
                 "replicas": [
                     {
                         "labels": r.labels,
@@ -227,10 +227,10 @@ def _fleet_json(fleet: Fleet) -> dict[str, Any]:
                         "waiting": _number(r.waiting),
                         "causes": [a.name for a in r.causes],
                     }
-                    for r in replicas
+                    for r in model.replicas
                 ],
             }
-            for model, replicas in fleet.models
+            for model in fleet.models
         ],
         "routers": [
             {
