@@ -21,7 +21,11 @@ skipped evaluations; Prometheus' RSS and CPU (cores, over the measured minutes);
 ``/api/v1/rules``), which is where a cut pays.
 
     .venv/bin/python bench/fleet.py [--replicas 10 100 1000] [--warmup 330] [--minutes 3]
-        [--rules alerts/inferwatch-rules.yaml OLDER.yaml] [--top 10]
+        [--rules alerts/inferwatch-rules.yaml OLDER.yaml] [--top 10] [--write-docs]
+
+With ``--write-docs`` the figures, with the date and the machine, also replace the fleet's
+region of docs/performance.md: per N, the whole evaluation (the rule groups' medians added
+up) and each group's, and with ``--top`` the slowest rules.
 """
 
 from __future__ import annotations
@@ -51,6 +55,12 @@ from exposition import CAPTURES, snapshots  # noqa: E402
 from demo.stack import Prometheus, free_port  # noqa: E402
 from inferwatch.method.quantile import histogram_quantile  # noqa: E402
 from inferwatch.serve.exposition import render  # noqa: E402
+from inferwatch.tools.measured import (  # noqa: E402
+    FLEET_BENCH,
+    PERFORMANCE,
+    this_machine,
+    write_figures,
+)
 
 RULES = REPO / "alerts" / "inferwatch-rules.yaml"
 SCRAPE_SECONDS = 15
@@ -258,6 +268,9 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--top", type=int, default=0, help="print the K slowest rules per run")
     parser.add_argument(
+        "--write-docs", action="store_true", help="also write the figures to docs/performance.md"
+    )
+    parser.add_argument(
         "--rules",
         type=Path,
         nargs="+",
@@ -277,6 +290,7 @@ def main() -> None:
     # Absolute: Prometheus reads rule_files as globs relative to its config file's folder,
     # and a glob that matches nothing is no error.
     rule_files = [f.resolve(strict=True) for f in args.rules]
+    figures: dict[str, str] = {}
     for replicas, rules in ((n, f) for n in args.replicas for f in rule_files):
         r = asyncio.run(measure(replicas, lines, rules, args.warmup, args.minutes))
 
@@ -294,6 +308,36 @@ def main() -> None:
         )
         for seconds, group, name in r["rules"][: args.top]:
             print(f"    {seconds:.3f} s  {group}  {name}", flush=True)
+        which = f"{replicas:,} replicas" + (f", {rules.name}" if len(rule_files) > 1 else "")
+        figures[which] = doc_row(r)
+        if args.top:
+            figures[f"slowest rules at {which}"] = "; ".join(
+                f"{name} {seconds:.3f} s" for seconds, _, name in r["rules"][: args.top]
+            )
+    if args.write_docs:
+        options = f"--warmup {args.warmup:g} --minutes {args.minutes:g} --top {args.top}"
+        machine = {**this_machine(), "Prometheus": prometheus_version(version.stdout)}
+        write_figures(REPO / PERFORMANCE, figures, {**machine, "options": options}, FLEET_BENCH)
+
+
+def doc_row(r: dict[str, Any]) -> str:
+    """One run's figures as docs/performance.md lists them: the rule groups' median
+    evaluation times added up (the whole evaluation), then each group's, and the rest."""
+    medians = {name.removeprefix("inferwatch."): m for name, (m, _) in r["groups"].items()}
+    groups = " / ".join(f"{name} {m:.3f}" for name, m in medians.items())
+    return (
+        f"evaluation {sum(medians.values()):.2f} s ({groups}); "
+        f"{r['head_series']:,.0f} head series, {r['raw_per_replica']:.0f} raw and "
+        f"{r['instance_per_replica']:.0f} recorded series per replica; "
+        f"{sum(r['missed'].values()):.0f} skipped; RSS {r['rss_mib']:,.0f} MiB, "
+        f"{r['cpu_cores']:.3f} cores"
+    )
+
+
+def prometheus_version(text: str) -> str:
+    """``2.42.0+ds`` from ``prometheus --version``'s first line."""
+    words = text.split()
+    return words[words.index("version") + 1] if "version" in words else "unknown"
 
 
 if __name__ == "__main__":

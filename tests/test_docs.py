@@ -20,6 +20,7 @@ from inferwatch.tools.measured import (
     BENCH,
     CANARY_BENCH,
     E2E_TIMES,
+    FLEET_BENCH,
     NOT_MEASURED,
     PERFORMANCE,
     cpu_model,
@@ -241,6 +242,14 @@ def test_the_canary_region_holds_its_run_or_says_there_is_none() -> None:
     assert measured or body == "Not measured yet: run `bench/canary.py --write-docs`.\n", body
     if measured:
         assert "| CPU with / without the canary |" in body, body
+
+
+def test_the_fleet_region_holds_its_run_or_says_there_is_none() -> None:
+    body = FLEET_BENCH.body((REPO / PERFORMANCE).read_text())
+    measured = body.startswith("Measured by `bench/fleet.py --write-docs`: ")
+    assert measured or body == "Not measured yet: run `bench/fleet.py --write-docs`.\n", body
+    if measured:
+        assert re.search(r"\| [\d,]+ replicas \| evaluation [\d.]+ s", body), body
 
 
 @pytest.mark.parametrize("pinned", [False, True])

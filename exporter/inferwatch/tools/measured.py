@@ -2,8 +2,9 @@
 from a hand-edited line.
 
 - ``docs/performance.md``: :data:`BENCH`, written by ``make bench`` (``bench/exporter.py
-  --write-docs`` calls :func:`write_figures`), and :data:`CANARY_BENCH`, by
-  ``bench/canary.py --write-docs``;
+  --write-docs`` calls :func:`write_figures`), :data:`CANARY_BENCH`, by
+  ``bench/canary.py --write-docs``, and :data:`FLEET_BENCH`, by ``bench/fleet.py
+  --write-docs``;
 - ``README.md``: :data:`E2E_TIMES`, the e2e's times from each fault's onset, on every core
   and pinned to one, written by ``make e2e-times`` (tests/test_e2e.py).
 
@@ -34,6 +35,10 @@ BENCH = Region("bench figures", "bench/exporter.py", _no_render, by="make bench"
 # The canary's cost, a run of its own (minutes of a real vLLM, not part of `make bench`).
 CANARY_BENCH = Region(
     "canary figures", "bench/canary.py", _no_render, by="bench/canary.py --write-docs"
+)
+# The rules' cost on a real Prometheus at fleet size, a run of its own (minutes per size).
+FLEET_BENCH = Region(
+    "fleet figures", "bench/fleet.py", _no_render, by="bench/fleet.py --write-docs"
 )
 
 
