@@ -131,12 +131,12 @@ def fleet_of(
         # A disaggregated deployment's prefill and decode instances apart (their role).
         model = {k: labels[k] for k in (*fleet_labels, "role") if k in labels}
         models.setdefault(tuple(model.items()), []).append((labels, value))
-    replicas = []
+    views = []
     for model, members in models.items():
         if len(members) < 2:
             continue
         total = sum(v for _, v in members)
-        replicas.append(
+        views.append(
             Model(
                 dict(model),
                 [
@@ -163,7 +163,7 @@ def fleet_of(
             row = by_worker.setdefault(worker, dict.fromkeys(WORKER_SIGNALS))
             row[name] = None if math.isnan(value) else value
     return Fleet(
-        sorted(replicas, key=lambda m: sorted(m.labels.items())),
+        sorted(views, key=lambda m: sorted(m.labels.items())),
         [
             RouterView(
                 dict(router),
