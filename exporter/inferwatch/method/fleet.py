@@ -88,31 +88,26 @@ def _where(labels: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k not in _NOT_WHERE}
 
 
+def _about(labels: Mapping[str, str]) -> str | None:
+    """What a finding is about, by the labels its series carries: one replica (or the router
+    itself), a router's worker, or a model across its replicas."""
+    if "instance" in labels:
+        return "worker" if "worker" in labels else "replica"
+    return None if "worker" in labels else "model"
+
+
 def _causes(
-    findings: Sequence[Found], labels: Mapping[str, str], worker: bool = False
+    findings: Sequence[Found], labels: Mapping[str, str], about: str = "replica"
 ) -> tuple[Alert, ...]:
     """The alerts of the findings about the series ``labels`` (every label both carry the
-    same) that no other finding explains; a router's worker's (``worker``), or not."""
+    same) that no other finding explains; of those ``about`` a replica, a router's worker or
+    a model (:func:`_about`)."""
     return tuple(
         f.alert
         for f in findings
         if f.explained_by is None
-        and "instance" in f.labels
-        and ("worker" in f.labels) == worker
+        and _about(f.labels) == about
         and all(labels.get(k, v) == v for k, v in f.labels.items())
-    )
-
-
-def _model_causes(findings: Sequence[Found], model: Mapping[str, str]) -> tuple[Alert, ...]:
-    """The alerts of the findings about the model across its replicas (no instance, no
-    worker: the capacity ticket) that no other finding explains."""
-    return tuple(
-        f.alert
-        for f in findings
-        if f.explained_by is None
-        and "instance" not in f.labels
-        and "worker" not in f.labels
-        and all(model.get(k, v) == v for k, v in f.labels.items())
     )
 
 
@@ -149,7 +144,7 @@ def fleet_of(
                     )
                     for labels, value in sorted(members, key=lambda m: -m[1])
                 ],
-                _model_causes(findings, dict(model)),
+                _causes(findings, dict(model), "model"),
             )
         )
     routers: dict[tuple, dict[str, dict[str, float | None]]] = {}
@@ -168,7 +163,7 @@ def fleet_of(
             RouterView(
                 dict(router),
                 [
-                    Worker(w, row, _causes(findings, {**dict(router), "worker": w}, worker=True))
+                    Worker(w, row, _causes(findings, {**dict(router), "worker": w}, "worker"))
                     for w, row in sorted(workers.items())
                 ],
                 _causes(findings, dict(router)),
