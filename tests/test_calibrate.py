@@ -51,6 +51,24 @@ def calibrated(path: Path, given: dict | None = None) -> Path:
     return path
 
 
+def test_a_fleet_calibrated_through_its_router_says_so_and_judges_one_replicas_share() -> None:
+    """The real sweep's cell at concurrency 2, as if measured through a router in front of two
+    replicas: the header names the router, and the traffic floor is one replica's (half of
+    the light cell's rate, which is half the fleet's)."""
+    sweep = load(SWEEP)
+    whole = dataclasses.replace(sweep, cells=tuple(c for c in sweep.cells if c.concurrency == 2))
+    share = whole.share(2)
+    assert [c.concurrency for c in share.cells] == [1]
+    factor, window = spec_from_config({}).threshold("regression_factor"), 1.0
+    text = config_text(share, SWEEP, Measurements(thresholds_from(share, factor, window)), {}, "-")
+    assert "at ? (a router in front of 2 replicas: the rates here are one's share)" in text
+    alone = config_text(whole, SWEEP, Measurements(thresholds_from(whole, factor, window)), {}, "-")
+    assert "at ? (gpu" in alone  # the stored sweep names no URL
+    (light,) = (c.requests_per_second for c in whole.cells)
+    floor = thresholds_from(share, factor, window)["min_request_rate"].value
+    assert floor == pytest.approx(light / 4, rel=0.01)
+
+
 def test_the_config_says_where_each_threshold_comes_from(tmp_path: Path) -> None:
     given = {
         "poll_interval": 0.25,

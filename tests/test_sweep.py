@@ -444,6 +444,47 @@ def test_the_search_finds_the_rate_a_server_of_two_slots_carries(
     assert {"model", "version", "gpu", "date", "seed"} <= set(result.metadata)
 
 
+def test_through_a_router_the_file_holds_one_replicas_share_of_the_fleet(fake: Fake) -> None:
+    """``--url`` a router in front of two like replicas (here the fake stands for both: the
+    router's view and one replica's page): the sweep and the search measure the fleet, and
+    the file holds each replica's share: its rates, concurrency and capacity halved, every
+    latency as measured, the replica's page read for the server side."""
+    fake.behaviour = Behaviour(ttft=0.01, itl=0.01)
+    flags = {"prompt_tokens": (8,), "output_tokens": (4,), "concurrency": (2, 4)}
+    fleet, _ = run(
+        plan(
+            fake.url, search="on", arrivals="constant", requests_per_cell=16, search_steps=3,
+            replicas=2, replica_url=fake.url + "/v1", **flags,
+        )
+    )  # fmt: skip
+    measured = {r.key: r.cell() for r in fleet.results}
+    one = fleet.baseline()
+    assert one.metadata["replicas"] == 2 and one.metadata["replica_url"] == fake.url
+    assert [c.concurrency for c in one.cells] == [1, 2]
+    for cell in one.cells:
+        whole = measured[(2 * cell.concurrency, 8, 4)]
+        assert whole is not None and cell.requests_per_second > 0
+        assert cell.requests_per_second == round(whole.requests_per_second / 2, 6)
+        assert cell.output_tokens_per_second == round(whole.output_tokens_per_second / 2, 6)
+        assert cell.goodput_requests_per_second == round(whole.goodput_requests_per_second / 2, 6)
+        assert (cell.ttft_seconds, cell.server_ttft_seconds) == (
+            whole.ttft_seconds,
+            whole.server_ttft_seconds,
+        )
+        assert cell.server_ttft_seconds is not None  # the replica's page was read
+    (capacity,), (share,) = fleet.capacity, one.capacity
+    assert capacity.requests_per_second and share.requests_per_second == round(
+        capacity.requests_per_second / 2, 6
+    )
+    assert [s.rate for s in share.steps] == [round(s.rate / 2, 6) for s in capacity.steps]
+    assert [s.ttft_p95 for s in share.steps] == [s.ttft_p95 for s in capacity.steps]
+    assert parse(yaml.safe_load(to_yaml(one))) == one  # the file reads back as written
+    # What the file's rates set is the replica's: the light cell's half, not the fleet's.
+    lightest = min(c.requests_per_second for c in one.cells)
+    rate = thresholds_from(one, 1.5, 15.0)["min_request_rate"].value
+    assert rate <= lightest / 2 * 1.0001
+
+
 def test_a_step_holds_its_rate_long_enough_for_a_queue_to_show() -> None:
     # 8 requests sent at once all met their objectives "at 42,000 requests/s" on the demo's
     # vLLM, which answered 129 a second: a step is 15 s of arrivals at least.
@@ -946,6 +987,13 @@ def test_command_fails_in_one_line_when_the_server_is_unreachable(tmp_path: Path
         (["--out", "/nonexistent/b.yaml"], {}, ["directory /nonexistent does not exist"]),
         (["--previous", "/nope.yaml"], {}, ["/nope.yaml: no such file"]),
         ([], {"INFERWATCH_CONCURRENCY": "four"}, ["INFERWATCH_CONCURRENCY", "'four'"]),
+        (["--replicas", "2"], {}, ["--replicas 2 needs --replica-url", "no replica's own page"]),
+        (["--replica-url", "http://127.0.0.1:10"], {}, ["give --replicas too"]),
+        (
+            ["--replicas", "2", "--replica-url", "http://127.0.0.1:10", "--concurrency", "2,3"],
+            {},
+            ["--concurrency 3 is not a multiple of --replicas 2"],
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -29,13 +29,13 @@ exposes the cell comparable to the load as ``inferwatch_baseline_*`` gauges; ``g
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from inferwatch.capacity import Capacity, at_shape
+from inferwatch.capacity import Capacity, at_shape, per
 from inferwatch.capacity import document as capacity_document
 from inferwatch.capacity import parse as parse_capacity
 from inferwatch.model import BackendSample, Labels
@@ -129,6 +129,27 @@ class Baseline:
         nearest = min(levels, key=lambda level: (abs(level - running), -level))
         at_level = sorted((c for c in self.cells if c.concurrency == nearest), key=lambda c: c.key)
         return at_level[(len(at_level) - 1) // 2]
+
+    def share(self, replicas: int) -> Baseline:
+        """One of ``replicas`` like replicas' share of what was measured through their router
+        (each cell's concurrency a multiple of ``replicas``): the rates, the concurrency and
+        the capacity over ``replicas``; latencies are each request's, as measured."""
+        if replicas == 1:
+            return self
+        cells = tuple(
+            replace(
+                c,
+                concurrency=c.concurrency // replicas,
+                requests_per_second=per(c.requests_per_second, replicas),
+                output_tokens_per_second=per(c.output_tokens_per_second, replicas),
+                goodput_requests_per_second=per(c.goodput_requests_per_second, replicas),
+                goodput_tokens_per_second=per(c.goodput_tokens_per_second, replicas),
+            )
+            for c in self.cells
+        )
+        capacity = tuple(c.share(replicas) for c in self.capacity)
+        metadata = {**self.metadata, "replicas": replicas}
+        return Baseline(metadata=metadata, cells=cells, capacity=capacity)
 
     def busiest(self) -> list[Cell]:
         """Cells at the highest measured concurrency."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from inferwatch.settings import check_fields, non_negative_int, non_negative_number
@@ -73,6 +73,33 @@ class Capacity:
     @property
     def shape(self) -> tuple[int, int]:
         return (self.prompt_tokens, self.output_tokens)
+
+    def share(self, replicas: int) -> Capacity:
+        """One of ``replicas`` like replicas' share of a capacity measured through their
+        router: its rates and requests in flight over ``replicas``."""
+        if replicas == 1:
+            return self
+        steps = tuple(
+            replace(
+                s,
+                rate=per(s.rate, replicas),
+                requests_per_second=per(s.requests_per_second, replicas),
+                concurrency=per(s.concurrency, replicas),
+            )
+            for s in self.steps
+        )
+        return replace(
+            self,
+            requests_per_second=per(self.requests_per_second, replicas),
+            concurrency=per(self.concurrency, replicas),
+            knee_requests_per_second=per(self.knee_requests_per_second, replicas),
+            steps=steps,
+        )
+
+
+def per(value: float | None, replicas: int) -> float | None:
+    """One replica's share of a rate (or a count in flight) measured over ``replicas``."""
+    return None if value is None else round(value / replicas, 6)
 
 
 def at_shape(

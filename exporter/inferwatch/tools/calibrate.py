@@ -129,7 +129,7 @@ def main(flags: Mapping[str, Any], config: Mapping[str, Any], config_name: str) 
     if values["prompts"] is None and values["prompt_tokens"] is None:
         values["prompt_tokens"] = SHORT_PROMPT_TOKENS
     plan = sweep.plan_from({**values, "out": baseline_path, "previous": None}, spec.slos)
-    sidecar = _sidecar_config(values, config)
+    sidecar = _sidecar_config(plan, values, config)
     try:
         measured, _ = sweep.measure(dataclasses.replace(plan, search=None))
     except sweep.SweepFailed as failed:
@@ -173,13 +173,16 @@ def _report(
         )
 
 
-def _sidecar_config(values: Mapping[str, Any], config: Mapping[str, Any]) -> ServeConfig:
-    """The sidecar calibrate runs: serve's settings from the same config, against --url,
-    its canary on (unless the config turns it off) through --canary-url, polled often
+def _sidecar_config(
+    plan: sweep.Plan, values: Mapping[str, Any], config: Mapping[str, Any]
+) -> ServeConfig:
+    """The sidecar calibrate runs: serve's settings from the same config, against the
+    server (--url, or behind a router --replica-url), its canary on (unless the config
+    turns it off) through --canary-url (default: --url, the users' path), polled often
     enough to time an engine step."""
-    flags: dict[str, Any] = {"backend_url": values["url"], "capture_dir": None}
-    if values["canary_url"]:
-        flags["canary_url"] = values["canary_url"]
+    flags: dict[str, Any] = {"backend_url": plan.server_root, "capture_dir": None}
+    if values["canary_url"] or plan.replica_root:
+        flags["canary_url"] = values["canary_url"] or values["url"]
     if config.get("canary", "on") != "off":
         flags["canary"] = "on"
     resolved = resolve(serve_options.OPTIONS, flags, config)
@@ -204,13 +207,16 @@ async def _beyond_the_sweep(
     found = dict(derived)
     not_measured: dict[str, str] = {}
     spec = _spec(config, found)
-    client = Client(
-        plan.root,
-        plan.api,
-        plan.model,
-        timeout=plan.request_timeout,
-        connections=0,
-        api_key=plan.api_key,
+    client, server = (
+        Client(
+            root,
+            plan.api,
+            plan.model,
+            timeout=plan.request_timeout,
+            connections=0,
+            api_key=plan.api_key,
+        )
+        for root in (plan.root, plan.server_root)
     )
     try:
         prompts = await _prompts(plan, client)
@@ -223,10 +229,10 @@ async def _beyond_the_sweep(
             more, why_not = _from_readings(readings, spec, derived, values["normal_windows"])
             found.update(more)
             not_measured.update(why_not)
-            if values["engine_step"] == "on":
-                context = await max_model_len(plan.root, plan.model, plan.request_timeout)
+            if values["engine_step"] == "on":  # one engine's: sent to it, past any router
+                context = await max_model_len(plan.server_root, plan.model, plan.request_timeout)
                 step = await longest_step(
-                    sidecar, client, prompts, min(plan.prompt_tokens), TAGS + 2, context
+                    sidecar, server, prompts, min(plan.prompt_tokens), TAGS + 2, context
                 )
                 if isinstance(step, LongestStep):
                     seconds = max(step.seconds, sidecar.poller.settings.interval)
@@ -239,6 +245,7 @@ async def _beyond_the_sweep(
             baseline = await _capacity(plan, client, prompts, baseline, _spec(config, found))
     finally:
         await client.close()
+        await server.close()
     return Measurements(found, not_measured), baseline
 
 
@@ -294,7 +301,7 @@ async def _capacity(
 ) -> Baseline:
     """The baseline with the capacity at each shape: the highest rate whose goodput meets
     its target, a good request's first token within the calibrated TTFT threshold (unless
-    an objective or --goodput-ttft gives one)."""
+    an objective or --goodput-ttft gives one); behind a router, one replica's share."""
     assert plan.search is not None
     objectives = plan.objectives
     if objectives.ttft is None:
@@ -306,6 +313,6 @@ async def _capacity(
             client, prompts, shape, plan.search, objectives, plan.seed, first_tag, _note
         )
         print(summary(capacity))
-        found.append(capacity)
+        found.append(capacity.share(plan.replicas))
     metadata = {**baseline.metadata, "goodput_objectives": objectives.document()}
     return dataclasses.replace(baseline, metadata=metadata, capacity=tuple(found))

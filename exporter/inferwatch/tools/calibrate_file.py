@@ -99,7 +99,12 @@ def _header(baseline: Baseline, baseline_path: Path, given_name: str) -> str:
         backend=meta.get("backend", "unknown"),
         server_version=meta.get("version") or "",
         model=meta.get("model", "?"),
-        url=meta.get("url", "?"),
+        url=meta.get("url", "?")
+        + (
+            f" (a router in front of {meta['replicas']} replicas: the rates here are one's share)"
+            if "replicas" in meta
+            else ""
+        ),
         gpu=meta.get("gpu", "unknown"),
         cells=len(cells),
         concurrency=",".join(str(c) for c in sorted({c.concurrency for c in cells})),

@@ -69,19 +69,22 @@ EXIT_REGRESSION = 3
 
 @dataclass(frozen=True)
 class Sweep:
-    """What the sweep measured: the file's metadata and every cell's result."""
+    """What the sweep measured: the file's metadata and every cell's result (through a
+    router, the fleet's: ``replicas`` like replicas behind it)."""
 
     metadata: Mapping[str, Any]
     results: tuple[CellResult, ...]
     capacity: tuple[Capacity, ...] = ()
+    replicas: int = 1
 
     def baseline(self) -> Baseline:
+        """The file: one replica's share of what was measured."""
         cells = (r.cell() for r in self.results)
         return Baseline(
             metadata=self.metadata,
             cells=tuple(c for c in cells if c is not None),
             capacity=self.capacity,
-        )
+        ).share(self.replicas)
 
 
 async def run(plan: Plan, progress: Progress) -> Sweep:
@@ -97,7 +100,7 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
         connections=0 if plan.search else max(plan.concurrency),
         api_key=plan.api_key,
     )
-    server = ServerHistograms(plan.metrics_url, plan.root, plan.model, progress.note)
+    server = ServerHistograms(plan.metrics_url, plan.server_root, plan.model, progress.note)
     try:
         before = await server.start()
         bounds = _bucket_bounds(before)
@@ -106,7 +109,8 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
             progress.note("the server rejects ignore_eos/min_tokens: outputs may end early")
         if server.problem:
             progress.note(server.problem)
-        before, _ = await server.window(before, probes)
+        # Behind a router, the replica's page counts its share of the requests.
+        before, _ = await server.window(before, probes // plan.replicas)
         results = []
         for index, key in enumerate(plan.keys()):
             requests = plan.requests_in(key[0])
@@ -115,7 +119,7 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
                 client, prompts, key, index, requests, progress.request_done
             )
             streamed = sum(s.streamed for s in samples)
-            before, window = await server.window(before, streamed)
+            before, window = await server.window(before, streamed // plan.replicas)
             result = CellResult(*key, samples, seconds, window, plan.objectives)
             results.append(result)
             progress.end_cell(result)
@@ -125,7 +129,7 @@ async def run(plan: Plan, progress: Progress) -> Sweep:
         await server.close()
     duration = round(time.monotonic() - started, 1)
     metadata = _metadata(plan, server, prompts, date, duration, bounds)
-    return Sweep(metadata, tuple(results), capacity)
+    return Sweep(metadata, tuple(results), capacity, plan.replicas)
 
 
 async def _search(
@@ -183,6 +187,7 @@ def _metadata(
         "api": plan.api,
         "url": redact_url(plan.root),
         "metrics_url": redact_url(plan.metrics_url),
+        **({"replica_url": redact_url(plan.replica_root)} if plan.replica_root else {}),
         "prompts": str(plan.prompts_file) if plan.prompts_file else "generated",
         "seed": plan.seed,
         "inferwatch": __version__,
@@ -225,11 +230,14 @@ def measure(
         print("inferwatch: interrupted; nothing written", file=sys.stderr)
         raise SweepFailed(130) from None
     progress.close()
-    marks = regressions(sweep.results, previous, factor) if previous else None
+    marks = regressions(sweep.results, previous, factor, plan.replicas) if previous else None
     print(table(sweep.results, marks))
     print(f"{LEGEND}; good: {plan.objectives.text()})")
     for capacity in sweep.capacity:
         print(summary(capacity))
+    if plan.replicas > 1:
+        print(f"(measured through {redact_url(plan.root)}: the file holds one of the "
+              f"{plan.replicas} replicas' share of these rates and concurrency)")  # fmt: skip
     if not sweep.baseline().cells:
         first = next(s.error for r in sweep.results for s in r.errors)
         print(

@@ -70,6 +70,23 @@ OPTIONS = (
         metavar="URL",
     ),
     Option(
+        "--replicas",
+        parse=bounded_int(1, 100_000),
+        default=1,
+        help="like replicas behind --url (a router or load balancer): the traffic measures the "
+        "fleet, and the file's rates and concurrency are one replica's share of it, for every "
+        "replica's sidecar to take",
+        metavar="N",
+    ),
+    Option(
+        "--replica-url",
+        parse=http_url,
+        default=None,
+        help="one of the replicas behind --url, as its sidecar reaches it (required with "
+        "--replicas above 1): its metrics page gives the server-side latency",
+        metavar="URL",
+    ),
+    Option(
         "--model",
         parse=_non_empty,
         default=None,
@@ -130,7 +147,8 @@ OPTIONS = (
         "--metrics-url",
         parse=http_url,
         default=None,
-        help="metrics page for the server-side TTFT (default: URL/metrics; inferwatch's works too)",
+        help="metrics page for the server-side TTFT (default: URL/metrics, or the replica's; "
+        "inferwatch's works too)",
         metavar="URL",
     ),
     Option(
@@ -262,6 +280,8 @@ class Plan:
     file_prompts: tuple[dict[str, Any], ...] = ()
     objectives: Objectives = field(default_factory=Objectives)  # what good requests meet
     search: Search | None = None  # the load search after the cells, if asked for
+    replicas: int = 1  # like replicas behind root: the file holds one's share
+    replica_root: str | None = None  # one of them, as its sidecar reaches it
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any], slos: SLOs | None = None) -> Plan:
@@ -272,6 +292,21 @@ class Plan:
         prompt_tokens = values["prompt_tokens"]
         if prompts_file is None and prompt_tokens is None:
             prompt_tokens = _int_list(1)(DEFAULT_PROMPT_TOKENS)
+        replicas, replica = values.get("replicas", 1), values.get("replica_url")
+        if replicas > 1 and replica is None:
+            raise ConfigError(
+                f"--replicas {replicas} needs --replica-url: behind a router, URL/metrics is "
+                "no replica's own page"
+            )
+        if replicas == 1 and replica is not None:
+            raise ConfigError("--replica-url names a replica behind --url: give --replicas too")
+        uneven = [c for c in values["concurrency"] if c % replicas]
+        if uneven:
+            raise ConfigError(
+                f"--concurrency {uneven[0]} is not a multiple of --replicas {replicas}: each "
+                "replica's share of it must be whole"
+            )
+        replica_root = replica.rstrip("/").removesuffix("/v1") if replica else None
         return cls(
             root=root,
             model=values["model"],
@@ -280,7 +315,7 @@ class Plan:
             prompt_tokens=(0,) if prompts_file is not None else prompt_tokens,
             output_tokens=values["output_tokens"],
             requests_per_cell=values["requests_per_cell"],
-            metrics_url=values["metrics_url"] or root + "/metrics",
+            metrics_url=values["metrics_url"] or (replica_root or root) + "/metrics",
             gpu_name=values["gpu_name"],
             request_timeout=values["request_timeout"],
             seed=values["seed"] or random.randrange(1, 1_000_000),
@@ -293,7 +328,14 @@ class Plan:
                 {kind: values.get(f"goodput_{kind}") for kind in ("ttft", "itl", "e2e")},
             ),
             search=_search(values) if values.get("search") == "on" else None,
+            replicas=replicas,
+            replica_root=replica_root,
         )
+
+    @property
+    def server_root(self) -> str:
+        """The server the sweep's server-side readings are of: the replica behind a router."""
+        return self.replica_root or self.root
 
     def shapes(self) -> list[tuple[int, int]]:
         return [(p, o) for p in self.prompt_tokens for o in self.output_tokens]

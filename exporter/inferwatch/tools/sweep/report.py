@@ -85,13 +85,15 @@ class Progress:
 
 
 def regressions(
-    results: Sequence[CellResult], previous: Baseline, factor: float
+    results: Sequence[CellResult], previous: Baseline, factor: float, replicas: int = 1
 ) -> dict[tuple[int, int, int], str]:
-    """Per cell measured before: what regressed ("" when nothing did)."""
+    """Per cell measured before: what regressed ("" when nothing did). Through a router in
+    front of ``replicas``, a cell is compared with the previous file's at its share."""
     before = {c.key: c for c in previous.cells}
     marks = {}
     for result in results:
-        old = before.get(result.key)
+        concurrency, *shape = result.key
+        old = before.get((concurrency // replicas, *shape))
         if old is None:
             continue
         new = result.cell()
