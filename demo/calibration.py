@@ -159,34 +159,49 @@ class Calibration:
 def calibrate(vllm: VllmServer, base_config: Path, workdir: Path, canary_url: str) -> Calibration:
     """``inferwatch calibrate`` against the server at the demo's normal traffic, its canary
     through ``canary_url``; then the fault sizes from the same server."""
-    out = workdir / "inferwatch.yaml"
     per_word = asyncio.run(tokens_per_word(vllm.url))
-    normal_tokens = round(NORMAL_WORDS * per_word + 1)
+    out = run_calibrate(vllm.url, base_config, workdir, per_word, ["--canary-url", canary_url])
+    config = load_config_file(out)
+    spec = spec_from_config(config)
+    capacity = measured_capacity(Path(config["baseline"]))
+    faults = asyncio.run(_size_faults(vllm, spec, per_word, capacity))
+    return Calibration(out, spec, faults, config.get("engine_step_seconds"))
+
+
+def run_calibrate(
+    url: str,
+    base_config: Path,
+    workdir: Path,
+    tokens_per_word: float,
+    more: list[str],
+    replicas: int = 1,
+) -> Path:
+    """``inferwatch calibrate`` as a user runs it, against ``url`` at the demo's normal
+    traffic (through a router in front of ``replicas``: that many times the clients, each
+    replica's normal share), with ``more`` of its flags; the config it wrote, in ``workdir``."""
+    out = workdir / "inferwatch.yaml"
+    normal_tokens = round(NORMAL_WORDS * tokens_per_word + 1)
     window = spec_from_config(load_config_file(base_config)).window_seconds
-    rate = asyncio.run(normal_rate(vllm.url, THROUGHPUT_SECONDS))
+    rate = asyncio.run(normal_rate(url, THROUGHPUT_SECONDS, replicas))
     requests = max(REQUESTS_PER_CELL, math.ceil(rate * CELL_WINDOWS * window))
     argv = [
         sys.executable, "-m", "inferwatch", "calibrate",
-        "--url", vllm.url, "--model", MODEL_NAME,
+        "--url", url, "--model", MODEL_NAME,
         "--config", str(base_config), "--out", str(out),
-        "--concurrency", ",".join(map(str, CALIBRATED_CONCURRENCY)),
+        "--concurrency", ",".join(str(replicas * c) for c in CALIBRATED_CONCURRENCY),
         "--prompt-tokens", str(normal_tokens), "--output-tokens", str(NORMAL_OUTPUT),
         "--requests-per-cell", str(requests),
-        "--canary-url", canary_url,
         "--search-seconds", f"{SEARCH_SECONDS:g}",
+        *more,
     ]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
     (workdir / "calibrate.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         raise StackError(f"inferwatch calibrate failed ({done.returncode}):\n{done.stderr}")
-    config = load_config_file(out)
-    spec = spec_from_config(config)
-    capacity = _capacity(Path(config["baseline"]))
-    faults = asyncio.run(_size_faults(vllm, spec, per_word, capacity))
-    return Calibration(out, spec, faults, config.get("engine_step_seconds"))
+    return out
 
 
-def _capacity(baseline: Path) -> float:
+def measured_capacity(baseline: Path) -> float:
     """The capacity calibrate found at the normal shape (requests/s)."""
     found = yaml.safe_load(baseline.read_text()).get("capacity") or []
     rate = parse(found[0], f"{baseline}: capacity").requests_per_second if found else None
@@ -212,13 +227,15 @@ async def normal_load(
     stop: asyncio.Event,
     most_per_second: float | None = None,
     log: list[Request] | None = None,
+    replicas: int = 1,
 ) -> int:
     """The demo's normal traffic until ``stop`` (at most ``most_per_second`` requests a
-    second, where given; each request added to ``log``); returns the requests sent."""
+    second, where given; each request added to ``log``; through a router, that of
+    ``replicas``); returns the requests sent."""
     return await complete_many(
         url,
         stop,
-        clients=NORMAL_CLIENTS,
+        clients=replicas * NORMAL_CLIENTS,
         prompt_words=NORMAL_WORDS,
         max_tokens=NORMAL_OUTPUT,
         most_per_second=most_per_second,
@@ -226,10 +243,10 @@ async def normal_load(
     )
 
 
-async def normal_rate(url: str, seconds: float) -> float:
-    """Requests per second the normal traffic sends, over ``seconds`` of it."""
+async def normal_rate(url: str, seconds: float, replicas: int = 1) -> float:
+    """Requests per second the normal traffic (of ``replicas``) sends, over ``seconds`` of it."""
     stop = asyncio.Event()
-    traffic = asyncio.create_task(normal_load(url, stop))
+    traffic = asyncio.create_task(normal_load(url, stop, replicas=replicas))
     await asyncio.sleep(seconds)
     stop.set()
     return await traffic / seconds

@@ -18,6 +18,10 @@ The sidecars judge with ``demo/inferwatch.yaml`` (its windows and ``for`` durati
 1 s scrape) and the canary off. The faults' sizes come from the replicas' own settings (their
 batch, ``--max-num-seqs``), not from this machine's speed: the fleet's alerts compare the
 replicas with each other and the router's view with its health check, never with a time.
+The one alert that compares the load with a measurement, the capacity ticket, judges with
+the fleet's own: ``inferwatch calibrate`` through the router (:meth:`Fleet.calibrate`), as a
+user of like replicas runs it, whose baseline holds one replica's share of what the fleet
+carried; the replicas' sidecars take it for that fault (:meth:`Fleet.judged_against`).
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import yaml
 
+from demo.calibration import run_calibrate, tokens_per_word
 from demo.local_stack import CONFIG, INTERVAL, alertmanager_config
 from demo.stack import (
     REPO,
@@ -164,9 +169,40 @@ class Fleet:
         ).start()
         return self
 
-    def _sidecar(self, name: str, url: str, backend: str) -> Inferwatch:
-        args = ["--backend", backend, "--config", str(self.config)]
-        return Inferwatch(self.workdir / f"sidecar-{name}", url, args).start()
+    def _sidecar(
+        self, name: str, url: str, backend: str, more: tuple[str, ...] = (), port: int | None = None
+    ) -> Inferwatch:
+        args = ["--backend", backend, "--config", str(self.config), *more]
+        return Inferwatch(self.workdir / f"sidecar-{name}", url, args, port).start()
+
+    def calibrate(self) -> Path:
+        """``inferwatch calibrate`` of the fleet through its router, as a user of like
+        replicas runs it: the traffic through the router, replica ``a`` watched past it
+        (``--replica-url``); returns the baseline file it wrote, one replica's share of what
+        the fleet carried, for every replica's sidecar."""
+        workdir = self.workdir / "calibrated"
+        workdir.mkdir(exist_ok=True)
+        replicas = len(self.replicas)
+        flags = ["--replicas", str(replicas), "--replica-url", self.workers["a"]]
+        per_word = asyncio.run(tokens_per_word(self.router.url))
+        out = run_calibrate(self.router.url, self.config, workdir, per_word, flags, replicas)
+        return Path(load_config_file(out)["baseline"])
+
+    @contextlib.contextmanager
+    def judged_against(self, baseline: Path) -> Iterator[None]:
+        """The replicas' sidecars restarted on their ports with ``--baseline`` (the capacity
+        ticket judges with it), and without it again after."""
+        self._restart_replicas_sidecars(("--baseline", str(baseline)))
+        try:
+            yield
+        finally:
+            self._restart_replicas_sidecars(())
+
+    def _restart_replicas_sidecars(self, more: tuple[str, ...]) -> None:
+        for name, url in self.workers.items():
+            port = self.sidecars[name].port
+            self.sidecars[name].stop()
+            self.sidecars[name] = self._sidecar(name, url, "vllm", more, port)
 
     def settle(self, timeout: float = 300) -> None:
         """Until Prometheus has held no alert above info for a rate window: the last fault's
@@ -259,11 +295,24 @@ async def health_check_failed(fleet: Fleet, stop: asyncio.Event) -> None:
         await traffic
 
 
+async def fleet_overloaded(fleet: Fleet, stop: asyncio.Event) -> None:
+    """Four times the batch of every replica in clients through the router (the single
+    server's overload, once per replica): the policy spreads them, and every replica is
+    past its share of the capacity at once."""
+    await complete_many(
+        fleet.router.url, stop, clients=4 * batch() * len(fleet.replicas), prompt_words=2,
+        max_tokens=12,
+    )  # fmt: skip
+
+
 FAULTS: tuple[tuple[str, Fault, str], ...] = (
     ("clients pinned to replica a", pinned_clients, "InferenceReplicaImbalance"),
     ("replica b's health check failing", health_check_failed, "InferenceRouterExcludesLiveWorker"),
+    ("the whole fleet overloaded", fleet_overloaded, "InferenceNearCapacity"),
     ("replica b killed under traffic", replica_killed, "InferenceRouterFailingWorker"),
 )
+# The faults judged against the fleet's calibrated baseline.
+CALIBRATED = (fleet_overloaded,)
 
 
 async def _run(fleet: Fleet, fault: Fault, expect: str, timeout: float = 300) -> float | None:
@@ -304,8 +353,14 @@ def main() -> int:
         print(f"  Prometheus {fleet.prometheus.url}/alerts   router {fleet.router.url}")
         for name, fault, expect in FAULTS:
             fleet.settle()
-            print(f"\n== {name}: expect {expect}")
-            took[name] = asyncio.run(_run(fleet, fault, expect))
+            judged = contextlib.nullcontext()
+            if fault in CALIBRATED:
+                print("\ncalibrating the fleet through its router (`inferwatch calibrate`) ...")
+                judged = fleet.judged_against(fleet.calibrate())
+            with judged:
+                fleet.settle()
+                print(f"\n== {name}: expect {expect}")
+                took[name] = asyncio.run(_run(fleet, fault, expect))
     except KeyboardInterrupt:
         print("\ninterrupted: stopping everything the demo started")
         return 130
