@@ -9,7 +9,9 @@
 #                  a fault in each layer, with a live terminal view
 #   make demo-full the same stack through every scenario the e2e tests run
 #   make demo-fleet two vLLM replicas behind vllm-router, a sidecar each and one next to the
-#                  router: a replica that takes all the load, a replica killed under traffic
+#                  router: a replica that takes all the load, one its router takes out while
+#                  it serves, the whole fleet overloaded (calibrated through the router
+#                  first), a replica killed under traffic
 #   make generate  rewrite alerts/, dashboards/ and the docs' generated tables from the spec
 #   make bench     measure the exporter's cost; its figures go into docs/performance.md
 
