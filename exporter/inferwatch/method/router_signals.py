@@ -225,6 +225,15 @@ _LOAD = (
     ")"
 )
 
+# A replica's requests waiting over the rate window, with its role (as :data:`_LOAD`).
+_WAITING = (
+    "(\n"
+    "  sum without (engine) (avg_over_time(inferwatch_requests_waiting[%(window)s]))\n"
+    "  * on (instance, job) group_left (role)\n"
+    "  max by (instance, job, role) (inferwatch_backend_info)\n"
+    ")"
+)
+
 # A disaggregated model's two pools: its replicas of one role, prefill or decode (a replica of
 # role ``both`` serves either and is in neither), as their sidecars label them. Recorded per
 # pool: the share of the pool's measured capacity in use, and the replicas its traffic needs
@@ -254,6 +263,17 @@ FLEET_SIGNALS = (
         level=INSTANCE,
         promql=f"max without (role) (\n{_LOAD}\n/ on (%(fleet)s, role) group_left\n"
         f"clamp_min(min by (%(fleet)s, role) {_LOAD}, 1)\n)",
+        local=None,
+    ),
+    # On each replica's series, the fewest requests waiting on any replica of its model and
+    # role: under one, some replica has room; every replica queueing is the fleet's capacity.
+    Signal(
+        name="least_waiting",
+        label="requests waiting on the least queued replica of the model",
+        unit="count",
+        level=INSTANCE,
+        promql=f"max without (role) (\n0 * {_WAITING}\n+ on (%(fleet)s, role) group_left\n"
+        f"min by (%(fleet)s, role) {_WAITING}\n)",
         local=None,
     ),
     # Per pool; PromQL only, as one exporter's pages show one replica.

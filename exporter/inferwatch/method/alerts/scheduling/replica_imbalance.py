@@ -30,6 +30,17 @@ BOTH_BUSY = Scenario(
     fires={},
     silent=("InferenceReplicaImbalance",),
 )
+ALL_QUEUE_ONE_MORE = Scenario(
+    # Near miss: A holds seven times B's requests, but B queues too (2 waiting): no replica
+    # has room, the fleet lacks capacity (a slower replica behind round robin gathers the
+    # clients that wait on it, so the load spreads unevenly once every replica queues).
+    "imbalance near miss: every replica queues, one far more",
+    (healthy(A, running=(12,), waiting=(30,)), healthy(B, running=(4,), waiting=(2,))),
+    file="scheduling.yaml",
+    place=15,
+    fires={},
+    silent=("InferenceReplicaImbalance",),
+)
 UNEVEN_NO_QUEUE = Scenario(
     # Near miss: A holds five times B's requests but nothing waits on it.
     "imbalance near miss: uneven, but no queue",
@@ -88,11 +99,12 @@ REPLICA_IMBALANCE = Alert(
     when=(
         Cond("load_over_least_loaded", ">", "replica_imbalance_factor"),
         Cond("waiting", ">=", 1),
+        Cond("least_waiting", "<", 1),
     ),
     # A replica whose engine idles with a queue is stalled, not sent too much: its queue
     # grows whatever the router does (InferenceQueuedWhileIdle, InferenceEngineHung).
     unless=(Cond("queued_while_idle_ratio", ">", "queued_while_idle_ratio"),),
-    scenarios=(ONE_HOT, BOTH_BUSY, UNEVEN_NO_QUEUE, WITHIN_A_ROLE, ROLES_APART),
+    scenarios=(ONE_HOT, BOTH_BUSY, ALL_QUEUE_ONE_MORE, UNEVEN_NO_QUEUE, WITHIN_A_ROLE, ROLES_APART),
 )
 
 ALERTS = (REPLICA_IMBALANCE,)
