@@ -13,8 +13,9 @@ rules and config. Each fault must reach Alertmanager naming the replica it is ab
 - The whole fleet overloaded: ``inferwatch calibrate`` through the router (one replica's
   share of what the fleet carried, for both sidecars), then four times every replica's
   batch in clients through the router: InferenceNearCapacity, about the model and no
-  replica, comes first; no InferenceReplicaImbalance, both replicas carry their share, and
-  the fleet view lists the ticket on the model's line with no replica's cause under it.
+  replica, comes first, and the fleet view lists it on the model's line. The imbalance may
+  hold beside it only where another replica has room (round robin gathers the waiting
+  clients on a slower replica); nothing else is judged about a replica.
 - A replica killed under traffic: InferenceRouterFailingWorker names its URL while the
   router's own health check still passes it (it checks every 60 s and fails a worker on the
   third miss), and the dead replica's sidecar says InferenceBackendDown; the other replica
@@ -204,13 +205,13 @@ def test_a_replica_the_router_took_out_while_it_serves_is_named(fleet: Fleet) ->
     assert workers[fleet.workers["a"]]["causes"] == []
 
 
-def test_the_whole_fleet_overloaded_is_capacity_not_imbalance(fleet: Fleet) -> None:
+def test_the_whole_fleet_overloaded_is_capacity_first(fleet: Fleet) -> None:
     fleet.settle()
     baseline = fleet.calibrate()
     print(
         f"\ncalibrated through the router: {measured_capacity(baseline):.2f} requests/s a replica"
     )
-    expect = "InferenceNearCapacity"
+    expect, imbalance = "InferenceNearCapacity", "InferenceReplicaImbalance"
     with fleet.judged_against(baseline):
         fleet.settle()
         result = asyncio.run(until_received(fleet, fleet_overloaded, {expect}, 240))
@@ -219,23 +220,25 @@ def test_the_whole_fleet_overloaded_is_capacity_not_imbalance(fleet: Fleet) -> N
     labels, arrived = received[expect]
     print(f"fleet overloaded: {expect} {arrived - result['began']:.1f} s after onset")
     assert "instance" not in labels and "worker" not in labels  # the model's, no replica's
+    # What the ticket explains may hold; so may the imbalance, where round robin gathers the
+    # waiting clients on a slower replica while the other has room (checked below): no other.
     judged = {n for n, (a, _) in received.items() if a.get("severity") in JUDGED}
-    # Every replica loaded at once is capacity: what the ticket explains may hold, no other.
-    assert "InferenceReplicaImbalance" not in judged
-    assert not judged - {expect, *ALERTS[expect].explains}, judged
+    assert not judged - {expect, imbalance, *ALERTS[expect].explains}, judged
     report = result["report"]
     findings = [f for f in report["findings"] if f["severity"] in JUDGED]
     print("diagnose:", ", ".join(f"{f['alert']} {f['labels'].get('instance')}" for f in findings))
     assert findings[0]["alert"] == expect
     (model,) = report["fleet"]["models"]
-    shares = [r["share"] for r in model["replicas"]]
-    print(f"fleet view: {model['causes']}, the replicas' shares {shares}")
-    assert model["causes"] == [expect]
-    # Nothing paged or ticketed about one replica (uncalibrated, a replica's own speed is
-    # judged at info only: on shared cores its CPU wait, say, may hold).
+    replicas = [(r["share"], r["waiting"], r["causes"]) for r in model["replicas"]]
+    print(f"fleet view: {model['causes']}; each replica's share, waiting and causes: {replicas}")
+    assert model["causes"][0] == expect
     named = {f["alert"] for f in findings}
-    assert not [c for r in model["replicas"] for c in r["causes"] if c in named], model
-    assert min(shares) >= 1 / 3  # the router spread the load over both
+    for _, _, causes in replicas:
+        # Nothing paged or ticketed about one replica but an imbalance beside a replica with
+        # room (uncalibrated, a replica's own speed is judged at info only).
+        assert not set(causes) & named - {imbalance}, causes
+        if imbalance in causes:
+            assert min(w for _, w, _ in replicas) < 1, replicas
 
 
 def test_a_killed_replica_is_named_before_the_routers_health_check_fails_it(fleet: Fleet) -> None:
