@@ -147,6 +147,28 @@ def test_a_symptom_with_no_cause_is_listed_after_the_causes() -> None:
     ]
 
 
+def test_what_prometheus_fires_is_read_before_what_only_holds_this_instant() -> None:
+    """``diagnose --prometheus``: a replica's scrape that missed one poll holds its critical
+    InferenceBackendDown condition at the instant diagnose reads it, pending for its
+    ``for``, while another replica's imbalance has fired for minutes: the fired cause first.
+    Among findings alike in that, severity still leads (the exporter's view has no firing)."""
+    other = {**POD, "instance": "b:8000"}
+    blip = finding("InferenceBackendDown", labels=other)
+    imbalance = finding("InferenceReplicaImbalance")
+    imbalance.firing = True
+    assert [name for _, name, _ in listing(report(blip, imbalance))] == [
+        "InferenceReplicaImbalance",
+        "InferenceBackendDown",
+    ]
+    both = report(
+        finding("InferenceBackendDown", labels=other), finding("InferenceReplicaImbalance")
+    )
+    assert [name for _, name, _ in listing(both)] == [
+        "InferenceBackendDown",
+        "InferenceReplicaImbalance",
+    ]
+
+
 def test_every_cause_of_slow_requests_explains_what_users_see() -> None:
     explains = {source: set() for source, _, _ in RELATIONS}
     for source, targets, _ in RELATIONS:

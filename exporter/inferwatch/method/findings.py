@@ -171,11 +171,14 @@ def accounts_for(cause: Finding, effect: Finding, spec: Spec) -> bool:
     return share >= 1 or past <= 1 / (1 - share)
 
 
-def rank(finding: Finding, spec: Spec) -> tuple[bool, int, float]:
+def rank(finding: Finding, spec: Spec) -> tuple[bool, bool, int, float]:
     """Among findings no relation orders: what users see (a symptom alert) after the
-    causes, then severity, then the stronger evidence first; never the name."""
+    causes, then what Prometheus fires before what only holds at this instant (pending for
+    its alert's ``for``: one missed poll holds InferenceBackendDown's for a second), then
+    severity, then the stronger evidence first; never the name."""
     return (
         finding.alert.symptom,
+        not finding.firing,
         SEVERITY_ORDER.index(finding.severity),
         -strength(finding, spec),
     )
