@@ -57,6 +57,9 @@ SEARCH_SECONDS = 180.0
 PREFILL_MULTIPLE = 2.0
 LONG_PROMPT_OUTPUT = 8
 PROBES_PER_LENGTH = 3
+# The overload: clients per place in the engine's batch, each sending short requests back
+# to back (one server's, or through a router every replica's).
+OVERLOAD_PER_BATCH, OVERLOAD_WORDS, OVERLOAD_OUTPUT = 4, 2, 12
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class FaultSizes:
 
     @property
     def overload_clients(self) -> int:
-        return 4 * self.batch
+        return OVERLOAD_PER_BATCH * self.batch
 
     @property
     def stall_clients(self) -> int:

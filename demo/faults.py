@@ -13,7 +13,14 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 
-from demo.calibration import LONG_PROMPT_OUTPUT, NORMAL_OUTPUT, NORMAL_WORDS, normal_load
+from demo.calibration import (
+    LONG_PROMPT_OUTPUT,
+    NORMAL_OUTPUT,
+    NORMAL_WORDS,
+    OVERLOAD_OUTPUT,
+    OVERLOAD_WORDS,
+    normal_load,
+)
 from demo.local_stack import LocalStack
 from demo.traffic import Burst, Request, burst, complete_many, open_loop
 
@@ -39,8 +46,9 @@ async def normal_traffic(
 async def overload(stack: LocalStack, stop: asyncio.Event) -> None:
     """Four times as many concurrent clients as the engine's batch admits."""
     await complete_many(
-        stack.vllm.url, stop, clients=stack.faults.overload_clients, prompt_words=2, max_tokens=12
-    )
+        stack.vllm.url, stop, clients=stack.faults.overload_clients, prompt_words=OVERLOAD_WORDS,
+        max_tokens=OVERLOAD_OUTPUT,
+    )  # fmt: skip
 
 
 async def long_prompts(stack: LocalStack, stop: asyncio.Event) -> None:

@@ -38,7 +38,13 @@ from pathlib import Path
 
 import yaml
 
-from demo.calibration import run_calibrate, tokens_per_word
+from demo.calibration import (
+    OVERLOAD_OUTPUT,
+    OVERLOAD_PER_BATCH,
+    OVERLOAD_WORDS,
+    run_calibrate,
+    tokens_per_word,
+)
 from demo.local_stack import CONFIG, INTERVAL, alertmanager_config
 from demo.stack import (
     REPO,
@@ -300,8 +306,8 @@ async def fleet_overloaded(fleet: Fleet, stop: asyncio.Event) -> None:
     server's overload, once per replica): the policy spreads them, and every replica is
     past its share of the capacity at once."""
     await complete_many(
-        fleet.router.url, stop, clients=4 * batch() * len(fleet.replicas), prompt_words=2,
-        max_tokens=12,
+        fleet.router.url, stop, clients=OVERLOAD_PER_BATCH * batch() * len(fleet.replicas),
+        prompt_words=OVERLOAD_WORDS, max_tokens=OVERLOAD_OUTPUT,
     )  # fmt: skip
 
 
